@@ -1,0 +1,133 @@
+// Communicator: a group of ranks and every collective over them.
+//
+// Semantics follow MPI / NCCL / Gloo:
+//  * counts are in elements of `dtype`; every rank passes the same count,
+//    dtype, op and root (a mismatch raises Error(kMismatch) naming both sides
+//    instead of hanging or corrupting data);
+//  * in-place is allowed wherever send == recv (for all_gather, in-place means
+//    send == recv + rank*count; for reduce_scatter, recv == send + rank*count);
+//  * every blocking call has a deadline (CommOptions::timeout, default
+//    BRAID_TIMEOUT or 300 s) and throws Error(kTimeout) naming this rank, the
+//    operation, its sequence number, the peers not heard from and bytes done;
+//  * a peer that dies fails the pending operation with Error(kPeerDied)
+//    within a few seconds.
+//
+// Every collective has an _async twin returning a Work handle. Async work runs
+// in issue order on the communicator's background thread; blocking calls run
+// on the calling thread when nothing is queued. Buffers of async work must
+// stay valid until the Work completes.
+//
+// Cost (α latency, β seconds per byte, n ranks, N bytes) for the default
+// algorithms is documented at the top of each file in src/comm/algo/.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/dtype.h"
+#include "braid/error.h"
+#include "braid/store.h"
+
+namespace braid {
+
+namespace comm { class CommImpl; struct WorkState; }
+
+// Handle of an asynchronous operation.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<comm::WorkState> s) : s_(std::move(s)) {}
+  // Blocks until done; rethrows the operation's error. A default deadline
+  // (the communicator's timeout) applies.
+  void wait();
+  // Blocks up to `timeout`; returns false if not yet done (the operation keeps
+  // running). Rethrows the operation's error if it failed.
+  bool wait_for(std::chrono::milliseconds timeout);
+  // Non-blocking: true when complete (rethrows its error if it failed).
+  bool test();
+  bool valid() const { return s_ != nullptr; }
+
+ private:
+  std::shared_ptr<comm::WorkState> s_;
+};
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{0};  // 0: BRAID_TIMEOUT or 300 s
+  std::string transport;                 // "", "auto", "shm", "tcp" (BRAID_TRANSPORT)
+  std::string secret;                    // job secret ("" : BRAID_SECRET)
+};
+
+class Communicator {
+ public:
+  // From the environment set by `braid run`, torchrun, mpirun or srun.
+  static std::shared_ptr<Communicator> from_env(const CommOptions& opt = {});
+  // Explicit rank, size and store (all ranks use the same store).
+  static std::shared_ptr<Communicator> create(int rank, int size, std::shared_ptr<Store> store,
+                                              const CommOptions& opt = {});
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+
+  // Collective over this communicator: ranks with the same color form a new
+  // communicator ordered by (key, old rank). color < 0 returns nullptr for
+  // that rank (MPI_UNDEFINED). The result runs independently of its parent.
+  std::shared_ptr<Communicator> split(int color, int key);
+
+  void broadcast(void* buf, size_t count, DType t, int root);
+  void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);
+  void all_reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  void all_gather(const void* send, void* recv, size_t count, DType t);
+  void reduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  void gather(const void* send, void* recv, size_t count, DType t, int root);
+  void scatter(const void* send, void* recv, size_t count, DType t, int root);
+  void all_to_all(const void* send, void* recv, size_t count, DType t);
+  // Variable counts: counts and displacements in elements, one per rank.
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                    const std::vector<size_t>& send_displs, void* recv,
+                    const std::vector<size_t>& recv_counts,
+                    const std::vector<size_t>& recv_displs, DType t);
+  void barrier();
+  // Point to point. Messages between two ranks are matched in posting order;
+  // the tags must agree (a different tag raises Error(kMismatch)).
+  void send(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+  void recv(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+
+  Work broadcast_async(void* buf, size_t count, DType t, int root);
+  Work reduce_async(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);
+  Work all_reduce_async(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  Work all_gather_async(const void* send, void* recv, size_t count, DType t);
+  Work reduce_scatter_async(const void* send, void* recv, size_t count, DType t, ReduceOp op);
+  Work gather_async(const void* send, void* recv, size_t count, DType t, int root);
+  Work scatter_async(const void* send, void* recv, size_t count, DType t, int root);
+  Work all_to_all_async(const void* send, void* recv, size_t count, DType t);
+  Work barrier_async();
+  Work send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+  Work recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+
+  // Forces the algorithm for one collective ("ring", "hd", "tree", "direct",
+  // "hier", or "auto"); the same as BRAID_ALGO=op:algo[,op:algo].
+  void set_algorithm(const std::string& collective, const std::string& algo);
+  // The algorithm the cost model would pick for this collective and size.
+  std::string chosen_algorithm(const std::string& collective, size_t bytes) const;
+  // Text of the flight recorder: the last operations of this communicator.
+  std::string flight_record() const;
+  // The transport used to reach `peer`: "self", "shm" or "tcp".
+  std::string transport_to(int peer) const;
+
+  comm::CommImpl& impl() { return *impl_; }
+
+ private:
+  explicit Communicator(std::unique_ptr<comm::CommImpl> impl);
+  std::unique_ptr<comm::CommImpl> impl_;
+};
+
+// Dumps every live communicator's flight recorder to stderr on SIGUSR1.
+void install_flight_recorder_signal();
+
+}  // namespace braid

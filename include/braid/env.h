@@ -1,0 +1,32 @@
+// Reading configuration from the environment, and small process utilities.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace braid {
+
+// The value of NAME, or nullopt when unset or empty.
+std::optional<std::string> env_str(const char* name);
+// NAME parsed as an integer; `fallback` when unset. Throws Error naming NAME
+// and the bad value when set to something that is not an integer.
+int64_t env_int(const char* name, int64_t fallback);
+// NAME parsed as seconds (fractions allowed); `fallback` when unset.
+std::chrono::milliseconds env_seconds(const char* name, std::chrono::milliseconds fallback);
+bool env_flag(const char* name);  // "1", "true", "yes", "on"
+
+// The default deadline for blocking operations: BRAID_TIMEOUT seconds, 300.
+std::chrono::milliseconds default_timeout();
+
+std::string hostname();
+
+// Monotonic time in seconds / nanoseconds.
+double now_s();
+uint64_t now_ns();
+
+// Peak resident set size of this process, in bytes (from getrusage).
+uint64_t peak_rss_bytes();
+
+}  // namespace braid

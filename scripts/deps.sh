@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what braid needs to build and test, on Debian 12, as root.
+# Idempotent: packages already present are skipped, so a second run costs
+# one dpkg query. Usage: scripts/deps.sh [build|bench]
+set -euo pipefail
+
+want=(build-essential cmake pkg-config libssl-dev libopenblas-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+      nlohmann-json3-dev dataset-fashion-mnist python3)
+if [[ "${1:-build}" == bench ]]; then
+  want+=(openmpi-bin libopenmpi-dev python3-torch libopenblas0-openmp)
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "deps.sh: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq || true
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

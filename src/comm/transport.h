@@ -1,0 +1,98 @@
+// Transport: moves bytes between the ranks of one communicator.
+//
+// Internal interface between the algorithms (src/comm/algo) and the wires
+// (src/comm/shm_transport.cc, src/comm/tcp_transport.cc). An algorithm posts
+// Requests and drives them to completion through progress()/wait_activity();
+// a transport never blocks inside post() or progress().
+//
+// Ordering: requests to the same peer in the same direction complete in the
+// order posted (like one MPI tag/communicator pair). Every message on the
+// wire starts with its MsgSig; the receiver compares it with the MsgSig of
+// the request it has posted and raises Error(kMismatch) showing both.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "braid/dtype.h"
+#include "braid/store.h"
+
+namespace braid::comm {
+
+enum class CollOp : uint8_t {
+  kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kGather, kScatter,
+  kAllToAll, kAllToAllV, kBarrier, kSend, kRecv, kSplit, kProbe,
+};
+const char* coll_op_name(CollOp op);
+
+// Identity of one message, carried in its header. All fields but `bytes`
+// and `step` describe the collective call; two ranks in the same collective
+// produce equal values for those fields.
+struct MsgSig {
+  uint64_t seq = 0;      // collective sequence number on this communicator
+  uint64_t count = 0;    // the collective's count argument (elements)
+  uint64_t bytes = 0;    // this message's payload length
+  int32_t root = -1;     // root, or tag for send/recv
+  uint32_t step = 0;     // algorithm step (diagnostics only; not compared)
+  CollOp op = CollOp::kBarrier;
+  DType dtype = DType::kU8;
+  ReduceOp rop = ReduceOp::kSum;
+  uint8_t pad = 0;
+};
+static_assert(sizeof(MsgSig) == 40, "MsgSig is a wire format");
+
+// True if the two signatures describe the same message (ignores `step`).
+bool sig_matches(const MsgSig& a, const MsgSig& b);
+// "all_reduce seq 12 count 1000 f32 sum root -1 (4000 bytes)"
+std::string describe_sig(const MsgSig& s);
+
+struct Request {
+  enum class Kind : uint8_t { kSend, kRecv, kRecvReduce };
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  MsgSig sig;           // sig.bytes is the payload length
+  const void* src = nullptr;  // kSend: payload
+  void* dst = nullptr;        // kRecv: destination. kRecvReduce: dst = acc op incoming
+  const void* acc = nullptr;  // kRecvReduce: left operand (may equal dst)
+  DType dtype = DType::kU8;   // kRecvReduce: element type; bytes % dtype_size == 0
+  ReduceOp rop = ReduceOp::kSum;
+  // Filled by the transport:
+  size_t done = 0;        // payload bytes moved so far
+  bool complete = false;  // set once all bytes moved (and, for sends, the
+                          // source buffer may be reused)
+};
+
+struct TransportOptions {
+  std::string mode = "auto";  // "auto": shm for same-host peers, tcp otherwise; "tcp"; "shm"
+  std::string secret;         // job secret for TCP handshakes
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for set-up
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Queues `r` (owned by the caller, kept alive until r->complete).
+  virtual void post(Request* r) = 0;
+  // Advances posted requests without blocking. True if anything moved.
+  // Throws Error(kPeerDied | kMismatch | kProtocol) naming the peer.
+  virtual bool progress() = 0;
+  // Blocks until progress() may find work, or `timeout` passes. Cheap to
+  // call in a loop: spins briefly, then yields the core (futex / epoll).
+  virtual void wait_activity(std::chrono::microseconds timeout) = 0;
+  // "shm", "tcp" or "self".
+  virtual std::string kind_to(int peer) const = 0;
+  // "rank 3 (pid 1234 on host h)".
+  virtual std::string describe_peer(int peer) const = 0;
+};
+
+// Builds the transport for `rank` of `size`, meeting the peers through
+// `store` (keys are private to this communicator: callers pass a prefix
+// store). Collective: every rank calls it. Throws Error with the peer that
+// failed to appear within opt.timeout.
+std::unique_ptr<Transport> make_transport(int rank, int size, Store& store,
+                                          const TransportOptions& opt);
+
+}  // namespace braid::comm

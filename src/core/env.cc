@@ -1,0 +1,76 @@
+#include "braid/env.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <time.h>
+
+#include "braid/error.h"
+
+namespace braid {
+
+std::optional<std::string> env_str(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+int64_t env_int(const char* name, int64_t fallback) {
+  auto v = env_str(name);
+  if (!v) return fallback;
+  try {
+    size_t pos = 0;
+    long long x = std::stoll(*v, &pos, 10);
+    if (pos != v->size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    throw Error(Errc::kInvalidArgument,
+                std::string("environment variable ") + name + "='" + *v + "' is not an integer");
+  }
+}
+
+std::chrono::milliseconds env_seconds(const char* name, std::chrono::milliseconds fallback) {
+  auto v = env_str(name);
+  if (!v) return fallback;
+  try {
+    size_t pos = 0;
+    double x = std::stod(*v, &pos);
+    if (pos != v->size() || !(x > 0)) throw std::invalid_argument("bad");
+    return std::chrono::milliseconds(int64_t(x * 1000.0));
+  } catch (const std::exception&) {
+    throw Error(Errc::kInvalidArgument, std::string("environment variable ") + name + "='" +
+                                            *v + "' is not a positive number of seconds");
+  }
+}
+
+bool env_flag(const char* name) {
+  auto v = env_str(name);
+  return v && (*v == "1" || *v == "true" || *v == "yes" || *v == "on");
+}
+
+std::chrono::milliseconds default_timeout() {
+  return env_seconds("BRAID_TIMEOUT", std::chrono::seconds(300));
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+double now_s() { return double(now_ns()) * 1e-9; }
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+uint64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return uint64_t(ru.ru_maxrss) * 1024ull;
+}
+
+}  // namespace braid

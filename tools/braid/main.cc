@@ -1,0 +1,42 @@
+// braid: one command-line tool, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "braid/error.h"
+#include "subcommands.h"
+
+namespace {
+void usage() {
+  std::fprintf(stderr,
+               "usage: braid <command> [options]\n"
+               "  run    start N ranks of a program:  braid run -n N -- PROGRAM ARGS\n"
+               "  bench  collective benchmark:        braid bench -n N --op all_reduce\n"
+               "  train  train a model:               braid train mlp|gpt [--dp N]\n"
+               "Run 'braid <command> --help' for the options of one command.\n");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "run") return braid::tool::run_main(argc - 1, argv + 1);
+    if (cmd == "bench") return braid::tool::bench_main(argc - 1, argv + 1);
+    if (cmd == "train") return braid::tool::train_main(argc - 1, argv + 1);
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "braid %s: error (%s): %s\n", cmd.c_str(), braid::errc_name(e.code()),
+                 e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "braid: unknown command '%s'\n", cmd.c_str());
+  usage();
+  return 2;
+}

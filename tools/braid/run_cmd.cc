@@ -1,0 +1,9 @@
+// Placeholder until this subcommand lands; owned by the work on it.
+#include <cstdio>
+#include "subcommands.h"
+namespace braid::tool {
+int run_main(int, char**) {
+  std::fprintf(stderr, "braid run: not built yet\n");
+  return 2;
+}
+}  // namespace braid::tool

@@ -1,0 +1,8 @@
+// Entry points of the braid tool's subcommands, one file each.
+#pragma once
+
+namespace braid::tool {
+int run_main(int argc, char** argv);    // run_cmd.cc:   braid run
+int bench_main(int argc, char** argv);  // bench_cmd.cc: braid bench
+int train_main(int argc, char** argv);  // train_cmd.cc: braid train
+}  // namespace braid::tool
