@@ -1,0 +1,103 @@
+#include "comm/algo/context.h"
+
+#include <sstream>
+
+#include "braid/env.h"
+#include "braid/error.h"
+
+namespace braid::comm {
+
+Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
+                 std::string what)
+    : tp_(tp), rank_(rank), size_(size), call_(call), deadline_(deadline_ns),
+      what_(std::move(what)) {}
+
+Request* Context::post(Request::Kind kind, int peer, size_t bytes, uint32_t step) {
+  reqs_.emplace_back();
+  Request* r = &reqs_.back();
+  r->kind = kind;
+  r->peer = peer;
+  r->sig = call_;
+  r->sig.bytes = bytes;
+  r->sig.step = step;
+  r->dtype = call_.dtype;
+  r->rop = call_.rop == ReduceOp::kAvg ? ReduceOp::kSum : call_.rop;
+  return r;
+}
+
+Request* Context::send(int peer, const void* buf, size_t bytes, uint32_t step) {
+  Request* r = post(Request::Kind::kSend, peer, bytes, step);
+  r->src = buf;
+  tp_.post(r);
+  return r;
+}
+
+Request* Context::recv(int peer, void* buf, size_t bytes, uint32_t step) {
+  Request* r = post(Request::Kind::kRecv, peer, bytes, step);
+  r->dst = buf;
+  tp_.post(r);
+  return r;
+}
+
+Request* Context::recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step) {
+  Request* r = post(Request::Kind::kRecvReduce, peer, count * esize(), step);
+  r->dst = dst;
+  r->acc = acc;
+  tp_.post(r);
+  return r;
+}
+
+bool Context::poll() { return tp_.progress(); }
+
+void Context::idle() {
+  // Spin a little on progress before paying for a sleep.
+  if (++spins_ < 64) return;
+  spins_ = 0;
+  uint64_t now = now_ns();
+  if (now > deadline_) timeout_error();
+  uint64_t left_us = (deadline_ - now) / 1000;
+  tp_.wait_activity(std::chrono::microseconds(std::min<uint64_t>(left_us, 20000)));
+}
+
+void Context::wait(Request* r) {
+  while (!r->complete) {
+    if (!tp_.progress()) idle();
+  }
+}
+
+void Context::wait_all() {
+  while (first_open_ < reqs_.size()) {
+    if (reqs_[first_open_].complete) {
+      ++first_open_;
+      continue;
+    }
+    if (!tp_.progress()) idle();
+  }
+}
+
+void* Context::scratch(size_t bytes) {
+  scratch_.emplace_back(bytes);
+  return scratch_.back().data();
+}
+
+void Context::timeout_error() {
+  std::ostringstream os;
+  os << "rank " << rank_ << ": " << what_ << " timed out; waiting on ";
+  size_t done = 0, total = 0;
+  std::vector<std::string> open;
+  for (auto& r : reqs_) {
+    done += r.done;
+    total += r.sig.bytes;
+    if (!r.complete) {
+      std::string s = std::string(r.kind == Request::Kind::kSend ? "send to " : "recv from ") +
+                      tp_.describe_peer(r.peer) + " (" + std::to_string(r.done) + "/" +
+                      std::to_string(r.sig.bytes) + " bytes)";
+      if (open.size() < 8) open.push_back(s);
+    }
+  }
+  for (size_t i = 0; i < open.size(); ++i) os << (i ? ", " : "") << open[i];
+  os << "; " << done << " of " << total << " bytes done";
+  throw Error(Errc::kTimeout, os.str());
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,74 @@
+// Context: what an algorithm sees of one collective call.
+//
+// An algorithm posts sends/receives through the context and waits for them.
+// The context stamps every message with the call's signature (so mismatched
+// calls are caught by the receiver), enforces the deadline, and turns a stuck
+// wait into an error naming the peers not heard from and bytes done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "braid/dtype.h"
+#include "comm/transport.h"
+
+namespace braid::comm {
+
+class Context {
+ public:
+  Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
+          std::string what);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  DType dtype() const { return call_.dtype; }
+  ReduceOp rop() const { return call_.rop; }
+  size_t esize() const { return dtype_size(call_.dtype); }
+
+  // Post one message. The returned pointer stays valid for the life of the
+  // context; poll it with done() or wait with wait()/wait_all().
+  Request* send(int peer, const void* buf, size_t bytes, uint32_t step = 0);
+  Request* recv(int peer, void* buf, size_t bytes, uint32_t step = 0);
+  // dst = acc op incoming, `count` elements of the call's dtype and op (avg
+  // reduces as sum).
+  Request* recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step = 0);
+
+  // Drives the transport until r completes (or the deadline passes).
+  void wait(Request* r);
+  // Waits for every request posted so far.
+  void wait_all();
+  // One round of progress; true if anything moved. Use with done() for
+  // event-driven schedules; pair with idle() when nothing moved.
+  bool poll();
+  void idle();  // blocks briefly for activity, checking the deadline
+
+  // Scratch memory owned by the context (reused across calls is not needed:
+  // collectives are large compared with an allocation).
+  void* scratch(size_t bytes);
+
+ private:
+  [[noreturn]] void timeout_error();
+  Request* post(Request::Kind kind, int peer, size_t bytes, uint32_t step);
+
+  Transport& tp_;
+  int rank_, size_;
+  MsgSig call_;
+  uint64_t deadline_;
+  std::string what_;
+  std::deque<Request> reqs_;
+  size_t first_open_ = 0;
+  unsigned spins_ = 0;
+  std::vector<std::vector<uint8_t>> scratch_;
+};
+
+// Splits `count` elements into `parts` nearly equal blocks; block i covers
+// [offset(i), offset(i+1)).
+inline size_t block_offset(size_t count, int parts, int i) {
+  size_t base = count / size_t(parts), extra = count % size_t(parts);
+  return size_t(i) * base + std::min(size_t(i), extra);
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,155 @@
+// Direct (pairwise) algorithms: every rank talks to every other at once.
+//
+// gather / scatter: the root posts n−1 receives (sends); the others one
+//   send (receive). Cost at the root: (n−1)α + (n−1)/n·Nβ (N = total).
+// all-to-all(v): every rank posts its n−1 sends and n−1 receives together;
+//   the transports move them concurrently. Cost: (n−1)α + (n−1)/n·Nβ.
+// all-gather (small): every rank sends its block to all others at once.
+// Reduce-scatter / all-reduce / reduce ("direct"): rank j owns block j;
+//   every rank sends block j of its input to rank j; the owner folds the n
+//   contributions in rank order 0, 1, …, n−1 with one reduce_many (f32
+//   accumulation for f16/bf16). The result depends only on rank order — not
+//   on the algorithm, chunking or message size — which is what
+//   BRAID_DETERMINISTIC=1 promises. All-reduce then ring-gathers the blocks.
+//   Cost: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ for the reduce-scatter part, the
+//   same wire volume as the ring, with (n−1)/n·N bytes of scratch.
+#include <cstring>
+
+#include "braid/error.h"
+#include "braid/reduce.h"
+#include "comm/algo/algorithms.h"
+
+namespace braid::comm::algo {
+
+void gather_direct(Context& c, const void* send, void* recv, size_t count, int root) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  if (r == root) {
+    auto* out = static_cast<uint8_t*>(recv);
+    copy_if_distinct(out + size_t(r) * bytes, send, bytes);
+    for (int j = 0; j < n; ++j)
+      if (j != r) c.recv(j, out + size_t(j) * bytes, bytes);
+  } else {
+    c.send(root, send, bytes);
+  }
+  c.wait_all();
+}
+
+void scatter_direct(Context& c, const void* send, void* recv, size_t count, int root) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  if (r == root) {
+    auto* in = static_cast<const uint8_t*>(send);
+    for (int j = 0; j < n; ++j)
+      if (j != r) c.send(j, in + size_t(j) * bytes, bytes);
+    copy_if_distinct(recv, in + size_t(r) * bytes, bytes);
+  } else {
+    c.recv(root, recv, bytes);
+  }
+  c.wait_all();
+}
+
+void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>& sc,
+                         const std::vector<size_t>& sd, void* recv,
+                         const std::vector<size_t>& rc, const std::vector<size_t>& rd) {
+  const int n = c.size(), r = c.rank();
+  const size_t es = c.esize();
+  auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  // Stagger partners (r+k, r−k) so that no rank is everyone's first target.
+  for (int k = 1; k < n; ++k) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    c.recv(from, out + rd[from] * es, rc[from] * es);
+    c.send(to, in + sd[to] * es, sc[to] * es);
+  }
+  if (sc[r] != rc[r])
+    throw Error(Errc::kMismatch, "rank " + std::to_string(r) + ": all_to_all_v sends " +
+                                     std::to_string(sc[r]) + " elements to itself but expects " +
+                                     std::to_string(rc[r]));
+  copy_if_distinct(out + rd[r] * es, in + sd[r] * es, sc[r] * es);
+  c.wait_all();
+}
+
+void all_gather_direct(Context& c, const void* send, void* recv, size_t count) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  auto* out = static_cast<uint8_t*>(recv);
+  copy_if_distinct(out + size_t(r) * bytes, send, bytes);
+  for (int k = 1; k < n; ++k) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    c.recv(from, out + size_t(from) * bytes, bytes);
+    c.send(to, out + size_t(r) * bytes, bytes);
+  }
+  c.wait_all();
+}
+
+namespace {
+
+// Receives block `mine` (offsets [lo, hi)) from every rank and folds the
+// contributions in rank order into dst. Sends block j of `in` to rank j.
+void exchange_and_fold(Context& c, const uint8_t* in, const std::vector<size_t>& offs,
+                       void* dst) {
+  const int n = c.size(), r = c.rank();
+  const size_t es = c.esize();
+  const size_t lo = offs[r], hi = offs[r + 1], len = hi - lo;
+  auto* tmp = static_cast<uint8_t*>(c.scratch(len * es * size_t(n)));
+  std::vector<const void*> srcs(n);
+  for (int k = 1; k < n; ++k) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    c.recv(from, tmp + size_t(from) * len * es, len * es);
+    c.send(to, in + offs[to] * es, (offs[to + 1] - offs[to]) * es);
+  }
+  c.wait_all();
+  for (int j = 0; j < n; ++j) srcs[j] = j == r ? in + lo * es : tmp + size_t(j) * len * es;
+  reduce_many(dst, srcs.data(), n, len, c.dtype(), c.rop());
+  finish_avg(c, dst, len);
+}
+
+}  // namespace
+
+void reduce_scatter_direct(Context& c, const void* send, void* recv, size_t count) {
+  const int n = c.size();
+  std::vector<size_t> offs(n + 1);
+  for (int i = 0; i <= n; ++i) offs[i] = size_t(i) * count;
+  exchange_and_fold(c, static_cast<const uint8_t*>(send), offs, recv);
+}
+
+void all_reduce_direct(Context& c, const void* send, void* recv, size_t count,
+                       size_t chunk_bytes) {
+  const int n = c.size(), r = c.rank();
+  const size_t es = c.esize();
+  std::vector<size_t> offs(n + 1);
+  for (int i = 0; i <= n; ++i) offs[i] = block_offset(count, n, i);
+  // Folding into recv's own block is safe only after everyone has our copy
+  // of it, which exchange_and_fold guarantees (it waits for its sends).
+  // In place, the fold reads our block of `in` while writing the same block
+  // of recv; reduce_many allows that (it accumulates, then stores).
+  const uint8_t* in = static_cast<const uint8_t*>(send);
+  exchange_and_fold(c, in, offs, static_cast<uint8_t*>(recv) + offs[r] * es);
+  ring_gather_blocks(c, recv, offs, chunk_bytes, 1000);
+}
+
+void reduce_direct(Context& c, const void* send, void* recv, size_t count, int root) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  if (r != root) {
+    c.send(root, send, bytes);
+    c.wait_all();
+    return;
+  }
+  auto* tmp = static_cast<uint8_t*>(c.scratch(bytes * size_t(n)));
+  std::vector<const void*> srcs(n);
+  for (int j = 0; j < n; ++j) {
+    if (j == r) {
+      srcs[j] = send;
+    } else {
+      c.recv(j, tmp + size_t(j) * bytes, bytes);
+      srcs[j] = tmp + size_t(j) * bytes;
+    }
+  }
+  c.wait_all();
+  reduce_many(recv, srcs.data(), n, count, c.dtype(), c.rop());
+  finish_avg(c, recv, count);
+}
+
+}  // namespace braid::comm::algo

@@ -1,0 +1,135 @@
+// Recursive halving-doubling (Rabenseifner) and recursive doubling
+// all-reduce, with non-power-of-two world sizes.
+//
+// Let p be the largest power of two ≤ n and rem = n − p. Fold: among the
+// first 2·rem ranks, each even rank sends its whole vector to the odd rank
+// after it, which reduces it in and takes part as virtual rank r/2; the even
+// rank sits out and receives the result at the end (unfold). Ranks ≥ 2·rem
+// are virtual rank r − rem.
+//
+// Halving-doubling (large-ish messages, p a power of two):
+//   reduce-scatter by recursive halving: for mask = p/2 … 1, exchange half of
+//   the current range with partner v ^ mask, keep (and reduce into) the
+//   other half; after log p steps each virtual rank owns 1/p of the vector;
+//   all-gather by recursive doubling: the same pairs in reverse order.
+//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, plus 2(α + Nβ) + Nγ to fold
+//   when n is not a power of two.
+// Recursive doubling (small messages): for mask = 1 … p/2 exchange the whole
+//   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + Nγ) (+ fold).
+//   IEEE addition is commutative, so both partners compute identical bits.
+#include <cstring>
+
+#include "braid/reduce.h"
+#include "comm/algo/algorithms.h"
+
+namespace braid::comm::algo {
+namespace {
+
+struct Fold {
+  int p = 1, rem = 0, vrank = -1;
+  int real(int v) const { return v < rem ? 2 * v + 1 : v + rem; }
+};
+
+Fold make_fold(int n, int r) {
+  Fold f;
+  while (f.p * 2 <= n) f.p *= 2;
+  f.rem = n - f.p;
+  if (r < 2 * f.rem) f.vrank = (r % 2 == 0) ? -1 : r / 2;
+  else f.vrank = r - f.rem;
+  return f;
+}
+
+// Folds the extra ranks in; returns false for a rank that sits out (it has
+// already posted the receive of the final result into buf).
+bool fold_in(Context& c, const Fold& f, void* buf, size_t count, Request** result_req) {
+  const int r = c.rank();
+  if (r >= 2 * f.rem) return true;
+  if (r % 2 == 0) {
+    c.send(r + 1, buf, count * c.esize(), 100);
+    *result_req = c.recv(r + 1, buf, count * c.esize(), 101);
+    return false;
+  }
+  c.wait(c.recv_reduce(r - 1, buf, buf, count, 100));
+  return true;
+}
+
+void fold_out(Context& c, const Fold& f, void* buf, size_t count) {
+  const int r = c.rank();
+  if (r < 2 * f.rem && r % 2 == 1) c.send(r - 1, buf, count * c.esize(), 101);
+}
+
+}  // namespace
+
+void all_reduce_hd(Context& c, const void* send, void* recv, size_t count) {
+  const int n = c.size();
+  const size_t es = c.esize();
+  auto* buf = static_cast<uint8_t*>(recv);
+  copy_if_distinct(recv, send, count * es);
+  if (n == 1) return;
+  Fold f = make_fold(n, c.rank());
+  Request* result = nullptr;
+  if (!fold_in(c, f, buf, count, &result)) {
+    c.wait_all();
+    return;
+  }
+  const int v = f.vrank;
+  struct Range { size_t lo, hi, mid; bool keep_low; };
+  std::vector<Range> stack;
+  size_t lo = 0, hi = count;
+  uint32_t step = 0;
+  for (int mask = f.p / 2; mask >= 1; mask /= 2, ++step) {
+    int partner = f.real(v ^ mask);
+    size_t mid = lo + (hi - lo) / 2;
+    bool keep_low = (v & mask) == 0;
+    stack.push_back({lo, hi, mid, keep_low});
+    size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
+    size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+    c.send(partner, buf + slo * es, (shi - slo) * es, step);
+    c.wait(c.recv_reduce(partner, buf + klo * es, buf + klo * es, khi - klo, step));
+    c.wait_all();
+    lo = klo;
+    hi = khi;
+  }
+  finish_avg(c, buf + lo * es, hi - lo);
+  for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+    int partner = f.real(v ^ mask);
+    Range R = stack.back();
+    stack.pop_back();
+    size_t olo = R.keep_low ? R.mid : R.lo, ohi = R.keep_low ? R.hi : R.mid;
+    c.send(partner, buf + lo * es, (hi - lo) * es, step);
+    c.recv(partner, buf + olo * es, (ohi - olo) * es, step);
+    c.wait_all();
+    lo = R.lo;
+    hi = R.hi;
+  }
+  fold_out(c, f, buf, count);
+  c.wait_all();
+}
+
+void all_reduce_rd(Context& c, const void* send, void* recv, size_t count) {
+  const int n = c.size();
+  const size_t es = c.esize();
+  auto* buf = static_cast<uint8_t*>(recv);
+  copy_if_distinct(recv, send, count * es);
+  if (n == 1) return;
+  Fold f = make_fold(n, c.rank());
+  Request* result = nullptr;
+  if (!fold_in(c, f, buf, count, &result)) {
+    c.wait_all();
+    return;
+  }
+  auto* mine = static_cast<uint8_t*>(c.scratch(count * es));
+  uint32_t step = 0;
+  for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+    int partner = f.real(f.vrank ^ mask);
+    std::memcpy(mine, buf, count * es);
+    c.send(partner, mine, count * es, step);
+    c.recv_reduce(partner, buf, buf, count, step);
+    c.wait_all();
+  }
+  finish_avg(c, buf, count);
+  fold_out(c, f, buf, count);
+  c.wait_all();
+}
+
+}  // namespace braid::comm::algo

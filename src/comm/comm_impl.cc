@@ -1,0 +1,270 @@
+#include "comm/comm_impl.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "braid/env.h"
+#include "braid/log.h"
+#include "comm/algo/algorithms.h"
+
+namespace braid::comm {
+namespace {
+
+std::mutex g_registry_mu;
+std::set<CommImpl*>& registry() {
+  static auto* s = new std::set<CommImpl*>;
+  return *s;
+}
+
+std::string describe_call(const MsgSig& s, const std::string& algo) {
+  std::ostringstream os;
+  os << coll_op_name(s.op) << " seq " << s.seq << " (count " << s.count << " "
+     << dtype_name(s.dtype);
+  if (s.op == CollOp::kAllReduce || s.op == CollOp::kReduce || s.op == CollOp::kReduceScatter)
+    os << " " << reduce_op_name(s.rop);
+  if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " peer " << s.root;
+  else if (s.root >= 0) os << " root " << s.root;
+  os << ", " << algo << ")";
+  return os.str();
+}
+
+}  // namespace
+
+CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
+                   const CommOptions& opt, std::shared_ptr<void> keepalive)
+    : rank_(rank), size_(size), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
+      keepalive_(std::move(keepalive)) {
+  BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
+  BRAID_CHECK_ARG(rank >= 0 && rank < size, "rank " + std::to_string(rank) +
+                                                " out of range for size " + std::to_string(size));
+  BRAID_CHECK_ARG(store_ != nullptr, "communicator needs a store");
+  timeout_ = opt.timeout.count() > 0 ? opt.timeout : default_timeout();
+  chunk_bytes_ = size_t(env_int("BRAID_CHUNK_BYTES", 1 << 20));
+  BRAID_CHECK_ARG(chunk_bytes_ >= 64, "BRAID_CHUNK_BYTES must be at least 64");
+  TransportOptions topt;
+  topt.mode = opt.transport.empty() ? env_str("BRAID_TRANSPORT").value_or("auto") : opt.transport;
+  if (topt.mode != "auto" && topt.mode != "shm" && topt.mode != "tcp")
+    throw Error(Errc::kInvalidArgument,
+                "transport must be auto, shm or tcp; got '" + topt.mode + "'");
+  topt.secret = !opt.secret.empty() ? opt.secret : env_str("BRAID_SECRET").value_or("");
+  topt.timeout = timeout_;
+  auto pstore = make_prefix_store(store_, prefix_);
+  tp_ = make_transport(rank_, size_, *pstore, topt);
+  bool any_tcp = false;
+  for (int p = 0; p < size_; ++p) any_tcp |= tp_->kind_to(p) == "tcp";
+  selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params());
+  selector_->load_env_overrides();
+  std::lock_guard<std::mutex> l(g_registry_mu);
+  registry().insert(this);
+}
+
+CommImpl::~CommImpl() {
+  {
+    std::lock_guard<std::mutex> l(g_registry_mu);
+    registry().erase(this);
+  }
+  {
+    std::unique_lock<std::mutex> l(qmu_);
+    // Let queued work finish (or fail) before the transport goes away.
+    qcv_.wait(l, [&] { return queue_.empty() && !worker_busy_; });
+    stop_ = true;
+  }
+  qcv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+Work CommImpl::launch(CollOp op, size_t count, DType t, ReduceOp rop, int root,
+                      size_t model_bytes, bool async, AlgoFn fn, int64_t explicit_seq) {
+  MsgSig sig;
+  sig.seq = explicit_seq >= 0 ? uint64_t(explicit_seq) : ++seq_;
+  sig.op = op;
+  sig.count = count;
+  sig.dtype = t;
+  sig.rop = rop;
+  sig.root = root;
+  std::string algo = selector_->choose(op, model_bytes, t);
+  uint64_t id = fr_.record(sig);
+  auto w = std::make_shared<WorkState>();
+  w->timeout = timeout_;
+  w->run = [this, sig, algo, fn = std::move(fn), id] { execute(sig, algo, fn, id); };
+  if (async) enqueue(w);
+  else run_blocking(w);
+  return Work(w);
+}
+
+void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn,
+                       uint64_t fr_id) {
+  {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    if (broken_) {
+      fr_.finish(fr_id, false);
+      throw Error(broken_code_, "rank " + std::to_string(rank_) + ": " +
+                                    describe_call(sig, algo) +
+                                    " not started: the communicator failed earlier: " +
+                                    broken_msg_);
+    }
+  }
+  fr_.start(fr_id, algo);
+  std::string what = describe_call(sig, algo);
+  uint64_t deadline = now_ns() + uint64_t(timeout_.count()) * 1000000ull;
+  Context ctx(*tp_, rank_, size_, sig, deadline,
+              what + " after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s");
+  try {
+    fn(ctx, algo);
+    fr_.finish(fr_id, true);
+  } catch (const Error& e) {
+    fr_.finish(fr_id, false);
+    std::string msg = e.code() == Errc::kTimeout ? std::string(e.what())
+                                                 : "rank " + std::to_string(rank_) + ": " +
+                                                       what + ": " + e.what();
+    if (e.code() != Errc::kInvalidArgument) {
+      std::lock_guard<std::mutex> l(broken_mu_);
+      broken_ = true;
+      broken_code_ = e.code();
+      broken_msg_ = msg;
+      std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
+      std::fprintf(stderr, "braid: rank %d: %s\n%s", rank_, msg.c_str(), fr.c_str());
+    }
+    throw Error(e.code(), msg);
+  }
+}
+
+void CommImpl::complete(WorkState& w, std::exception_ptr err) {
+  std::lock_guard<std::mutex> l(w.mu);
+  w.error = err;
+  w.done = true;
+  w.cv.notify_all();
+}
+
+void CommImpl::run_blocking(const std::shared_ptr<WorkState>& w) {
+  {
+    std::unique_lock<std::mutex> l(qmu_);
+    if (!queue_.empty() || worker_busy_) {
+      queue_.push_back(w);
+      l.unlock();
+      qcv_.notify_all();
+      Work(w).wait();
+      return;
+    }
+    inline_busy_ = true;
+  }
+  std::exception_ptr err;
+  try {
+    w->run();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> l(qmu_);
+    inline_busy_ = false;
+  }
+  qcv_.notify_all();
+  complete(*w, err);
+  if (err) std::rethrow_exception(err);
+}
+
+void CommImpl::enqueue(const std::shared_ptr<WorkState>& w) {
+  {
+    std::lock_guard<std::mutex> l(qmu_);
+    queue_.push_back(w);
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  }
+  qcv_.notify_all();
+}
+
+void CommImpl::worker_loop() {
+  std::unique_lock<std::mutex> l(qmu_);
+  for (;;) {
+    qcv_.wait(l, [&] { return stop_ || (!queue_.empty() && !inline_busy_); });
+    if (queue_.empty() && stop_) return;
+    if (queue_.empty() || inline_busy_) continue;
+    auto w = queue_.front();
+    queue_.pop_front();
+    worker_busy_ = true;
+    l.unlock();
+    std::exception_ptr err;
+    try {
+      w->run();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    complete(*w, err);
+    l.lock();
+    worker_busy_ = false;
+    qcv_.notify_all();
+  }
+}
+
+uint64_t CommImpl::next_p2p_seq(int peer, bool sending) {
+  auto& v = sending ? p2p_send_seq_ : p2p_recv_seq_;
+  if (v.empty()) v.assign(size_t(size_), 0);
+  return ++v[size_t(peer)];
+}
+
+std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
+  // Everyone learns everyone's (color, key) through an all-gather on this
+  // communicator; the split's store keys are unique per (sequence, color).
+  int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(size_t(size_) * 2);
+  launch(CollOp::kAllGather, 2, DType::kI32, ReduceOp::kSum, -1, 8 * size_t(size_), false,
+         [&](Context& c, const std::string&) {
+           algo::all_gather_direct(c, mine, all.data(), 2);
+         });
+  uint64_t split_seq = seq_;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int, int>> members;  // (key, old rank)
+  for (int r = 0; r < size_; ++r)
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  std::sort(members.begin(), members.end());
+  int new_rank = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].second == rank_) new_rank = int(i);
+  std::string prefix =
+      prefix_ + "s" + std::to_string(split_seq) + "c" + std::to_string(color) + "/";
+  CommOptions o = opt_;
+  o.timeout = timeout_;
+  return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o);
+}
+
+std::string CommImpl::flight_record() const {
+  return fr_.dump("braid: flight recorder of rank " + std::to_string(rank_) + " (size " +
+                  std::to_string(size_) + ", comm '" + prefix_ + "')");
+}
+
+namespace {
+int g_sig_pipe[2] = {-1, -1};
+void on_sigusr1(int) {
+  char c = 1;
+  (void)!::write(g_sig_pipe[1], &c, 1);
+}
+}  // namespace
+
+}  // namespace braid::comm
+
+namespace braid {
+
+void install_flight_recorder_signal() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (::pipe(comm::g_sig_pipe) != 0) throw_errno("flight recorder: pipe");
+    std::thread([] {
+      char c;
+      while (::read(comm::g_sig_pipe[0], &c, 1) == 1) {
+        std::lock_guard<std::mutex> l(comm::g_registry_mu);
+        for (auto* ci : comm::registry()) std::fputs(ci->flight_record().c_str(), stderr);
+      }
+    }).detach();
+    struct sigaction sa {};
+    sa.sa_handler = comm::on_sigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, nullptr);
+  });
+}
+
+}  // namespace braid

@@ -1,0 +1,100 @@
+// CommImpl: the machinery behind braid::Communicator.
+//
+// Owns the transport, the sequence counter, the algorithm selector, the
+// flight recorder and the executor. Operations run in issue order: blocking
+// calls execute on the caller's thread when nothing is queued; async calls go
+// to a background thread (started on first use) that runs them one by one.
+// After any failure the communicator is broken (like an aborted NCCL
+// communicator): later calls fail at once with the original reason.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "braid/comm.h"
+#include "comm/algo/context.h"
+#include "comm/flight_recorder.h"
+#include "comm/select.h"
+#include "comm/transport.h"
+
+namespace braid::comm {
+
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::function<void()> run;
+  std::chrono::milliseconds timeout{0};
+};
+
+class CommImpl {
+ public:
+  using AlgoFn = std::function<void(Context&, const std::string& algo)>;
+
+  // Collective over all `size` ranks sharing `store`: builds the transport.
+  CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
+           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr);
+  ~CommImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Issues one operation. `model_bytes` is the size the cost model prices.
+  // async=false runs it to completion (rethrowing its error).
+  // Point-to-point messages carry a per-(peer, direction) sequence number
+  // (explicit_seq) instead of the collective one.
+  Work launch(CollOp op, size_t count, DType t, ReduceOp rop, int root, size_t model_bytes,
+              bool async, AlgoFn fn, int64_t explicit_seq = -1);
+  uint64_t next_p2p_seq(int peer, bool sending);
+
+  std::unique_ptr<CommImpl> split(int color, int key);
+
+  Selector& selector() { return *selector_; }
+  const Selector& selector() const { return *selector_; }
+  std::string flight_record() const;
+  std::string transport_to(int peer) const { return tp_->kind_to(peer); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+
+ private:
+  void execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn, uint64_t fr_id);
+  void run_blocking(const std::shared_ptr<WorkState>& w);
+  void enqueue(const std::shared_ptr<WorkState>& w);
+  void worker_loop();
+  static void complete(WorkState& w, std::exception_ptr err);
+
+  int rank_, size_;
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+  CommOptions opt_;
+  std::chrono::milliseconds timeout_;
+  size_t chunk_bytes_;
+  std::unique_ptr<Transport> tp_;
+  std::unique_ptr<Selector> selector_;
+  FlightRecorder fr_;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
+  std::shared_ptr<void> keepalive_;  // e.g. a store server hosted by this rank
+
+  // Executor state.
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<std::shared_ptr<WorkState>> queue_;
+  bool worker_busy_ = false, inline_busy_ = false, stop_ = false;
+  std::thread worker_;
+
+  // Set once an operation failed.
+  std::mutex broken_mu_;
+  bool broken_ = false;
+  Errc broken_code_ = Errc::kInternal;
+  std::string broken_msg_;
+};
+
+}  // namespace braid::comm

@@ -1,0 +1,349 @@
+// braid::Communicator: argument checks and dispatch to the chosen algorithm.
+#include <limits>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "comm/algo/algorithms.h"
+#include "comm/comm_impl.h"
+
+namespace braid {
+
+using comm::CollOp;
+using comm::Context;
+namespace algo = comm::algo;
+
+// ---- Work -------------------------------------------------------------------
+
+void Work::wait() {
+  BRAID_CHECK_ARG(s_ != nullptr, "Work::wait on an empty handle");
+  std::unique_lock<std::mutex> l(s_->mu);
+  s_->cv.wait(l, [&] { return s_->done; });
+  if (s_->error) std::rethrow_exception(s_->error);
+}
+
+bool Work::wait_for(std::chrono::milliseconds timeout) {
+  BRAID_CHECK_ARG(s_ != nullptr, "Work::wait_for on an empty handle");
+  std::unique_lock<std::mutex> l(s_->mu);
+  if (!s_->cv.wait_for(l, timeout, [&] { return s_->done; })) return false;
+  if (s_->error) std::rethrow_exception(s_->error);
+  return true;
+}
+
+bool Work::test() {
+  BRAID_CHECK_ARG(s_ != nullptr, "Work::test on an empty handle");
+  std::lock_guard<std::mutex> l(s_->mu);
+  if (s_->done && s_->error) std::rethrow_exception(s_->error);
+  return s_->done;
+}
+
+// ---- argument checks ----------------------------------------------------------
+
+namespace {
+
+// Set while a blocking call is issuing its operation, so the shared _async
+// code runs it inline instead of queueing it.
+thread_local bool t_blocking = false;
+struct BlockingScope {
+  BlockingScope() { t_blocking = true; }
+  ~BlockingScope() { t_blocking = false; }
+};
+bool async_now() { return !t_blocking; }
+
+const char* opname(CollOp op) { return comm::coll_op_name(op); }
+
+size_t checked_bytes(CollOp op, size_t count, DType t, size_t multiple) {
+  if (unsigned(t) >= unsigned(kNumDTypes))
+    throw Error(Errc::kInvalidArgument,
+                std::string(opname(op)) + ": unknown dtype " + std::to_string(int(t)));
+  size_t es = dtype_size(t);
+  size_t limit = std::numeric_limits<size_t>::max() / 4;
+  if (count > limit / es / std::max<size_t>(multiple, 1))
+    throw Error(Errc::kInvalidArgument, std::string(opname(op)) + ": count " +
+                                            std::to_string(count) + " × " +
+                                            std::to_string(multiple) + " ranks of " +
+                                            dtype_name(t) + " overflows the byte size");
+  return count * es * std::max<size_t>(multiple, 1);
+}
+
+void check_ptr(CollOp op, const void* p, size_t count, const char* which) {
+  if (p == nullptr && count > 0)
+    throw Error(Errc::kInvalidArgument, std::string(opname(op)) + ": " + which +
+                                            " buffer is null but count is " +
+                                            std::to_string(count));
+}
+
+void check_rank(CollOp op, int r, int size, const char* which) {
+  if (r < 0 || r >= size)
+    throw Error(Errc::kInvalidArgument, std::string(opname(op)) + ": " + which + " " +
+                                            std::to_string(r) + " is out of range [0, " +
+                                            std::to_string(size) + ")");
+}
+
+void check_op(CollOp op, DType t, ReduceOp rop) {
+  if (unsigned(rop) >= unsigned(kNumReduceOps))
+    throw Error(Errc::kInvalidArgument,
+                std::string(opname(op)) + ": unknown reduce op " + std::to_string(int(rop)));
+  if (!reduce_op_supported(rop, t))
+    throw Error(Errc::kInvalidArgument, std::string(opname(op)) + ": reduce op " +
+                                            reduce_op_name(rop) + " is not defined for " +
+                                            dtype_name(t));
+}
+
+}  // namespace
+
+// ---- construction -------------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<comm::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::shared_ptr<Communicator> Communicator::create(int rank, int size,
+                                                   std::shared_ptr<Store> store,
+                                                   const CommOptions& opt) {
+  auto impl = std::make_unique<comm::CommImpl>(rank, size, std::move(store), "braid/", opt);
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key) {
+  auto sub = impl_->split(color, key);
+  if (!sub) return nullptr;
+  return std::shared_ptr<Communicator>(new Communicator(std::move(sub)));
+}
+
+void Communicator::set_algorithm(const std::string& collective, const std::string& a) {
+  impl_->selector().set_override(collective, a);
+}
+
+std::string Communicator::chosen_algorithm(const std::string& collective, size_t bytes) const {
+  return impl_->selector().choose(comm::parse_coll_op(collective), bytes, DType::kF32);
+}
+
+std::string Communicator::flight_record() const { return impl_->flight_record(); }
+
+std::string Communicator::transport_to(int peer) const {
+  check_rank(CollOp::kSend, peer, size(), "peer");
+  return impl_->transport_to(peer);
+}
+
+// ---- collectives -----------------------------------------------------------
+
+Work Communicator::broadcast_async(void* buf, size_t count, DType t, int root) {
+  const CollOp op = CollOp::kBroadcast;
+  size_t bytes = checked_bytes(op, count, t, 1);
+  check_ptr(op, buf, count, "data");
+  check_rank(op, root, size(), "root");
+  size_t chunk = impl_->chunk_bytes();
+  return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
+                       [=](Context& c, const std::string& a) {
+                         if (a == "chain") algo::broadcast_chain(c, buf, count, root, chunk);
+                         else algo::broadcast_tree(c, buf, count, root);
+                       });
+}
+
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DType t,
+                                ReduceOp rop, int root) {
+  const CollOp op = CollOp::kReduce;
+  size_t bytes = checked_bytes(op, count, t, 1);
+  check_op(op, t, rop);
+  check_rank(op, root, size(), "root");
+  check_ptr(op, send, count, "send");
+  if (rank() == root) check_ptr(op, recv, count, "recv");
+  return impl_->launch(op, count, t, rop, root, bytes, async_now(),
+                       [=](Context& c, const std::string& a) {
+                         if (a == "direct") algo::reduce_direct(c, send, recv, count, root);
+                         else algo::reduce_tree(c, send, recv, count, root);
+                       });
+}
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType t,
+                                    ReduceOp rop) {
+  const CollOp op = CollOp::kAllReduce;
+  size_t bytes = checked_bytes(op, count, t, 1);
+  check_op(op, t, rop);
+  check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  size_t chunk = impl_->chunk_bytes();
+  return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
+                       [=](Context& c, const std::string& a) {
+                         if (a == "ring") algo::all_reduce_ring(c, send, recv, count, chunk);
+                         else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
+                         else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
+                         else algo::all_reduce_direct(c, send, recv, count, chunk);
+                       });
+}
+
+Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DType t) {
+  const CollOp op = CollOp::kAllGather;
+  size_t bytes = checked_bytes(op, count, t, size_t(size()));
+  check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  size_t chunk = impl_->chunk_bytes();
+  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
+                       [=](Context& c, const std::string& a) {
+                         if (a == "direct") algo::all_gather_direct(c, send, recv, count);
+                         else algo::all_gather_ring(c, send, recv, count, chunk);
+                       });
+}
+
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType t,
+                                        ReduceOp rop) {
+  const CollOp op = CollOp::kReduceScatter;
+  size_t bytes = checked_bytes(op, count, t, size_t(size()));
+  check_op(op, t, rop);
+  check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  size_t chunk = impl_->chunk_bytes();
+  return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
+                       [=](Context& c, const std::string& a) {
+                         if (a == "direct") algo::reduce_scatter_direct(c, send, recv, count);
+                         else algo::reduce_scatter_ring(c, send, recv, count, chunk);
+                       });
+}
+
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DType t, int root) {
+  const CollOp op = CollOp::kGather;
+  size_t bytes = checked_bytes(op, count, t, size_t(size()));
+  check_rank(op, root, size(), "root");
+  check_ptr(op, send, count, "send");
+  if (rank() == root) check_ptr(op, recv, count, "recv");
+  return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
+                       [=](Context& c, const std::string&) {
+                         algo::gather_direct(c, send, recv, count, root);
+                       });
+}
+
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DType t, int root) {
+  const CollOp op = CollOp::kScatter;
+  size_t bytes = checked_bytes(op, count, t, size_t(size()));
+  check_rank(op, root, size(), "root");
+  if (rank() == root) check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
+                       [=](Context& c, const std::string&) {
+                         algo::scatter_direct(c, send, recv, count, root);
+                       });
+}
+
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DType t) {
+  const CollOp op = CollOp::kAllToAll;
+  const int n = size();
+  size_t bytes = checked_bytes(op, count, t, size_t(n));
+  check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  BRAID_CHECK_ARG(send != recv || count == 0 || n == 1,
+                  "all_to_all: in-place (send == recv) is not supported; use separate buffers");
+  std::vector<size_t> counts(n, count), displs(n);
+  for (int i = 0; i < n; ++i) displs[i] = size_t(i) * count;
+  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
+                       [=](Context& c, const std::string&) {
+                         algo::all_to_all_v_direct(c, send, counts, displs, recv, counts, displs);
+                       });
+}
+
+void Communicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                                const std::vector<size_t>& send_displs, void* recv,
+                                const std::vector<size_t>& recv_counts,
+                                const std::vector<size_t>& recv_displs, DType t) {
+  const CollOp op = CollOp::kAllToAllV;
+  const size_t n = size_t(size());
+  BRAID_CHECK_ARG(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
+                      recv_displs.size() == n,
+                  "all_to_all_v: counts and displacements need one entry per rank (" +
+                      std::to_string(n) + ")");
+  size_t stotal = 0, rtotal = 0;
+  for (size_t i = 0; i < n; ++i) {
+    stotal = std::max(stotal, send_displs[i] + send_counts[i]);
+    rtotal = std::max(rtotal, recv_displs[i] + recv_counts[i]);
+  }
+  checked_bytes(op, std::max(stotal, rtotal), t, 1);
+  check_ptr(op, send, stotal, "send");
+  check_ptr(op, recv, rtotal, "recv");
+  // The sig's count is 0: per-pair lengths differ legitimately and are
+  // checked message by message (each header carries its byte length).
+  impl_->launch(op, 0, t, ReduceOp::kSum, -1, stotal * dtype_size(t), false,
+                [&](Context& c, const std::string&) {
+                  algo::all_to_all_v_direct(c, send, send_counts, send_displs, recv, recv_counts,
+                                            recv_displs);
+                });
+}
+
+Work Communicator::barrier_async() {
+  return impl_->launch(CollOp::kBarrier, 0, DType::kU8, ReduceOp::kSum, -1, 0, async_now(),
+                       [](Context& c, const std::string&) { algo::barrier_dissemination(c); });
+}
+
+Work Communicator::send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  const CollOp op = CollOp::kSend;
+  size_t bytes = checked_bytes(op, count, t, 1);
+  check_rank(op, peer, size(), "peer");
+  BRAID_CHECK_ARG(peer != rank(), "send: peer " + std::to_string(peer) + " is this rank");
+  check_ptr(op, buf, count, "send");
+  BRAID_CHECK_ARG(tag <= uint32_t(std::numeric_limits<int32_t>::max()), "send: tag too large");
+  return impl_->launch(op, count, t, ReduceOp::kSum, int(tag), bytes, async_now(),
+                       [=](Context& c, const std::string&) {
+                         c.wait(c.send(peer, buf, bytes));
+                       },
+                       int64_t(impl_->next_p2p_seq(peer, true)));
+}
+
+Work Communicator::recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  const CollOp op = CollOp::kSend;  // matched against the sender's kSend signature
+  size_t bytes = checked_bytes(op, count, t, 1);
+  check_rank(CollOp::kRecv, peer, size(), "peer");
+  BRAID_CHECK_ARG(peer != rank(), "recv: peer " + std::to_string(peer) + " is this rank");
+  check_ptr(CollOp::kRecv, buf, count, "recv");
+  BRAID_CHECK_ARG(tag <= uint32_t(std::numeric_limits<int32_t>::max()), "recv: tag too large");
+  return impl_->launch(op, count, t, ReduceOp::kSum, int(tag), bytes, async_now(),
+                       [=](Context& c, const std::string&) {
+                         c.wait(c.recv(peer, buf, bytes));
+                       },
+                       int64_t(impl_->next_p2p_seq(peer, false)));
+}
+
+// Blocking forms: the async form, then wait. (launch runs it inline when
+// nothing is queued, so there is no thread hop on the fast path.)
+#define BRAID_BLOCKING(call) \
+  do {                         \
+    Work w_;                   \
+    {                          \
+      BlockingScope scope_;    \
+      w_ = call;               \
+    }                          \
+    w_.wait();                 \
+  } while (0)
+
+void Communicator::broadcast(void* buf, size_t count, DType t, int root) {
+  BRAID_BLOCKING(broadcast_async(buf, count, t, root));
+}
+void Communicator::reduce(const void* s, void* r, size_t count, DType t, ReduceOp op, int root) {
+  BRAID_BLOCKING(reduce_async(s, r, count, t, op, root));
+}
+void Communicator::all_reduce(const void* s, void* r, size_t count, DType t, ReduceOp op) {
+  BRAID_BLOCKING(all_reduce_async(s, r, count, t, op));
+}
+void Communicator::all_gather(const void* s, void* r, size_t count, DType t) {
+  BRAID_BLOCKING(all_gather_async(s, r, count, t));
+}
+void Communicator::reduce_scatter(const void* s, void* r, size_t count, DType t, ReduceOp op) {
+  BRAID_BLOCKING(reduce_scatter_async(s, r, count, t, op));
+}
+void Communicator::gather(const void* s, void* r, size_t count, DType t, int root) {
+  BRAID_BLOCKING(gather_async(s, r, count, t, root));
+}
+void Communicator::scatter(const void* s, void* r, size_t count, DType t, int root) {
+  BRAID_BLOCKING(scatter_async(s, r, count, t, root));
+}
+void Communicator::all_to_all(const void* s, void* r, size_t count, DType t) {
+  BRAID_BLOCKING(all_to_all_async(s, r, count, t));
+}
+void Communicator::barrier() { BRAID_BLOCKING(barrier_async()); }
+void Communicator::send(const void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  BRAID_BLOCKING(send_async(buf, count, t, peer, tag));
+}
+void Communicator::recv(void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  BRAID_BLOCKING(recv_async(buf, count, t, peer, tag));
+}
+
+}  // namespace braid

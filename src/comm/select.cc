@@ -1,0 +1,172 @@
+#include "comm/select.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "braid/env.h"
+#include "braid/error.h"
+
+namespace braid::comm {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr size_t kChunk = 256 * 1024;  // pipelining chunk assumed by the model
+
+double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }
+
+}  // namespace
+
+CollOp parse_coll_op(const std::string& name) {
+  static const std::pair<const char*, CollOp> names[] = {
+      {"broadcast", CollOp::kBroadcast},     {"reduce", CollOp::kReduce},
+      {"all_reduce", CollOp::kAllReduce},    {"all_gather", CollOp::kAllGather},
+      {"reduce_scatter", CollOp::kReduceScatter}, {"gather", CollOp::kGather},
+      {"scatter", CollOp::kScatter},         {"all_to_all", CollOp::kAllToAll},
+      {"all_to_all_v", CollOp::kAllToAllV},  {"barrier", CollOp::kBarrier},
+  };
+  for (auto& [n, op] : names)
+    if (name == n) return op;
+  throw Error(Errc::kInvalidArgument, "unknown collective '" + name + "'");
+}
+
+CostParams load_cost_params() {
+  CostParams p;
+  auto path = env_str("BRAID_TUNING");
+  if (!path) return p;
+  std::ifstream f(*path);
+  if (!f) throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + *path);
+  try {
+    nlohmann::json j = nlohmann::json::parse(f);
+    auto link = [&](const char* key, LinkCost& l) {
+      if (!j.contains(key)) return;
+      auto& o = j[key];
+      if (o.contains("alpha_us")) l.alpha_s = o["alpha_us"].get<double>() * 1e-6;
+      if (o.contains("gbps")) l.beta_s_per_b = 1.0 / (o["gbps"].get<double>() * 1e9);
+    };
+    link("shm", p.shm);
+    link("tcp", p.tcp);
+    if (j.contains("reduce_gbps")) p.gamma_s_per_b = 1.0 / (j["reduce_gbps"].get<double>() * 1e9);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::kInvalidArgument, "BRAID_TUNING " + *path + ": " + e.what());
+  }
+  return p;
+}
+
+Selector::Selector(int size, bool any_tcp, CostParams p)
+    : n_(size), link_(any_tcp ? p.tcp : p.shm), gamma_(p.gamma_s_per_b),
+      deterministic_(env_flag("BRAID_DETERMINISTIC")) {}
+
+std::vector<std::string> Selector::algorithms_for(CollOp op) {
+  switch (op) {
+    case CollOp::kAllReduce: return {"ring", "hd", "rd", "direct"};
+    case CollOp::kBroadcast: return {"tree", "chain"};
+    case CollOp::kReduce: return {"tree", "direct"};
+    case CollOp::kAllGather: return {"ring", "direct"};
+    case CollOp::kReduceScatter: return {"ring", "direct"};
+    case CollOp::kGather: case CollOp::kScatter: case CollOp::kAllToAll:
+    case CollOp::kAllToAllV: return {"direct"};
+    case CollOp::kBarrier: return {"dissemination"};
+    default: return {"direct"};
+  }
+}
+
+void Selector::set_override(const std::string& collective, const std::string& algo) {
+  CollOp op = parse_coll_op(collective);
+  if (algo == "auto" || algo.empty()) {
+    overrides_.erase(op);
+    return;
+  }
+  auto algos = algorithms_for(op);
+  if (std::find(algos.begin(), algos.end(), algo) == algos.end()) {
+    std::string list;
+    for (auto& a : algos) list += (list.empty() ? "" : ", ") + a;
+    throw Error(Errc::kInvalidArgument, "unknown algorithm '" + algo + "' for " + collective +
+                                            " (choose from: " + list + ", auto)");
+  }
+  overrides_[op] = algo;
+}
+
+void Selector::load_env_overrides() {
+  auto v = env_str("BRAID_ALGO");
+  if (!v) return;
+  std::stringstream ss(*v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      throw Error(Errc::kInvalidArgument,
+                  "BRAID_ALGO: expected collective:algorithm, got '" + item + "'");
+    set_override(item.substr(0, colon), item.substr(colon + 1));
+  }
+}
+
+double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const {
+  const double n = n_, N = double(bytes), a = link_.alpha_s, b = link_.beta_s_per_b, g = gamma_;
+  if (n_ == 1) return 0;
+  int p = 1;
+  while (p * 2 <= n_) p *= 2;
+  const bool folded = p != n_;
+  const double chunks = std::max(1.0, std::ceil(N / n / double(kChunk)));
+  switch (op) {
+    case CollOp::kAllReduce:
+      if (algo == "ring")
+        return (2 * (n - 1) + chunks - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g;
+      if (algo == "hd")
+        return 2 * std::log2(p) * a + 2 * (p - 1.0) / p * N * b + (p - 1.0) / p * N * g +
+               (folded ? 2 * (a + N * b) + N * g : 0);
+      if (algo == "rd")
+        return std::log2(p) * (a + N * b + N * g) + (folded ? 2 * (a + N * b) + N * g : 0);
+      if (algo == "direct")
+        return 2 * (n - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g * 1.2;
+      break;
+    case CollOp::kBroadcast:
+      if (algo == "tree") return log2c(n_) * (a + N * b);
+      if (algo == "chain") {
+        double C = std::max(1.0, std::ceil(N / double(kChunk)));
+        return (n - 2 + C) * (a + N / C * b);
+      }
+      break;
+    case CollOp::kReduce:
+      if (algo == "tree") return log2c(n_) * (a + N * b + N * g);
+      if (algo == "direct") return (n - 1) * (a + N * b) + (n - 1) * N * g;
+      break;
+    case CollOp::kAllGather:
+      if (algo == "ring") return (n - 1 + chunks - 1) * a + (n - 1) / n * N * b;
+      if (algo == "direct") return (n - 1) * a * 0.5 + (n - 1) / n * N * b * 1.3;
+      break;
+    case CollOp::kReduceScatter:
+      if (algo == "ring") return (n - 1 + chunks - 1) * a + (n - 1) / n * N * (b + g);
+      if (algo == "direct") return (n - 1) * a * 0.5 + (n - 1) / n * N * (b * 1.3 + g);
+      break;
+    default:
+      if (algo == "direct" || algo == "dissemination") return (n - 1) * a + N * b;
+  }
+  return kInf;
+}
+
+std::string Selector::choose(CollOp op, size_t bytes, DType t) const {
+  auto it = overrides_.find(op);
+  if (it != overrides_.end()) return it->second;
+  const bool reduction =
+      op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
+  // Rank-order folding: bitwise identical across algorithms and sizes; and
+  // the only way f16/bf16 sums of more than two ranks accumulate in f32.
+  if (reduction && (deterministic_ || ((t == DType::kF16 || t == DType::kBF16) && n_ > 2)))
+    return "direct";
+  std::string best;
+  double best_t = kInf;
+  for (auto& algo : algorithms_for(op)) {
+    double c = predict(op, algo, bytes);
+    if (c < best_t) {
+      best_t = c;
+      best = algo;
+    }
+  }
+  return best;
+}
+
+}  // namespace braid::comm

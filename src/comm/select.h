@@ -1,0 +1,62 @@
+// Algorithm selection by an α-β cost model.
+//
+// For each collective, every algorithm that applies is priced with its
+// formula (see the top comment of its file in src/comm/algo/) and the
+// cheapest wins. α (latency per message), β (seconds per byte) and γ
+// (reduction seconds per byte) depend on the transport kind; they come from
+// defaults measured on this project's machines, from a tuning file
+// (BRAID_TUNING=path, JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...},
+// "reduce_gbps":..}), or from `braid bench --probe`, which measures them and
+// writes that file. Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
+// Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the direct
+// algorithms for reductions (rank-order folding, bitwise reproducible).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace braid::comm {
+
+struct LinkCost {
+  double alpha_s = 1e-6;      // per message
+  double beta_s_per_b = 1e-10;  // per byte
+};
+
+struct CostParams {
+  LinkCost shm{1.0e-6, 1.0 / 9e9};
+  LinkCost tcp{20e-6, 1.0 / 3.5e9};
+  double gamma_s_per_b = 1.0 / 10e9;  // reduction
+};
+
+// Loads BRAID_TUNING if set (else the built-in defaults).
+CostParams load_cost_params();
+
+class Selector {
+ public:
+  Selector(int size, bool any_tcp, CostParams p);
+  // Parses BRAID_ALGO; throws Error(kInvalidArgument) on an unknown name.
+  void load_env_overrides();
+  void set_override(const std::string& collective, const std::string& algo);
+  // The algorithm to run for `op` moving `bytes` (the collective's natural
+  // size: the buffer for all_reduce/broadcast/reduce, the whole output for
+  // all_gather, the whole input for reduce_scatter).
+  std::string choose(CollOp op, size_t bytes, DType t) const;
+  // Predicted seconds of `algo` for `op` (inf if it does not apply).
+  double predict(CollOp op, const std::string& algo, size_t bytes) const;
+  static std::vector<std::string> algorithms_for(CollOp op);
+  bool deterministic() const { return deterministic_; }
+
+ private:
+  int n_;
+  LinkCost link_;
+  double gamma_;
+  bool deterministic_;
+  std::map<CollOp, std::string> overrides_;
+};
+
+CollOp parse_coll_op(const std::string& name);  // "all_reduce" → kAllReduce
+
+}  // namespace braid::comm
