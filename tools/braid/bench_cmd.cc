@@ -1,9 +1,352 @@
-// Placeholder until this subcommand lands; owned by the work on it.
+// braid bench: collective benchmark in the manner of nccl-tests.
+//
+// Started plainly, it forks N ranks itself (meeting through a private file
+// store); started under `braid run`, torchrun, mpirun or srun (BRAID_RANK,
+// RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
+// count, dtype, time (the slowest rank's mean per iteration), algbw, busbw
+// (nccl-tests' factors) and the number of wrong elements — every size is
+// checked against the exact expected result.
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/reduce.h"
 #include "subcommands.h"
+
 namespace braid::tool {
-int bench_main(int, char**) {
-  std::fprintf(stderr, "braid bench: not built yet\n");
-  return 2;
+namespace {
+
+struct Opts {
+  int n = 2;
+  std::string op = "all_reduce";
+  size_t min_bytes = 8, max_bytes = 64 << 20;
+  double factor = 2;
+  std::string dtype = "f32";
+  std::string reduce = "sum";
+  std::string algo = "auto";
+  std::string transport = "auto";
+  int iters = 20, warmup = 5;
+  bool json = false;
+  bool check = true;
+};
+
+const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                       "reduce",     "all_to_all", "gather",         "scatter"};
+
+// nccl-tests' bus-bandwidth factors.
+double bus_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
+  if (op == "gather" || op == "scatter") return double(n - 1) / n;
+  return 1.0;
 }
+
+// Value rank r contributes at element i: small integers, so every reduction
+// of up to 8 ranks is exact in every dtype.
+double pattern(int r, size_t i) { return double(int((r * 3 + i) % 5) - 1); }
+
+void fill(void* buf, size_t count, DType t, int r, size_t base = 0) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t es = dtype_size(t);
+  for (size_t i = 0; i < count; ++i) {
+    double v = pattern(r, base + i);
+    uint8_t* q = p + i * es;
+    switch (t) {
+      case DType::kF32: { float x = float(v); std::memcpy(q, &x, 4); break; }
+      case DType::kF64: std::memcpy(q, &v, 8); break;
+      case DType::kF16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(q, &h, 2); break; }
+      case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(q, &h, 2); break; }
+      case DType::kI8: *reinterpret_cast<int8_t*>(q) = int8_t(v); break;
+      case DType::kU8: *q = uint8_t(v + 1); break;
+      case DType::kI32: { int32_t x = int32_t(v); std::memcpy(q, &x, 4); break; }
+      case DType::kI64: { int64_t x = int64_t(v); std::memcpy(q, &x, 8); break; }
+    }
+  }
+}
+
+// Expected output element: reduce the patterns of all ranks with the same
+// kernels (one element at a time, in rank order).
+void expected(void* out, size_t count, DType t, ReduceOp op, int n, size_t base) {
+  size_t es = dtype_size(t);
+  std::vector<uint8_t> acc(count * es), cur(count * es);
+  fill(acc.data(), count, t, 0, base);
+  for (int r = 1; r < n; ++r) {
+    fill(cur.data(), count, t, r, base);
+    reduce2(acc.data(), acc.data(), cur.data(), count, t, op);
+  }
+  if (op == ReduceOp::kAvg) scale_avg(acc.data(), count, t, n);
+  std::memcpy(out, acc.data(), count * es);
+}
+
+size_t count_wrong(const void* got, const void* want, size_t count, DType t) {
+  size_t es = dtype_size(t), wrong = 0;
+  auto* a = static_cast<const uint8_t*>(got);
+  auto* b = static_cast<const uint8_t*>(want);
+  for (size_t i = 0; i < count; ++i)
+    if (std::memcmp(a + i * es, b + i * es, es) != 0) ++wrong;
+  return wrong;
+}
+
+struct Row {
+  size_t bytes, count;
+  double time_us;
+  uint64_t wrong;
+  std::string algo;
+};
+
+// Runs `op` once on buffers sized for `count` elements per rank-block.
+class Case {
+ public:
+  Case(Communicator& c, const std::string& op, size_t bytes, DType t, ReduceOp rop)
+      : c_(c), op_(op), t_(t), rop_(rop), n_(c.size()), es_(dtype_size(t)) {
+    // bytes follows nccl-tests: the whole buffer for all_reduce, broadcast,
+    // reduce; the whole output of all_gather / gather; the whole input of
+    // reduce_scatter / scatter / all_to_all.
+    size_t elems = bytes / es_;
+    blockwise_ = op != "all_reduce" && op != "broadcast" && op != "reduce";
+    count_ = blockwise_ ? elems / size_t(n_) : elems;
+    size_t total = blockwise_ ? count_ * size_t(n_) : count_;
+    in_.assign(total * es_, 0);
+    out_.assign(total * es_, 0);
+  }
+  size_t count() const { return count_; }
+  size_t bytes() const { return (blockwise_ ? count_ * size_t(n_) : count_) * es_; }
+
+  void run() {
+    void* in = in_.data();
+    void* out = out_.data();
+    if (op_ == "all_reduce") c_.all_reduce(in, out, count_, t_, rop_);
+    else if (op_ == "broadcast") c_.broadcast(out, count_, t_, 0);
+    else if (op_ == "reduce") c_.reduce(in, out, count_, t_, rop_, 0);
+    else if (op_ == "all_gather") c_.all_gather(in, out, count_, t_);
+    else if (op_ == "reduce_scatter") c_.reduce_scatter(in, out, count_, t_, rop_);
+    else if (op_ == "all_to_all") c_.all_to_all(in, out, count_, t_);
+    else if (op_ == "gather") c_.gather(in, out, count_, t_, 0);
+    else if (op_ == "scatter") c_.scatter(in, out, count_, t_, 0);
+  }
+
+  // Fills inputs with the pattern, runs once, counts wrong output elements.
+  uint64_t check() {
+    const int r = c_.rank();
+    std::fill(out_.begin(), out_.end(), 0xEE);
+    size_t total = blockwise_ ? count_ * size_t(n_) : count_;
+    std::vector<uint8_t> want;
+    size_t check_n = 0;
+    const void* got = out_.data();
+    if (op_ == "all_reduce" || (op_ == "reduce" && r == 0)) {
+      fill(in_.data(), count_, t_, r);
+      want.resize(count_ * es_);
+      expected(want.data(), count_, t_, rop_, n_, 0);
+      check_n = count_;
+    } else if (op_ == "reduce") {
+      fill(in_.data(), count_, t_, r);
+    } else if (op_ == "broadcast") {
+      if (r == 0) fill(out_.data(), count_, t_, 0);
+      want.resize(count_ * es_);
+      fill(want.data(), count_, t_, 0);
+      check_n = count_;
+    } else if (op_ == "all_gather" || op_ == "gather") {
+      fill(in_.data(), count_, t_, r);
+      if (op_ == "all_gather" || r == 0) {
+        want.resize(total * es_);
+        for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j);
+        check_n = total;
+      }
+    } else if (op_ == "reduce_scatter") {
+      fill(in_.data(), total, t_, r);
+      want.resize(count_ * es_);
+      expected(want.data(), count_, t_, rop_, n_, size_t(r) * count_);
+      check_n = count_;
+    } else if (op_ == "scatter") {
+      if (r == 0) fill(in_.data(), total, t_, 0);
+      want.resize(count_ * es_);
+      fill(want.data(), count_, t_, 0, size_t(r) * count_);
+      check_n = count_;
+    } else if (op_ == "all_to_all") {
+      // block j of rank r's input is pattern(r*n + j); rank r receives
+      // block r of every rank j.
+      for (int j = 0; j < n_; ++j) fill(in_.data() + size_t(j) * count_ * es_, count_, t_, r * n_ + j);
+      want.resize(total * es_);
+      for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j * n_ + r);
+      check_n = total;
+    }
+    run();
+    return check_n ? count_wrong(got, want.data(), check_n, t_) : 0;
+  }
+
+ private:
+  Communicator& c_;
+  std::string op_;
+  DType t_;
+  ReduceOp rop_;
+  int n_;
+  size_t es_, count_ = 0;
+  bool blockwise_ = false;
+  std::vector<uint8_t> in_, out_;
+};
+
+int run_rank(Communicator& comm, const Opts& o) {
+  const DType t = parse_dtype(o.dtype);
+  const ReduceOp rop = parse_reduce_op(o.reduce);
+  std::vector<std::string> ops = o.op == "all" ? kOps : std::vector<std::string>{o.op};
+  const bool root = comm.rank() == 0;
+  uint64_t total_wrong = 0;
+  for (auto& op : ops) {
+    if (std::find(kOps.begin(), kOps.end(), op) == kOps.end())
+      throw Error(Errc::kInvalidArgument, "unknown --op '" + op + "'");
+    if (o.algo != "auto") comm.set_algorithm(op, o.algo);
+    if (root && !o.json) {
+      std::printf("# braid bench  op %s  ranks %d  dtype %s  reduce %s  transport %s  iters %d  warmup %d\n",
+                  op.c_str(), comm.size(), o.dtype.c_str(), o.reduce.c_str(),
+                  comm.size() > 1 ? comm.transport_to((comm.rank() + 1) % comm.size()).c_str() : "self",
+                  o.iters, o.warmup);
+      std::printf("%12s %12s %6s %12s %10s %10s %8s  %s\n", "bytes", "count", "type", "time_us",
+                  "algbw_GB/s", "busbw_GB/s", "wrong", "algo");
+    }
+    for (size_t bytes = std::max<size_t>(o.min_bytes, 1); bytes <= o.max_bytes;) {
+      Case cs(comm, op, bytes, t, rop);
+      uint64_t wrong = o.check ? cs.check() : 0;
+      for (int i = 0; i < o.warmup; ++i) cs.run();
+      comm.barrier();
+      double t0 = now_s();
+      for (int i = 0; i < o.iters; ++i) cs.run();
+      double mine = (now_s() - t0) / std::max(o.iters, 1);
+      double slowest = 0;
+      comm.all_reduce(&mine, &slowest, 1, DType::kF64, ReduceOp::kMax);
+      uint64_t wrong_all = 0;
+      comm.all_reduce(&wrong, &wrong_all, 1, DType::kI64, ReduceOp::kSum);
+      total_wrong += wrong_all;
+      if (root) {
+        size_t b = cs.bytes();
+        double algbw = slowest > 0 ? double(b) / slowest / 1e9 : 0;
+        double busbw = algbw * bus_factor(op, comm.size());
+        std::string algo = comm.chosen_algorithm(op, b);
+        if (o.algo != "auto") algo = o.algo;
+        if (o.json) {
+          nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.count()},
+                              {"dtype", o.dtype}, {"time_us", slowest * 1e6},
+                              {"algbw_gbs", algbw}, {"busbw_gbs", busbw}, {"wrong", wrong_all},
+                              {"ranks", comm.size()}, {"algo", algo}};
+          std::printf("%s\n", j.dump().c_str());
+        } else {
+          std::printf("%12zu %12zu %6s %12.2f %10.3f %10.3f %8llu  %s\n", b, cs.count(),
+                      o.dtype.c_str(), slowest * 1e6, algbw, busbw,
+                      (unsigned long long)wrong_all, algo.c_str());
+        }
+        std::fflush(stdout);
+      }
+      size_t next = size_t(std::ceil(double(bytes) * o.factor));
+      bytes = next > bytes ? next : bytes + 1;
+    }
+  }
+  if (root && !o.json)
+    std::printf("# %s: %llu wrong elements in total\n", total_wrong ? "FAILED" : "OK",
+                (unsigned long long)total_wrong);
+  return total_wrong ? 1 : 0;
+}
+
+// Forks n ranks that meet through a private file store.
+int fork_ranks(const Opts& o) {
+  std::string dir = "/tmp/braid_bench_XXXXXX";
+  if (!::mkdtemp(dir.data())) throw_errno("braid bench: mkdtemp");
+  std::string secret = make_job_secret();
+  std::vector<pid_t> pids;
+  std::fflush(stdout);
+  for (int r = 0; r < o.n; ++r) {
+    pid_t pid = ::fork();
+    if (pid < 0) throw_errno("braid bench: fork");
+    if (pid == 0) {
+      int code = 1;
+      try {
+        CommOptions co;
+        co.secret = secret;
+        co.transport = o.transport == "auto" ? "" : o.transport;
+        auto comm = Communicator::create(r, o.n, make_file_store(dir), co);
+        code = run_rank(*comm, o);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "braid bench: rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int result = 0, left = o.n;
+  while (left > 0) {
+    int st = 0;
+    pid_t w = ::wait(&st);
+    if (w < 0) break;
+    --left;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != 0 && result == 0) {
+      result = code;
+      int rank = int(std::find(pids.begin(), pids.end(), w) - pids.begin());
+      std::fprintf(stderr, "braid bench: rank %d exited with status %d; stopping the others\n",
+                   rank, code);
+      for (pid_t p : pids)
+        if (p != w) ::kill(p, SIGTERM);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return result;
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  CLI::App app{"braid bench: collective benchmark (nccl-tests style)", "braid bench"};
+  Opts o;
+  app.add_option("-n,--ranks", o.n, "number of ranks to start (ignored under a launcher)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--op", o.op, "collective, or 'all'")->check(CLI::IsMember([] {
+    auto v = kOps;
+    v.push_back("all");
+    return v;
+  }()));
+  app.add_option("--min-bytes,-b", o.min_bytes, "smallest size in bytes");
+  app.add_option("--max-bytes,-e", o.max_bytes, "largest size in bytes");
+  app.add_option("--step-factor,-f", o.factor, "size multiplier between rows")
+      ->check(CLI::Range(1.01, 1024.0));
+  app.add_option("--dtype", o.dtype, "f32 f64 f16 bf16 i8 u8 i32 i64");
+  app.add_option("--reduce-op", o.reduce, "sum prod min max avg band bor bxor");
+  app.add_option("--algo", o.algo, "algorithm (ring, hd, rd, tree, chain, direct, auto)");
+  app.add_option("--transport", o.transport, "auto, shm or tcp")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}));
+  app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup,-w", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
+  app.add_flag("--json", o.json, "one JSON object per row");
+  app.add_flag("!--no-check", o.check, "skip the correctness check");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.min_bytes > o.max_bytes)
+    throw Error(Errc::kInvalidArgument, "--min-bytes is larger than --max-bytes");
+  parse_dtype(o.dtype);
+  parse_reduce_op(o.reduce);
+  if (env_str("BRAID_RANK") || env_str("RANK") || env_str("OMPI_COMM_WORLD_RANK") ||
+      env_str("SLURM_PROCID")) {
+    CommOptions co;
+    co.transport = o.transport == "auto" ? "" : o.transport;
+    auto comm = Communicator::from_env(co);
+    return run_rank(*comm, o);
+  }
+  return fork_ranks(o);
+}
+
 }  // namespace braid::tool
