@@ -1,0 +1,436 @@
+// Shared-memory wire: see shm_transport.h for the layout and the protocol.
+#include "comm/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/log.h"
+#include "braid/reduce.h"
+
+namespace braid::comm {
+namespace {
+
+constexpr uint64_t kMagic = 0x314d534449415242ull;  // "BRAIDSM1"
+constexpr size_t kLine = 64;
+constexpr size_t kSlotHdr = 64;  // payload starts one cache line into a slot
+constexpr uint64_t kLivenessEveryNs = 50'000'000;
+constexpr uint64_t kSleepSliceNs = 50'000'000;
+
+struct SegHeader {
+  uint64_t magic;
+  uint64_t total_bytes;
+  uint64_t slot_bytes;
+  uint32_t nslots;
+  uint32_t nrings;
+  int32_t owner;
+  alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers; futex word
+  alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep
+  alignas(kLine) char end_[1];
+};
+
+// head: slots published by the sender; tail: slots freed by the receiver.
+// Each on its own line so the two sides do not false-share.
+struct RingCtl {
+  alignas(kLine) std::atomic<uint64_t> head;
+  alignas(kLine) std::atomic<uint64_t> tail;
+  alignas(kLine) std::atomic<uint32_t> want_space;  // sender found the ring full
+  alignas(kLine) char end_[1];
+};
+
+struct SlotHdr {
+  MsgSig sig;      // valid when first != 0
+  uint32_t len;    // payload bytes in this slot
+  uint32_t first;  // this slot starts a message
+};
+static_assert(sizeof(SlotHdr) <= kSlotHdr);
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+struct Layout {
+  size_t slot_bytes, nslots, nrings, hdr_len, ring_ctl, stride, ring_len, total;
+  Layout(size_t slot_bytes_, size_t nslots_, size_t nrings_)
+      : slot_bytes(slot_bytes_), nslots(nslots_), nrings(nrings_) {
+    hdr_len = round_up(sizeof(SegHeader), 4096);
+    ring_ctl = round_up(sizeof(RingCtl), kLine);
+    stride = kSlotHdr + slot_bytes;
+    ring_len = round_up(ring_ctl + nslots * stride, 4096);
+    total = hdr_len + nrings * ring_len;
+  }
+  uint8_t* ring(void* base, size_t i) const { return static_cast<uint8_t*>(base) + hdr_len + i * ring_len; }
+};
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return int(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+// Index of `sender`'s ring inside `owner`'s segment: rings are ordered by
+// rank over the host group minus the owner.
+size_t ring_index(const std::vector<int>& group, int owner, int sender) {
+  size_t i = size_t(std::find(group.begin(), group.end(), sender) - group.begin());
+  return sender > owner ? i - 1 : i;
+}
+
+class ShmWire final : public Wire {
+ public:
+  ShmWire(const WireContext& ctx, const std::vector<int>& peers);
+  ~ShmWire() override;
+
+  void post(Request* r) override;
+  bool progress() override;
+  void wait_activity(std::chrono::microseconds timeout) override;
+  std::string kind_to(int) const override { return "shm"; }
+  bool busy() const override { return npending_ > 0; }
+  bool poll_ready() override { return my_->bell.load(std::memory_order_acquire) != seen_; }
+
+ private:
+  struct Peer {
+    int rank = -1;
+    pid_t pid = 0;
+    int pidfd = -1;
+    bool dead = false;
+    SegHeader* seg = nullptr;  // the peer's segment (its doorbell, my ring into it)
+    size_t seg_len = 0;
+    // Outbound ring (lives in the peer's segment, the peer's geometry).
+    RingCtl* out = nullptr;
+    uint8_t* out_slots = nullptr;
+    size_t out_nslots = 0, out_slot_bytes = 0, out_stride = 0;
+    uint64_t out_head = 0, out_tail_seen = 0;
+    bool send_started = false;
+    // Inbound ring (in my segment, my geometry).
+    RingCtl* in = nullptr;
+    uint8_t* in_slots = nullptr;
+    uint64_t in_tail = 0, in_head_seen = 0;
+    bool recv_started = false;
+    ReqQueue sends, recvs;
+  };
+
+  bool send_some(Peer& p);
+  bool recv_some(Peer& p);
+  void ring_bell(Peer& p) {
+    p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
+    if (p.seg->waiting.load(std::memory_order_seq_cst))
+      futex(&p.seg->bell, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+  bool check_liveness();  // true if a peer was newly found dead
+  [[noreturn]] void fail_dead(Peer& p);
+
+  Layout layout_;
+  std::string name_;
+  SegHeader* my_ = nullptr;
+  std::vector<Peer> peers_local_;
+  std::vector<int> index_;  // rank -> index in peers_local_, -1 if not shm
+  size_t npending_ = 0;
+  uint32_t seen_ = 0;
+  uint64_t spin_ns_ = 0;
+  uint64_t last_check_ns_ = 0;
+};
+
+size_t env_slot_bytes() {
+  int64_t v = env_int("BRAID_SHM_SLOT_BYTES", 128 << 10);
+  v = std::clamp<int64_t>(v, 4096, int64_t(64) << 20);
+  return round_up(size_t(v), kLine);
+}
+size_t env_slots() { return size_t(std::clamp<int64_t>(env_int("BRAID_SHM_SLOTS", 8), 2, 4096)); }
+
+ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
+    : Wire(ctx), layout_(env_slot_bytes(), env_slots(), peers.size()) {
+  std::vector<int> group = peers;
+  group.push_back(ctx.rank);
+  std::sort(group.begin(), group.end());
+  spin_ns_ = spin_ns_for(int(group.size()));
+  index_.assign(size_t(ctx.size), -1);
+
+  // Create, size (reserving the pages so a full /dev/shm fails here and not
+  // with SIGBUS later), map and initialise my segment.
+  name_ = "/braid." + ctx.token + "." + std::to_string(ctx.rank);
+  int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw_errno("shm_open " + name_);
+  auto fail = [&](const std::string& what) {
+    int e = errno;
+    ::close(fd);
+    ::shm_unlink(name_.c_str());
+    errno = e;
+    throw_errno(what);
+  };
+  if (::ftruncate(fd, off_t(layout_.total)) != 0) fail("ftruncate " + name_);
+  if (int e = ::posix_fallocate(fd, 0, off_t(layout_.total)); e != 0) {
+    errno = e;
+    fail("reserving " + std::to_string(layout_.total >> 10) + " KiB of shared memory for " + name_ +
+         " (is /dev/shm full? lower BRAID_SHM_SLOT_BYTES or BRAID_SHM_SLOTS)");
+  }
+  void* base = ::mmap(nullptr, layout_.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) fail("mmap " + name_);
+  ::close(fd);
+  my_ = static_cast<SegHeader*>(base);
+  my_->total_bytes = layout_.total;
+  my_->slot_bytes = layout_.slot_bytes;
+  my_->nslots = uint32_t(layout_.nslots);
+  my_->nrings = uint32_t(layout_.nrings);
+  my_->owner = ctx.rank;
+  my_->magic = kMagic;
+  ctx.store->set_str("shm/ready/" + std::to_string(ctx.rank), std::to_string(layout_.total));
+
+  peers_local_.resize(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    int q = peers[i];
+    Peer& p = peers_local_[i];
+    p.rank = q;
+    p.pid = ctx.peers[size_t(q)].pid;
+    index_[size_t(q)] = int(i);
+    std::string key = "shm/ready/" + std::to_string(q);
+    try {
+      ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
+    } catch (const Error& e) {
+      if (e.code() != Errc::kTimeout) throw;
+      throw Error(Errc::kTimeout, "rank " + std::to_string(ctx.rank) + ": shared-memory set-up timed out waiting for " +
+                                      describe_peer_info(ctx.peers[size_t(q)]) +
+                                      " to create its segment");
+    }
+    std::string qname = "/braid." + ctx.token + "." + std::to_string(q);
+    int qfd = ::shm_open(qname.c_str(), O_RDWR, 0);
+    if (qfd < 0) throw_errno("shm_open " + qname + " (segment of " + describe_peer(q) + ")");
+    struct stat st {};
+    if (::fstat(qfd, &st) != 0) {
+      ::close(qfd);
+      throw_errno("fstat " + qname);
+    }
+    void* qb = ::mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, qfd, 0);
+    ::close(qfd);
+    if (qb == MAP_FAILED) throw_errno("mmap " + qname);
+    p.seg = static_cast<SegHeader*>(qb);
+    p.seg_len = size_t(st.st_size);
+    const SegHeader& h = *p.seg;
+    Layout ql(h.slot_bytes, h.nslots, h.nrings);
+    if (size_t(st.st_size) < sizeof(SegHeader) || h.magic != kMagic || h.owner != q ||
+        h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != size_t(st.st_size) ||
+        h.slot_bytes % kLine != 0 || h.slot_bytes == 0 || h.nslots < 2)
+      throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) +
+                                       " has an unexpected layout (different braid versions?)");
+    uint8_t* oring = ql.ring(qb, ring_index(group, q, ctx.rank));
+    p.out = reinterpret_cast<RingCtl*>(oring);
+    p.out_slots = oring + ql.ring_ctl;
+    p.out_nslots = ql.nslots;
+    p.out_slot_bytes = ql.slot_bytes;
+    p.out_stride = ql.stride;
+    uint8_t* iring = layout_.ring(my_, ring_index(group, ctx.rank, q));
+    p.in = reinterpret_cast<RingCtl*>(iring);
+    p.in_slots = iring + layout_.ring_ctl;
+    // The last rank to map a segment removes its name.
+    if (ctx.store->add("shm/opened/" + std::to_string(q), 1) == int64_t(peers.size()))
+      ::shm_unlink(qname.c_str());
+    p.pidfd = open_pidfd(p.pid);
+  }
+  last_check_ns_ = now_ns();
+}
+
+ShmWire::~ShmWire() {
+  for (Peer& p : peers_local_) {
+    if (p.seg) ::munmap(p.seg, p.seg_len);
+    if (p.pidfd >= 0) ::close(p.pidfd);
+  }
+  if (my_) ::munmap(my_, layout_.total);
+  ::shm_unlink(name_.c_str());  // if some peer never mapped it
+}
+
+void ShmWire::post(Request* r) {
+  Peer& p = peers_local_[size_t(index_[size_t(r->peer)])];
+  (r->kind == Request::Kind::kSend ? p.sends : p.recvs).push(r);
+  ++npending_;
+}
+
+bool ShmWire::send_some(Peer& p) {
+  bool moved = false;
+  while (!p.sends.empty()) {
+    Request* r = p.sends.front();
+    const uint64_t bytes = r->sig.bytes;
+    while (!p.send_started || r->done < bytes) {
+      if (p.out_head - p.out_tail_seen >= p.out_nslots) {
+        p.out_tail_seen = p.out->tail.load(std::memory_order_acquire);
+        if (p.out_head - p.out_tail_seen >= p.out_nslots) {
+          // Full: ask the receiver to ring us when it frees a slot, then
+          // look once more (it may have freed one before seeing the flag).
+          p.out->want_space.store(1, std::memory_order_seq_cst);
+          p.out_tail_seen = p.out->tail.load(std::memory_order_seq_cst);
+          if (p.out_head - p.out_tail_seen >= p.out_nslots) return moved;
+        }
+      }
+      uint8_t* s = p.out_slots + (p.out_head % p.out_nslots) * p.out_stride;
+      SlotHdr* h = reinterpret_cast<SlotHdr*>(s);
+      size_t chunk = size_t(std::min<uint64_t>(p.out_slot_bytes, bytes - r->done));
+      if (!p.send_started) {
+        h->sig = r->sig;
+        h->first = 1;
+        p.send_started = true;
+      } else {
+        h->first = 0;
+      }
+      h->len = uint32_t(chunk);
+      if (chunk) std::memcpy(s + kSlotHdr, static_cast<const uint8_t*>(r->src) + r->done, chunk);
+      p.out->head.store(++p.out_head, std::memory_order_release);
+      r->done += chunk;
+      moved = true;
+      ring_bell(p);
+    }
+    r->complete = true;
+    p.sends.pop();
+    p.send_started = false;
+    --npending_;
+  }
+  return moved;
+}
+
+bool ShmWire::recv_some(Peer& p) {
+  bool moved = false;
+  const size_t nslots = layout_.nslots, slot_bytes = layout_.slot_bytes;
+  while (!p.recvs.empty()) {
+    Request* r = p.recvs.front();
+    const uint64_t bytes = r->sig.bytes;
+    while (!p.recv_started || r->done < bytes) {
+      if (p.in_tail == p.in_head_seen) {
+        p.in_head_seen = p.in->head.load(std::memory_order_acquire);
+        if (p.in_tail == p.in_head_seen) return moved;
+      }
+      const uint8_t* s = p.in_slots + (p.in_tail % nslots) * layout_.stride;
+      const SlotHdr* h = reinterpret_cast<const SlotHdr*>(s);
+      const uint32_t len = h->len;
+      if (!p.recv_started) {
+        if (!h->first) throw_protocol(p.rank, "shm slot continues a message where a new one should start");
+        MsgSig got;
+        std::memcpy(&got, &h->sig, sizeof got);
+        if (!sig_matches(got, r->sig)) throw_mismatch(*r, got, "shm");
+        p.recv_started = true;
+      } else if (h->first) {
+        throw_protocol(p.rank, "shm message ended early (new message header inside a payload)");
+      }
+      const uint64_t want = std::min<uint64_t>(slot_bytes, bytes - r->done);
+      if (len != want)
+        throw_protocol(p.rank, "shm slot carries " + std::to_string(len) + " bytes, expected " +
+                                   std::to_string(want));
+      if (len) {
+        uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
+        if (r->kind == Request::Kind::kRecv) {
+          std::memcpy(dst, s + kSlotHdr, len);
+        } else {
+          const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
+          reduce2(dst, acc, s + kSlotHdr, len / dtype_size(r->dtype), r->dtype, r->rop);
+        }
+      }
+      p.in->tail.store(++p.in_tail, std::memory_order_seq_cst);
+      r->done += len;
+      moved = true;
+      if (p.in->want_space.load(std::memory_order_seq_cst) &&
+          p.in->want_space.exchange(0, std::memory_order_seq_cst))
+        ring_bell(p);
+    }
+    r->complete = true;
+    p.recvs.pop();
+    p.recv_started = false;
+    --npending_;
+  }
+  return moved;
+}
+
+bool ShmWire::check_liveness() {
+  last_check_ns_ = now_ns();
+  bool newly = false;
+  for (Peer& p : peers_local_) {
+    if (p.dead) continue;
+    bool gone = false;
+    if (p.pidfd >= 0) {
+      pollfd pf{p.pidfd, POLLIN, 0};
+      gone = ::poll(&pf, 1, 0) > 0;
+    } else {
+      gone = ::kill(p.pid, 0) != 0 && errno == ESRCH;
+    }
+    if (gone) {
+      p.dead = true;
+      newly = true;
+      BRAID_LOG(kInfo, "shm: " << describe_peer(p.rank) << " exited");
+    }
+  }
+  return newly;
+}
+
+void ShmWire::fail_dead(Peer& p) {
+  const Request* r = !p.recvs.empty() ? p.recvs.front() : p.sends.front();
+  throw_peer_died(p.rank, r, "exited");
+}
+
+bool ShmWire::progress() {
+  seen_ = my_->bell.load(std::memory_order_acquire);
+  if (npending_ == 0) return false;
+  bool moved = false;
+  for (Peer& p : peers_local_) {
+    if (p.sends.empty() && p.recvs.empty()) continue;
+    bool pm = false;
+    if (!p.sends.empty()) pm |= send_some(p);
+    if (!p.recvs.empty()) pm |= recv_some(p);
+    moved |= pm;
+    // A dead peer's last messages are still in the ring: fail only once
+    // nothing more can move.
+    if (p.dead && !pm && (!p.sends.empty() || !p.recvs.empty())) fail_dead(p);
+  }
+  if (!moved && npending_ > 0 && now_ns() - last_check_ns_ > kLivenessEveryNs) {
+    if (check_liveness()) return true;  // let the caller call progress() again
+  }
+  return moved;
+}
+
+void ShmWire::wait_activity(std::chrono::microseconds timeout) {
+  const uint64_t t0 = now_ns();
+  const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
+  const uint64_t deadline = t0 + tmo;
+  const uint64_t spin_end = t0 + std::min(spin_ns_, tmo);
+  do {
+    for (int i = 0; i < 32; ++i) {
+      if (my_->bell.load(std::memory_order_acquire) != seen_) return;
+      cpu_relax();
+    }
+  } while (now_ns() < spin_end);
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= deadline) return;
+    uint64_t slice = std::min(deadline - now, kSleepSliceNs);
+    my_->waiting.store(1, std::memory_order_seq_cst);
+    if (my_->bell.load(std::memory_order_seq_cst) != seen_) {
+      my_->waiting.store(0, std::memory_order_relaxed);
+      return;
+    }
+    timespec ts{time_t(slice / 1'000'000'000), long(slice % 1'000'000'000)};
+    futex(&my_->bell, FUTEX_WAIT, seen_, &ts);
+    my_->waiting.store(0, std::memory_order_relaxed);
+    if (my_->bell.load(std::memory_order_acquire) != seen_) return;
+    if (npending_ > 0 && check_liveness()) return;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Wire> make_shm_wire(const WireContext& ctx, const std::vector<int>& peers) {
+  return std::make_unique<ShmWire>(ctx, peers);
+}
+
+}  // namespace braid::comm

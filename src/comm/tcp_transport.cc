@@ -1,0 +1,513 @@
+// TCP wire: see tcp_transport.h for the connection protocol and tuning.
+#include "comm/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/log.h"
+#include "braid/reduce.h"
+#include "comm/auth.h"
+
+namespace braid::comm {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x54647262;  // "brdT"
+constexpr size_t kHdr = sizeof(MsgSig);
+constexpr size_t kDirectRecvMin = 64 << 10;  // kRecv reads at least this straight into dst
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  int32_t pad;
+  char token[32];
+};
+struct Ack {
+  uint32_t magic;
+  int32_t rank;
+};
+
+void copy_token(char (&out)[32], const std::string& t) {
+  std::memset(out, 0, sizeof out);
+  std::memcpy(out, t.data(), std::min(t.size(), sizeof out));
+}
+
+void set_buffers(int fd, int bytes) {
+  if (bytes <= 0) return;  // kernel autotuning
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+// The IPv4 address peers on other hosts can reach this rank at.
+std::string local_address(bool all_local) {
+  if (auto a = env_str("BRAID_TCP_ADDR")) return *a;
+  if (all_local) return "127.0.0.1";
+  std::string best = "127.0.0.1";
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+      char buf[INET_ADDRSTRLEN];
+      auto* sin = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf)) {
+        best = buf;
+        break;
+      }
+    }
+    ::freeifaddrs(ifs);
+  }
+  return best;
+}
+
+class TcpWire final : public Wire {
+ public:
+  TcpWire(const WireContext& ctx, const std::vector<int>& peers);
+  ~TcpWire() override;
+
+  void post(Request* r) override;
+  bool progress() override;
+  void wait_activity(std::chrono::microseconds timeout) override;
+  std::string kind_to(int) const override { return "tcp"; }
+  bool busy() const override { return npending_ > 0; }
+  bool poll_ready() override {
+    epoll_event ev[16];
+    return ::epoll_wait(epfd_, ev, 16, 0) > 0;
+  }
+
+ private:
+  struct Conn {
+    int rank = -1;
+    int fd = -1;
+    ReqQueue sends, recvs;
+    size_t tx_off = 0;  // bytes of the front send (header + payload) written
+    MsgSig tx_hdr;
+    std::unique_ptr<uint8_t[]> rx;
+    size_t rpos = 0, rend = 0;
+    bool rx_hdr = false;  // header of the front recv consumed
+    bool eof = false;
+    std::string eof_how;
+  };
+
+  void connect_to(const WireContext& ctx, int q, int buf_bytes);
+  void accept_all(const WireContext& ctx, int listener, const std::vector<int>& expect);
+  bool send_some(Conn& c);
+  bool recv_some(Conn& c);
+  bool fill(Conn& c);
+  [[noreturn]] void fail_closed(Conn& c);
+
+  std::vector<Conn> conns_;
+  std::vector<int> index_;  // rank -> index in conns_, -1 if not tcp
+  int epfd_ = -1;
+  size_t rx_cap_ = 0;
+  size_t npending_ = 0;
+  uint64_t spin_ns_ = 0;
+};
+
+TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(ctx) {
+  const int buf_bytes = int(std::clamp<int64_t>(env_int("BRAID_TCP_BUF_BYTES", 4 << 20), 0, 1 << 30));
+  rx_cap_ = size_t(std::clamp<int64_t>(env_int("BRAID_TCP_RXBUF_BYTES", 256 << 10), 4096, int64_t(64) << 20));
+  spin_ns_ = spin_ns_for(1);
+  index_.assign(size_t(ctx.size), -1);
+  conns_.resize(peers.size());
+  bool all_local = true;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    index_[size_t(peers[i])] = int(i);
+    conns_[i].rank = peers[i];
+    conns_[i].rx.reset(new uint8_t[rx_cap_]);
+    if (ctx.peers[size_t(peers[i])].host_id != ctx.peers[size_t(ctx.rank)].host_id) all_local = false;
+  }
+
+  // Listen, publish, connect to the lower ranks, accept the higher ones.
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (lfd < 0) throw_errno("tcp: socket");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } lclose{lfd};
+  int one = 1;
+  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  set_buffers(lfd, buf_bytes);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(all_local ? INADDR_LOOPBACK : INADDR_ANY);
+  sa.sin_port = 0;
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw_errno("tcp: bind");
+  if (::listen(lfd, SOMAXCONN) != 0) throw_errno("tcp: listen");
+  socklen_t sl = sizeof sa;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl);
+  ctx.store->set_str("tcp/addr/" + std::to_string(ctx.rank),
+                     local_address(all_local) + " " + std::to_string(ntohs(sa.sin_port)));
+
+  std::vector<int> higher;
+  for (int q : peers) {
+    if (q < ctx.rank) connect_to(ctx, q, buf_bytes);
+    else higher.push_back(q);
+  }
+  if (!higher.empty()) accept_all(ctx, lfd, higher);
+
+  epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epfd_ < 0) throw_errno("tcp: epoll_create1");
+  for (Conn& c : conns_) {
+    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = c.fd;
+    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) throw_errno("tcp: epoll_ctl");
+  }
+}
+
+TcpWire::~TcpWire() {
+  for (Conn& c : conns_)
+    if (c.fd >= 0) ::close(c.fd);
+  if (epfd_ >= 0) ::close(epfd_);
+}
+
+void TcpWire::connect_to(const WireContext& ctx, int q, int buf_bytes) {
+  const PeerInfo& pi = ctx.peers[size_t(q)];
+  std::string key = "tcp/addr/" + std::to_string(q);
+  try {
+    ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
+  } catch (const Error& e) {
+    if (e.code() != Errc::kTimeout) throw;
+    throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for " +
+                                    describe_peer_info(pi) + " to publish its address");
+  }
+  std::string v = ctx.store->get_str(key);
+  auto sp = v.find(' ');
+  std::string host = v.substr(0, sp);
+  int port = sp == std::string::npos ? 0 : std::atoi(v.c_str() + sp + 1);
+  if (pi.host_id == ctx.peers[size_t(rank_)].host_id) host = "127.0.0.1";
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(port));
+  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
+    throw Error(Errc::kProtocol, "tcp: " + describe_peer_info(pi) + " published a bad address '" + v + "'");
+
+  int fd = -1;
+  for (;;) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) throw_errno("tcp: socket");
+    set_buffers(fd, buf_bytes);
+    int err = 0;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int64_t left = ctx.ms_left();
+        int r = left > 0 ? ::poll(&p, 1, int(std::min<int64_t>(left, 1000))) : 0;
+        socklen_t el = sizeof err;
+        if (r > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        else err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) break;
+    ::close(fd);
+    if (ctx.ms_left() <= 0)
+      throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": could not connect to " +
+                                      describe_peer_info(pi) + " at " + v + ": " + std::strerror(err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  try {
+    auto left = std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1));
+    authenticate_connect(fd, ctx.opt->secret, left);
+    Hello h{};
+    h.magic = kHelloMagic;
+    h.rank = rank_;
+    h.size = ctx.size;
+    copy_token(h.token, ctx.token);
+    write_full(fd, &h, sizeof h, ctx.deadline_ns, "tcp hello");
+    Ack a{};
+    read_full(fd, &a, sizeof a, ctx.deadline_ns, "tcp hello ack");
+    if (a.magic != kHelloMagic || a.rank != q)
+      throw Error(Errc::kProtocol, "tcp: the listener at " + v + " is not " + describe_peer_info(pi));
+  } catch (const Error& e) {
+    ::close(fd);
+    throw Error(e.code(), "rank " + std::to_string(rank_) + ": connecting to " + describe_peer_info(pi) +
+                              ": " + e.what());
+  }
+  conns_[size_t(index_[size_t(q)])].fd = fd;
+}
+
+void TcpWire::accept_all(const WireContext& ctx, int lfd, const std::vector<int>& expect) {
+  std::mutex mu;
+  std::set<int> inflight;  // fds whose handshake thread is running
+  std::vector<std::thread> hs;
+  size_t got = 0;
+  auto handshake = [&](int fd, std::string from) {
+    try {
+      auto left = std::chrono::milliseconds(std::clamp<int64_t>(ctx.ms_left(), 1, 10000));
+      authenticate_accept(fd, ctx.opt->secret, left);
+      Hello h{};
+      read_full(fd, &h, sizeof h, now_ns() + uint64_t(left.count()) * 1000000, "tcp hello");
+      char tok[32];
+      copy_token(tok, ctx.token);
+      if (h.magic != kHelloMagic || h.size != ctx.size || std::memcmp(tok, h.token, sizeof tok) != 0)
+        throw Error(Errc::kProtocol, "hello from another job or communicator");
+      if (h.rank <= rank_ || h.rank >= ctx.size || index_[size_t(h.rank)] < 0)
+        throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
+      {
+        std::lock_guard<std::mutex> g(mu);
+        Conn& c = conns_[size_t(index_[size_t(h.rank)])];
+        if (c.fd >= 0) throw Error(Errc::kProtocol, "rank " + std::to_string(h.rank) + " connected twice");
+        Ack a{kHelloMagic, rank_};
+        write_full(fd, &a, sizeof a, now_ns() + 1000000000ull, "tcp hello ack");
+        c.fd = fd;
+        inflight.erase(fd);
+        ++got;
+      }
+      return;
+    } catch (const std::exception& e) {
+      BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what());
+    }
+    std::lock_guard<std::mutex> g(mu);
+    inflight.erase(fd);
+    ::close(fd);
+  };
+
+  std::string failure;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (got == expect.size()) break;
+    }
+    if (ctx.ms_left() <= 0) {
+      std::lock_guard<std::mutex> g(mu);
+      std::string missing;
+      for (int q : expect)
+        if (conns_[size_t(index_[size_t(q)])].fd < 0) missing += (missing.empty() ? "" : ", ") + describe_peer(q);
+      failure = "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for connections from " + missing;
+      break;
+    }
+    pollfd p{lfd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    sockaddr_in from{};
+    socklen_t fl = sizeof from;
+    int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&from), &fl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &from.sin_addr, buf, sizeof buf);
+    std::string who = std::string(buf) + ":" + std::to_string(ntohs(from.sin_port));
+    std::lock_guard<std::mutex> g(mu);
+    inflight.insert(fd);
+    hs.emplace_back(handshake, fd, who);
+  }
+  {
+    // Unblock handshakes still running (slow or hostile connections).
+    std::lock_guard<std::mutex> g(mu);
+    for (int fd : inflight) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& t : hs) t.join();
+  if (!failure.empty()) throw Error(Errc::kTimeout, failure);
+}
+
+void TcpWire::post(Request* r) {
+  Conn& c = conns_[size_t(index_[size_t(r->peer)])];
+  (r->kind == Request::Kind::kSend ? c.sends : c.recvs).push(r);
+  ++npending_;
+}
+
+void TcpWire::fail_closed(Conn& c) {
+  const Request* r = !c.recvs.empty() ? c.recvs.front() : (!c.sends.empty() ? c.sends.front() : nullptr);
+  throw_peer_died(c.rank, r, c.eof_how);
+}
+
+bool TcpWire::send_some(Conn& c) {
+  bool moved = false;
+  while (!c.sends.empty()) {
+    Request* r = c.sends.front();
+    const size_t total = kHdr + r->sig.bytes;
+    if (c.tx_off == 0) c.tx_hdr = r->sig;
+    while (c.tx_off < total) {
+      iovec iov[2];
+      int n = 0;
+      if (c.tx_off < kHdr) {
+        iov[n++] = {reinterpret_cast<uint8_t*>(&c.tx_hdr) + c.tx_off, kHdr - c.tx_off};
+        if (r->sig.bytes) iov[n++] = {const_cast<void*>(r->src), r->sig.bytes};
+      } else {
+        size_t off = c.tx_off - kHdr;
+        iov[n++] = {static_cast<uint8_t*>(const_cast<void*>(r->src)) + off, r->sig.bytes - off};
+      }
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = size_t(n);
+      ssize_t w = ::sendmsg(c.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+        if (errno == EINTR) continue;
+        if (errno == EPIPE || errno == ECONNRESET) {
+          c.eof = true;
+          c.eof_how = "closed the connection";
+          fail_closed(c);
+        }
+        throw_errno("tcp: send to " + describe_peer(c.rank));
+      }
+      c.tx_off += size_t(w);
+      r->done = c.tx_off > kHdr ? c.tx_off - kHdr : 0;
+      moved = true;
+    }
+    r->complete = true;
+    c.sends.pop();
+    c.tx_off = 0;
+    --npending_;
+  }
+  return moved;
+}
+
+// Reads more into the receive buffer (after moving the few unconsumed bytes
+// to its front). False when nothing more can be read now.
+bool TcpWire::fill(Conn& c) {
+  if (c.eof) return false;
+  size_t left = c.rend - c.rpos;
+  if (c.rpos > 0) {
+    if (left) std::memmove(c.rx.get(), c.rx.get() + c.rpos, left);
+    c.rpos = 0;
+    c.rend = left;
+  }
+  if (c.rend == rx_cap_) return false;
+  for (;;) {
+    ssize_t n = ::recv(c.fd, c.rx.get() + c.rend, rx_cap_ - c.rend, MSG_DONTWAIT);
+    if (n > 0) {
+      c.rend += size_t(n);
+      return true;
+    }
+    if (n == 0) {
+      c.eof = true;
+      c.eof_how = "closed the connection (process exited?)";
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    if (errno == ECONNRESET) {
+      c.eof = true;
+      c.eof_how = "reset the connection (process exited?)";
+      return false;
+    }
+    throw_errno("tcp: recv from " + describe_peer(c.rank));
+  }
+}
+
+bool TcpWire::recv_some(Conn& c) {
+  bool moved = false;
+  while (!c.recvs.empty()) {
+    Request* r = c.recvs.front();
+    const uint64_t bytes = r->sig.bytes;
+    if (!c.rx_hdr) {
+      if (c.rend - c.rpos < kHdr) {
+        if (fill(c)) continue;
+        break;
+      }
+      MsgSig got;
+      std::memcpy(&got, c.rx.get() + c.rpos, kHdr);
+      if (!sig_matches(got, r->sig)) throw_mismatch(*r, got, "tcp");
+      c.rpos += kHdr;
+      c.rx_hdr = true;
+      moved = true;
+    }
+    if (r->done == bytes) {
+      r->complete = true;
+      c.recvs.pop();
+      c.rx_hdr = false;
+      --npending_;
+      continue;
+    }
+    const size_t remaining = size_t(bytes - r->done);
+    const size_t avail = c.rend - c.rpos;
+    uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
+    if (r->kind == Request::Kind::kRecv) {
+      if (avail > 0) {
+        size_t n = std::min(avail, remaining);
+        std::memcpy(dst, c.rx.get() + c.rpos, n);
+        c.rpos += n;
+        r->done += n;
+        moved = true;
+        continue;
+      }
+      if (remaining >= kDirectRecvMin && !c.eof) {
+        ssize_t n = ::recv(c.fd, dst, remaining, MSG_DONTWAIT);
+        if (n > 0) {
+          r->done += size_t(n);
+          moved = true;
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n < 0 && errno != ECONNRESET) throw_errno("tcp: recv from " + describe_peer(c.rank));
+        c.eof = true;
+        c.eof_how = n == 0 ? "closed the connection (process exited?)" : "reset the connection (process exited?)";
+        break;
+      }
+      if (fill(c)) continue;
+      break;
+    }
+    // kRecvReduce: whole elements straight out of the receive buffer; a
+    // partial element waits there for the rest of its bytes.
+    const size_t esz = dtype_size(r->dtype);
+    size_t n = std::min(avail, remaining) / esz * esz;
+    if (n > 0) {
+      const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
+      reduce2(dst, acc, c.rx.get() + c.rpos, n / esz, r->dtype, r->rop);
+      c.rpos += n;
+      r->done += n;
+      moved = true;
+      continue;
+    }
+    if (fill(c)) continue;
+    break;
+  }
+  return moved;
+}
+
+bool TcpWire::progress() {
+  if (npending_ == 0) return false;
+  bool moved = false;
+  for (Conn& c : conns_) {
+    if (c.sends.empty() && c.recvs.empty()) continue;
+    if (!c.sends.empty()) moved |= send_some(c);
+    if (!c.recvs.empty()) moved |= recv_some(c);
+    if (c.eof && !c.recvs.empty()) fail_closed(c);
+  }
+  return moved;
+}
+
+void TcpWire::wait_activity(std::chrono::microseconds timeout) {
+  epoll_event ev[16];
+  const uint64_t t0 = now_ns();
+  const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
+  const uint64_t spin_end = t0 + std::min(spin_ns_, tmo);
+  do {
+    if (::epoll_wait(epfd_, ev, 16, 0) > 0) return;
+  } while (now_ns() < spin_end);
+  uint64_t now = now_ns();
+  if (now >= t0 + tmo) return;
+  uint64_t left = t0 + tmo - now;
+  timespec ts{time_t(left / 1'000'000'000), long(left % 1'000'000'000)};
+  ::epoll_pwait2(epfd_, ev, 16, &ts, nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<Wire> make_tcp_wire(const WireContext& ctx, const std::vector<int>& peers) {
+  return std::make_unique<TcpWire>(ctx, peers);
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,33 @@
+// TCP wire between ranks (other hosts, or every peer with BRAID_TRANSPORT=tcp).
+//
+// Each rank listens on one socket whose address it publishes in the store;
+// the higher rank of a pair connects to the lower one. Every connection
+// proves the job secret (authenticate_connect/accept) and then sends a hello
+// naming its rank and the communicator token before anything else is read;
+// connections that fail either are logged and dropped without disturbing
+// set-up. After set-up the listener is closed.
+//
+// Data: non-blocking sockets with TCP_NODELAY, epoll (edge triggered).
+// A message is its 40-byte MsgSig followed by sig.bytes payload bytes, sent
+// with one sendmsg (header + payload iovecs). Receives go through a per-peer
+// buffer (BRAID_TCP_RXBUF_BYTES, default 256 KiB) that also serves as the
+// staging area of kRecvReduce (whole elements are reduced, a partial element
+// waits for the next read); large kRecv payloads are read straight into the
+// destination. BRAID_TCP_BUF_BYTES sets SO_SNDBUF/SO_RCVBUF (default 4 MiB;
+// 0 keeps the kernel's autotuning). BRAID_TCP_ADDR overrides the published
+// address (default: 127.0.0.1 when every TCP peer is on this host, else this
+// host's first non-loopback IPv4 address).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/transport_wire.h"
+
+namespace braid::comm {
+
+// Collective over `peers` (ranks reached over TCP). Throws Error(kTimeout)
+// naming the peers that did not connect within the set-up deadline.
+std::unique_ptr<Wire> make_tcp_wire(const WireContext& ctx, const std::vector<int>& peers);
+
+}  // namespace braid::comm

@@ -1,0 +1,346 @@
+// make_transport: meets the peers through the store, picks a wire per peer
+// (self / shm / tcp) and routes requests to it through a composite.
+//
+// Set-up: every rank publishes "info/<rank>" = pid, hostname, host identity
+// and a random nonce. Two ranks share memory when their host identities are
+// equal: hostname + kernel boot id + IPC and PID namespaces (so pidfds and
+// POSIX shm both work between them). BRAID_HOST_ID overrides the identity
+// (tests use it to fake several hosts on one machine). Rank 0's nonce names
+// this communicator's shm segments and authenticates TCP hellos.
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/log.h"
+#include "braid/reduce.h"
+#include "comm/shm_transport.h"
+#include "comm/tcp_transport.h"
+#include "comm/transport.h"
+#include "comm/transport_wire.h"
+
+namespace braid::comm {
+
+const char* coll_op_name(CollOp op) {
+  switch (op) {
+    case CollOp::kBroadcast: return "broadcast";
+    case CollOp::kReduce: return "reduce";
+    case CollOp::kAllReduce: return "all_reduce";
+    case CollOp::kAllGather: return "all_gather";
+    case CollOp::kReduceScatter: return "reduce_scatter";
+    case CollOp::kGather: return "gather";
+    case CollOp::kScatter: return "scatter";
+    case CollOp::kAllToAll: return "all_to_all";
+    case CollOp::kAllToAllV: return "all_to_allv";
+    case CollOp::kBarrier: return "barrier";
+    case CollOp::kSend: return "send";
+    case CollOp::kRecv: return "recv";
+    case CollOp::kSplit: return "split";
+    case CollOp::kProbe: return "probe";
+  }
+  return "unknown_op";
+}
+
+bool sig_matches(const MsgSig& a, const MsgSig& b) {
+  return a.seq == b.seq && a.count == b.count && a.bytes == b.bytes && a.root == b.root &&
+         a.op == b.op && a.dtype == b.dtype && a.rop == b.rop;
+}
+
+std::string describe_sig(const MsgSig& s) {
+  // Values come off the wire: print out-of-range enums as numbers.
+  std::ostringstream os;
+  if (uint8_t(s.op) <= uint8_t(CollOp::kProbe)) os << coll_op_name(s.op);
+  else os << "op#" << int(s.op);
+  os << " seq " << s.seq << " count " << s.count << ' ';
+  if (uint8_t(s.dtype) < kNumDTypes) os << dtype_name(s.dtype);
+  else os << "dtype#" << int(s.dtype);
+  os << ' ';
+  if (uint8_t(s.rop) < kNumReduceOps) os << reduce_op_name(s.rop);
+  else os << "rop#" << int(s.rop);
+  os << " root " << s.root << " (" << s.bytes << " bytes, step " << s.step << ")";
+  return os.str();
+}
+
+std::string describe_peer_info(const PeerInfo& p) {
+  return "rank " + std::to_string(p.rank) + " (pid " + std::to_string(p.pid) + " on host " + p.host + ")";
+}
+
+int64_t WireContext::ms_left() const {
+  uint64_t now = now_ns();
+  return now >= deadline_ns ? 0 : int64_t((deadline_ns - now) / 1000000);
+}
+
+std::string Wire::describe_peer(int peer) const {
+  if (peer < 0 || size_t(peer) >= peers_.size()) return "rank " + std::to_string(peer);
+  return describe_peer_info(peers_[size_t(peer)]);
+}
+
+void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const {
+  throw Error(Errc::kMismatch, "rank " + std::to_string(rank_) + " expected " + describe_sig(r.sig) +
+                                   " from rank " + std::to_string(r.peer) + ", but " + describe_peer(r.peer) +
+                                   " sent " + describe_sig(got) + " (over " + wire + ")");
+}
+
+void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how) const {
+  std::string msg = "peer " + describe_peer(peer) + " " + how;
+  if (pending) {
+    msg += pending->kind == Request::Kind::kSend ? " while rank " + std::to_string(rank_) + " was sending it "
+                                                 : " while rank " + std::to_string(rank_) + " was receiving ";
+    msg += describe_sig(pending->sig) + " (" + std::to_string(pending->done) + " bytes moved)";
+  }
+  throw Error(Errc::kPeerDied, msg);
+}
+
+void Wire::throw_protocol(int peer, const std::string& what) const {
+  throw Error(Errc::kProtocol, "rank " + std::to_string(rank_) + ": bad frame from " + describe_peer(peer) + ": " + what);
+}
+
+uint64_t spin_ns_for(int local_ranks) {
+  int64_t us = env_int("BRAID_SPIN_US", -1);
+  if (us >= 0) return uint64_t(us) * 1000;
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  // With more ranks than cores, a spinning rank steals the core the peer it
+  // waits for needs.
+  return unsigned(local_ranks) <= cores ? 20'000 : 2'000;
+}
+
+namespace {
+
+// Messages to oneself: a send meets the recv posted for it.
+class SelfWire final : public Wire {
+ public:
+  explicit SelfWire(const WireContext& ctx) : Wire(ctx) {}
+  void post(Request* r) override { (r->kind == Request::Kind::kSend ? sends_ : recvs_).push(r); }
+  bool progress() override {
+    bool moved = false;
+    while (!sends_.empty() && !recvs_.empty()) {
+      Request* s = sends_.front();
+      Request* r = recvs_.front();
+      if (!sig_matches(s->sig, r->sig)) throw_mismatch(*r, s->sig, "self");
+      size_t n = r->sig.bytes;
+      if (n) {
+        if (r->kind == Request::Kind::kRecv) {
+          if (r->dst != s->src) std::memmove(r->dst, s->src, n);
+        } else {
+          reduce2(r->dst, r->acc, s->src, n / dtype_size(r->dtype), r->dtype, r->rop);
+        }
+      }
+      s->done = r->done = n;
+      s->complete = r->complete = true;
+      sends_.pop();
+      recvs_.pop();
+      moved = true;
+    }
+    return moved;
+  }
+  void wait_activity(std::chrono::microseconds) override {}
+  std::string kind_to(int) const override { return "self"; }
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  bool poll_ready() override { return false; }
+
+ private:
+  ReqQueue sends_, recvs_;
+};
+
+class CompositeTransport final : public Transport {
+ public:
+  CompositeTransport(int rank, std::vector<PeerInfo> peers) : rank_(rank), peers_(std::move(peers)) {}
+
+  void post(Request* r) override {
+    BRAID_CHECK_ARG(r != nullptr, "post: null request");
+    BRAID_CHECK_ARG(r->peer >= 0 && size_t(r->peer) < route_.size(),
+                    "post: peer " + std::to_string(r->peer) + " out of range [0, " +
+                        std::to_string(route_.size()) + ")");
+    const size_t n = r->sig.bytes;
+    switch (r->kind) {
+      case Request::Kind::kSend:
+        BRAID_CHECK_ARG(n == 0 || r->src, "post: send with a null source");
+        break;
+      case Request::Kind::kRecv:
+        BRAID_CHECK_ARG(n == 0 || r->dst, "post: recv with a null destination");
+        break;
+      case Request::Kind::kRecvReduce:
+        BRAID_CHECK_ARG(n == 0 || (r->dst && r->acc), "post: recv-reduce with a null buffer");
+        BRAID_CHECK_ARG(uint8_t(r->dtype) < kNumDTypes && n % dtype_size(r->dtype) == 0,
+                        "post: recv-reduce of " + std::to_string(n) + " bytes is not whole elements");
+        BRAID_CHECK_ARG(reduce_op_supported(r->rop, r->dtype),
+                        std::string("post: ") + reduce_op_name(r->rop) + " is not defined on " +
+                            dtype_name(r->dtype));
+        break;
+    }
+    r->done = 0;
+    r->complete = false;
+    route_[size_t(r->peer)]->post(r);
+  }
+
+  bool progress() override {
+    bool moved = false;
+    for (Wire* w : wires_)
+      if (w->busy()) moved |= w->progress();
+    return moved;
+  }
+
+  void wait_activity(std::chrono::microseconds timeout) override {
+    Wire* active[3];
+    int n = 0;
+    for (Wire* w : waitable_)
+      if (w->busy()) active[n++] = w;
+    if (n == 0) {
+      // Nothing pending on a wire that can wake us: let the caller decide.
+      if (self_ && self_->busy()) return;
+      if (!waitable_.empty()) waitable_[0]->wait_activity(timeout);
+      return;
+    }
+    if (n == 1) return active[0]->wait_activity(timeout);
+    // Several wires: poll all of them, then sleep in short slices on each.
+    const uint64_t deadline = now_ns() + uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
+    for (;;) {
+      for (int i = 0; i < n; ++i)
+        if (active[i]->poll_ready()) return;
+      uint64_t now = now_ns();
+      if (now >= deadline) return;
+      auto slice = std::chrono::microseconds(std::min<uint64_t>((deadline - now) / 1000 + 1, 200));
+      for (int i = 0; i < n; ++i) active[i]->wait_activity(slice / n);
+    }
+  }
+
+  std::string kind_to(int peer) const override {
+    if (peer < 0 || size_t(peer) >= route_.size()) return "none";
+    return route_[size_t(peer)]->kind_to(peer);
+  }
+  std::string describe_peer(int peer) const override {
+    if (peer < 0 || size_t(peer) >= peers_.size()) return "rank " + std::to_string(peer);
+    return describe_peer_info(peers_[size_t(peer)]);
+  }
+
+  void add(std::unique_ptr<Wire> w, const std::vector<int>& peers, bool waitable) {
+    if (route_.empty()) route_.assign(peers_.size(), nullptr);
+    for (int p : peers) route_[size_t(p)] = w.get();
+    wires_.push_back(w.get());
+    if (waitable) waitable_.push_back(w.get());
+    else self_ = w.get();
+    owned_.push_back(std::move(w));
+  }
+
+ private:
+  int rank_;
+  std::vector<PeerInfo> peers_;
+  std::vector<std::unique_ptr<Wire>> owned_;
+  std::vector<Wire*> wires_, waitable_, route_;
+  Wire* self_ = nullptr;
+};
+
+std::string read_line(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+std::string ns_id(const char* path) {
+  char buf[128];
+  ssize_t n = ::readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, size_t(n)) : std::string("?");
+}
+
+std::string host_identity() {
+  if (auto o = env_str("BRAID_HOST_ID")) return *o;
+  return hostname() + "|" + read_line("/proc/sys/kernel/random/boot_id") + "|" + ns_id("/proc/self/ns/ipc") +
+         "|" + ns_id("/proc/self/ns/pid");
+}
+
+// info value: "pid\nnonce\nhost\nhost_id"
+std::string encode_info(const PeerInfo& p) {
+  char nonce[17];
+  std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(p.nonce));
+  return std::to_string(p.pid) + "\n" + nonce + "\n" + p.host + "\n" + p.host_id;
+}
+
+PeerInfo decode_info(int rank, const std::string& v) {
+  PeerInfo p;
+  p.rank = rank;
+  std::istringstream is(v);
+  std::string pid, nonce;
+  std::getline(is, pid);
+  std::getline(is, nonce);
+  std::getline(is, p.host);
+  std::getline(is, p.host_id);
+  p.pid = std::atoi(pid.c_str());
+  p.nonce = std::strtoull(nonce.c_str(), nullptr, 16);
+  if (p.pid <= 0 || nonce.size() != 16 || p.host_id.empty())
+    throw Error(Errc::kProtocol, "transport set-up: malformed info of rank " + std::to_string(rank));
+  return p;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_transport(int rank, int size, Store& store, const TransportOptions& opt) {
+  BRAID_CHECK_ARG(size >= 1 && rank >= 0 && rank < size,
+                  "make_transport: rank " + std::to_string(rank) + " of size " + std::to_string(size));
+  BRAID_CHECK_ARG(opt.mode == "auto" || opt.mode == "tcp" || opt.mode == "shm",
+                  "transport mode '" + opt.mode + "' (BRAID_TRANSPORT) is not auto, shm or tcp");
+  WireContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.store = &store;
+  ctx.opt = &opt;
+  ctx.deadline_ns = now_ns() + uint64_t(std::max<int64_t>(opt.timeout.count(), 0)) * 1000000;
+
+  PeerInfo me;
+  me.rank = rank;
+  me.pid = int(::getpid());
+  me.host = hostname();
+  me.host_id = host_identity();
+  if (::getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce)
+    me.nonce = now_ns() ^ (uint64_t(me.pid) << 32);
+  store.set_str("info/" + std::to_string(rank), encode_info(me));
+
+  std::vector<std::string> keys;
+  for (int p = 0; p < size; ++p) keys.push_back("info/" + std::to_string(p));
+  try {
+    store.wait(keys, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
+  } catch (const Error& e) {
+    if (e.code() != Errc::kTimeout) throw;
+    std::string missing;
+    for (int p = 0; p < size; ++p)
+      if (!store.check(keys[size_t(p)])) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    throw Error(Errc::kTimeout, "rank " + std::to_string(rank) + ": transport set-up timed out after " +
+                                    std::to_string(opt.timeout.count()) + " ms waiting for peer rank(s) " +
+                                    missing + " to join");
+  }
+  ctx.peers.resize(size_t(size));
+  for (int p = 0; p < size; ++p)
+    ctx.peers[size_t(p)] = p == rank ? me : decode_info(p, store.get_str(keys[size_t(p)]));
+  char tok[17];
+  std::snprintf(tok, sizeof tok, "%016llx", static_cast<unsigned long long>(ctx.peers[0].nonce));
+  ctx.token = tok;
+
+  std::vector<int> shm_peers, tcp_peers;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    bool same_host = ctx.peers[size_t(p)].host_id == me.host_id;
+    if (opt.mode == "shm" && !same_host)
+      throw Error(Errc::kNotSupported, "BRAID_TRANSPORT=shm needs every rank on one host, but " +
+                                           describe_peer_info(ctx.peers[size_t(p)]) + " is not on " +
+                                           me.host + " with rank " + std::to_string(rank));
+    (opt.mode != "tcp" && same_host ? shm_peers : tcp_peers).push_back(p);
+  }
+
+  auto t = std::make_unique<CompositeTransport>(rank, ctx.peers);
+  t->add(std::make_unique<SelfWire>(ctx), {rank}, false);
+  // shm first, then tcp, on every rank: the shm groups never wait on TCP.
+  if (!shm_peers.empty()) t->add(make_shm_wire(ctx, shm_peers), shm_peers, true);
+  if (!tcp_peers.empty()) t->add(make_tcp_wire(ctx, tcp_peers), tcp_peers, true);
+  BRAID_LOG(kDebug, "transport: rank " << rank << " of " << size << ": " << shm_peers.size()
+                                       << " shm peer(s), " << tcp_peers.size() << " tcp peer(s)");
+  return t;
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,103 @@
+// Internal pieces shared by the wires under the composite Transport
+// (transport.cc routes each peer to one wire: self, shm or tcp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace braid::comm {
+
+// What set-up learns about every rank through the store.
+struct PeerInfo {
+  int rank = -1;
+  int pid = 0;
+  std::string host;     // hostname, for messages
+  std::string host_id;  // hostname + boot id + ipc/pid namespaces: equal => shm possible
+  uint64_t nonce = 0;   // random per rank and communicator
+};
+
+// "rank 3 (pid 1234 on host h)"
+std::string describe_peer_info(const PeerInfo& p);
+
+// What a wire's set-up needs.
+struct WireContext {
+  int rank = 0;
+  int size = 0;
+  Store* store = nullptr;
+  const TransportOptions* opt = nullptr;
+  std::vector<PeerInfo> peers;  // indexed by rank
+  std::string token;            // unique per communicator (hex)
+  uint64_t deadline_ns = 0;     // set-up deadline (now_ns clock)
+
+  int64_t ms_left() const;
+};
+
+// A Transport for a subset of the peers, plus what the composite needs to
+// wait on several wires at once.
+class Wire : public Transport {
+ public:
+  // True while any posted request is not complete.
+  virtual bool busy() const = 0;
+  // Non-blocking: true if something may have changed since the last
+  // progress() (used when the composite waits on several wires).
+  virtual bool poll_ready() = 0;
+  std::string kind_to(int) const override = 0;
+  std::string describe_peer(int peer) const override;
+
+ protected:
+  explicit Wire(const WireContext& ctx) : rank_(ctx.rank), peers_(ctx.peers) {}
+  // Error(kMismatch) with both sides' descriptions.
+  [[noreturn]] void throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const;
+  // Error(kPeerDied) naming the peer and what was pending.
+  [[noreturn]] void throw_peer_died(int peer, const Request* pending, const std::string& how) const;
+  // Error(kProtocol): a frame that breaks the wire format.
+  [[noreturn]] void throw_protocol(int peer, const std::string& what) const;
+
+  int rank_;
+  std::vector<PeerInfo> peers_;
+};
+
+// FIFO of caller-owned requests; grows by doubling, never allocates in the
+// steady state.
+class ReqQueue {
+ public:
+  bool empty() const { return head_ == tail_; }
+  size_t size() const { return tail_ - head_; }
+  Request* front() const { return buf_[head_ & (buf_.size() - 1)]; }
+  void pop() { ++head_; }
+  void push(Request* r) {
+    if (buf_.empty() || tail_ - head_ == buf_.size()) grow();
+    buf_[tail_++ & (buf_.size() - 1)] = r;
+  }
+
+ private:
+  void grow() {
+    std::vector<Request*> nb(buf_.empty() ? 16 : buf_.size() * 2);
+    size_t n = tail_ - head_;
+    for (size_t i = 0; i < n; ++i) nb[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+    buf_.swap(nb);
+    head_ = 0;
+    tail_ = n;
+  }
+  std::vector<Request*> buf_;
+  size_t head_ = 0, tail_ = 0;
+};
+
+// How long wait_activity spins before yielding the core: BRAID_SPIN_US, by
+// default longer when every local rank can have its own core.
+uint64_t spin_ns_for(int local_ranks);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace braid::comm
