@@ -1,0 +1,50 @@
+// Compute kernels shared by the layers: threads, GEMM, a few vector loops.
+//
+// Row-major throughout. GEMMs go to CBLAS (OpenBLAS) with the transposes
+// expressed as flags, never as copies. Elementwise loops are compiled twice
+// (AVX2+FMA and baseline) and picked at load time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace braid {
+
+// Sets the threads this process uses for compute: OpenBLAS
+// (openblas_set_num_threads) and OpenMP (omp_set_num_threads) both. Several
+// ranks sharing a host should each set ranks × threads ≤ cores. n ≥ 1.
+void set_num_threads(int n);
+int num_threads();
+
+// C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C, row-major, with
+// leading dimensions (row strides) lda, ldb, ldc. op(X) = X or Xᵀ.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc);
+
+// RAII: OpenBLAS runs single-threaded while alive (for GEMMs issued from
+// inside an OpenMP parallel loop); restores the previous count after.
+class BlasSingleThreaded {
+ public:
+  BlasSingleThreaded();
+  ~BlasSingleThreaded();
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Vectorisable exp and tanh, relative error ≤ ~2e-7 over the f32 range
+// that matters for softmax and GELU (exp of x < -87 is 0).
+void vexp(const float* x, float* y, int64_t n);
+
+// out[i] += a[i] over n elements.
+void vadd_inplace(float* out, const float* a, int64_t n);
+// Σ over rows of a [rows, cols] matrix into out[cols] (out += ...).
+void col_sum_acc(const float* a, int64_t rows, int64_t cols, float* out);
+
+// Sum of squares in double (for gradient norms).
+double sum_squares(const float* a, int64_t n);
+
+}  // namespace braid

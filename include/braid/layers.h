@@ -1,0 +1,183 @@
+// The layers. Each one's forward and backward stand side by side in one
+// .cc file under src/nn/ (llm.c style). Shapes: leading dimensions are
+// flattened into rows; the last dimension is the feature dimension.
+//
+// Cost notes: Linear is one sgemm forward and two backward (dW, dx; dx is
+// skipped when !input_grad()); the rest are O(elements) loops, attention
+// adds four small GEMMs per (sample, head) forward and six backward.
+#pragma once
+
+#include "braid/module.h"
+
+namespace braid::nn {
+
+// y = x Wᵀ + b. W: [out, in] (PyTorch layout), b: [out].
+class Linear : public Module {
+ public:
+  Linear(std::string name, int64_t in, int64_t out, bool bias = true);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+  Parameter& weight() { return w_; }
+  Parameter* bias() { return has_bias_ ? &b_ : nullptr; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+  Parameter w_, b_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+class ReLU : public Module {
+ public:
+  explicit ReLU(std::string name) : Module(std::move(name)) {}
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void release_activations() override;
+
+ private:
+  Tensor y_, dx_;
+};
+
+// GELU, tanh approximation (GPT-2's; PyTorch GELU(approximate="tanh")).
+class GELU : public Module {
+ public:
+  explicit GELU(std::string name) : Module(std::move(name)) {}
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void release_activations() override;
+
+ private:
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+// Normalises each row over the last dimension; gain γ (ones), bias β (zeros).
+class LayerNorm : public Module {
+ public:
+  LayerNorm(std::string name, int64_t dim, float eps = 1e-5f);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+
+ private:
+  int64_t dim_;
+  float eps_;
+  Parameter g_, b_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, mean_, rstd_, dx_;
+};
+
+// Token + position embedding: i32 tokens [B, T] → f32 [B, T, C],
+// y[b,t] = wte[tokens[b,t]] + wpe[t]. T ≤ context. No input gradient.
+class Embedding : public Module {
+ public:
+  Embedding(std::string name, int64_t vocab, int64_t dim, int64_t context);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+
+ private:
+  int64_t vocab_, dim_, context_;
+  Parameter wte_, wpe_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, empty_;
+};
+
+// Inverted dropout with a counter-based mask: element e of global sample s
+// is kept iff uniform(seed, step, s, key·2^40 + e) ≥ p, where key is this
+// layer's id. Rows of dim 0 are samples (row r is sample ctx.sample_offset
+// + r), so the mask does not depend on how the batch is split. Identity
+// when p == 0 or !ctx.training.
+class Dropout : public Module {
+ public:
+  Dropout(std::string name, float p, uint64_t key);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void release_activations() override;
+  float p() const { return p_; }
+
+ private:
+  float p_;
+  uint64_t key_;
+  bool active_ = false;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+// Causal multi-head self-attention on [B, T, C]: qkv = x W_qkvᵀ + b,
+// per head softmax(q kᵀ / √d_head + causal mask) v, then an output
+// projection, then dropout (p, resid) on the output.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(std::string name, int64_t dim, int64_t heads, float dropout = 0,
+                      uint64_t dropout_key = 0);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+  void set_input_grad(bool needed) override;
+
+ private:
+  int64_t dim_, heads_;
+  Linear qkv_, proj_;
+  Dropout drop_;
+  const Tensor* qkv_out_ = nullptr;  // qkv_'s output (owned by qkv_)
+  Tensor att_;   // [B, H, T, T] softmax probabilities
+  Tensor o_;     // [B, T, C] attention output before projection
+  Tensor dqkv_, datt_;
+};
+
+// fc (C → hidden) → GELU → proj (hidden → C) → dropout.
+class MlpBlock : public Module {
+ public:
+  MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout = 0,
+           uint64_t dropout_key = 0);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+  void set_input_grad(bool needed) override;
+
+ private:
+  Linear fc_;
+  GELU act_;
+  Linear proj_;
+  Dropout drop_;
+};
+
+// Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(·)).
+// With recompute, forward keeps only its input and output; backward runs
+// forward again (same dropout masks, same kernels) and then backward, so
+// gradients are bitwise identical to the stored-activation path.
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(std::string name, int64_t dim, int64_t heads, float dropout = 0,
+                   uint64_t dropout_key = 0, bool recompute = false);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
+ private:
+  void run_forward(const Tensor& x, Context& ctx, bool need_y);
+  LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln2_;
+  MlpBlock mlp_;
+  bool recompute_;
+  const Tensor* x_ = nullptr;
+  Tensor h_;    // x + attn(ln1(x))
+  Tensor y_;    // h + mlp(ln2(h))
+  Tensor dh_, dx_;
+};
+
+}  // namespace braid::nn

@@ -1,0 +1,106 @@
+// braid::Tensor — a contiguous n-dimensional array.
+//
+// Compute is f32; bf16 is a storage/communication format (convert with
+// `to(DType::kBF16)` / `to(DType::kF32)`); i32 holds token ids and labels.
+// A tensor either owns its buffer (`Tensor(shape)`) or is a view of memory
+// that someone else owns (`Tensor::view`); views never free anything.
+//
+// Buffers are reused: `resize(shape)` keeps the allocation when the new
+// shape fits in the current capacity, so a training loop that sees the same
+// shapes every step allocates nothing after the first step.
+//
+// Shape mismatches throw braid::Error(kInvalidArgument) whose message prints
+// both shapes, e.g. "linear fc1: input [32, 700] vs expected [*, 784]".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/dtype.h"
+
+namespace braid {
+
+using Shape = std::vector<int64_t>;
+
+// "[2, 3, 4]"
+std::string shape_str(const Shape& s);
+// Product of the dimensions (1 for a scalar shape []). Throws on negatives.
+int64_t shape_numel(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Owning, zero-filled. dtype: kF32, kBF16 or kI32.
+  explicit Tensor(Shape shape, DType dtype = DType::kF32);
+  Tensor(std::initializer_list<int64_t> shape, DType dtype = DType::kF32)
+      : Tensor(Shape(shape), dtype) {}
+
+  // A non-owning view of `data` (which must outlive the view).
+  static Tensor view(void* data, Shape shape, DType dtype = DType::kF32);
+
+  // Copies are deep (a copy of a view owns its data); moves are cheap.
+  Tensor(const Tensor& o);
+  Tensor& operator=(const Tensor& o);
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int ndim() const { return int(shape_.size()); }
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  size_t nbytes() const { return size_t(numel_) * dtype_size(dtype_); }
+  bool empty() const { return numel_ == 0; }
+  bool owning() const { return owned_ != nullptr; }
+
+  // Typed access; throws when the dtype does not match.
+  float* f32();
+  const float* f32() const;
+  uint16_t* bf16();
+  const uint16_t* bf16() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+
+  // Changes the shape. Keeps the buffer (and its contents, reinterpreted)
+  // when the new size fits in the capacity; otherwise allocates a new
+  // zeroed one. Views may only shrink. Same dtype unless given.
+  void resize(const Shape& shape);
+  void resize(const Shape& shape, DType dtype);
+  // Same data, new shape of the same numel (throws naming both shapes).
+  void reshape(const Shape& shape);
+  // Frees the buffer of an owning tensor (shape becomes [0]).
+  void release();
+
+  void zero();
+  void fill(float v);
+  // Copies values (same numel and dtype required; shapes may differ).
+  void copy_from(const Tensor& src);
+  // A converted copy: f32 <-> bf16 (round to nearest even); same dtype: copy.
+  Tensor to(DType dtype) const;
+
+  // Throws Error(kInvalidArgument) "<what>: got [..] vs expected [..]"
+  // unless shapes are equal. A -1 in `expected` matches any size.
+  void check_shape(const Shape& expected, const std::string& what) const;
+
+ private:
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
+  void* data_ = nullptr;
+  size_t capacity_ = 0;  // bytes, owning only
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> owned_;
+};
+
+// Throws Error(kInvalidArgument) naming both shapes when a != b.
+void check_same_shape(const Tensor& a, const Tensor& b, const std::string& what);
+
+}  // namespace braid

@@ -1,0 +1,75 @@
+// ReLU and GELU (tanh approximation), forward and backward.
+#include <cmath>
+
+#include "braid/layers.h"
+#include "../tensor/simd.h"
+
+namespace braid::nn {
+
+namespace {
+// Elementwise work below ~64K elements is not worth waking a second thread.
+constexpr int64_t kParallelMin = 1 << 16;
+
+BRAID_SIMD_FN void relu_fwd(const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+BRAID_SIMD_FN void relu_bwd(const float* y, const float* dy, float* dx, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+BRAID_SIMD_FN void gelu_fwd(const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+BRAID_SIMD_FN void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
+    float dt = (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
+}
+}  // namespace
+
+const Tensor& ReLU::forward(const Tensor& x, Context&) {
+  y_.resize(x.shape(), DType::kF32);
+  relu_fwd(x.f32(), y_.f32(), x.numel());
+  return y_;
+}
+
+const Tensor& ReLU::backward(const Tensor& dy, Context&) {
+  check_same_shape(dy, y_, "ReLU " + name_ + " backward: dy vs y");
+  dx_.resize(dy.shape(), DType::kF32);
+  relu_bwd(y_.f32(), dy.f32(), dx_.f32(), dy.numel());
+  return dx_;
+}
+
+void ReLU::release_activations() { y_.release(); }
+
+const Tensor& GELU::forward(const Tensor& x, Context&) {
+  y_.resize(x.shape(), DType::kF32);
+  gelu_fwd(x.f32(), y_.f32(), x.numel());
+  x_ = &x;
+  return y_;
+}
+
+const Tensor& GELU::backward(const Tensor& dy, Context&) {
+  check_same_shape(dy, y_, "GELU " + name_ + " backward: dy vs y");
+  dx_.resize(dy.shape(), DType::kF32);
+  gelu_bwd(x_->f32(), dy.f32(), dx_.f32(), dy.numel());
+  return dx_;
+}
+
+void GELU::release_activations() { y_.release(); }
+
+}  // namespace braid::nn

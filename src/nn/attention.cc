@@ -1,0 +1,156 @@
+// Causal multi-head self-attention, forward and backward.
+//
+// Per (sample b, head h), with q, k, v the head's [T, d] slices of the qkv
+// activation (row stride 3C, read in place by the GEMMs):
+//   forward:  S = q kᵀ/√d;  P = softmax over j ≤ t (zeros above the diagonal);
+//             o_h = P v
+//   backward: dP = do_h vᵀ;  dv = Pᵀ do_h;  dS = P ⊙ (dP − rowsum(dP ⊙ P));
+//             dq = dS k/√d;  dk = dSᵀ q/√d
+// The (b, h) pairs run in parallel, each GEMM single-threaded.
+#include <cmath>
+
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/layers.h"
+#include "../tensor/simd.h"
+
+namespace braid::nn {
+
+CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t heads,
+                                         float dropout, uint64_t dropout_key)
+    : Module(name),
+      dim_(dim),
+      heads_(heads),
+      qkv_(name + ".qkv", dim, 3 * dim),
+      proj_(name + ".proj", dim, dim),
+      drop_(name + ".drop", dropout, dropout_key) {
+  BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
+                  "attention " + name + ": d_model " + std::to_string(dim) +
+                      " not divisible by heads " + std::to_string(heads));
+}
+
+namespace {
+// Row t of a causal score matrix: softmax over [0, t], zeros after.
+BRAID_SIMD_FN void softmax_causal(float* s, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = s + t * T;
+    float m = row[0];
+    for (int64_t j = 1; j <= t; ++j) m = row[j] > m ? row[j] : m;
+    float sum = 0;
+    for (int64_t j = 0; j <= t; ++j) {
+      float e = simd::exp_approx(row[j] - m);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+    for (int64_t j = t + 1; j < T; ++j) row[j] = 0.0f;
+  }
+}
+
+// dP → dS in place: dS = P ⊙ (dP − Σ_j dP·P).
+BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* pr = p + t * T;
+    float* dr = d + t * T;
+    float dot = 0;
+    for (int64_t j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+    for (int64_t j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+    for (int64_t j = t + 1; j < T; ++j) dr[j] = 0.0f;
+  }
+}
+}  // namespace
+
+const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
+  if (x.ndim() != 3 || x.dim(2) != dim_)
+    throw Error(Errc::kInvalidArgument, "attention " + name_ + ": input " + shape_str(x.shape()) +
+                                            " vs expected [B, T, " + std::to_string(dim_) + "]");
+  const int64_t B = x.dim(0), T = x.dim(1), C = dim_, H = heads_, D = C / H;
+  const Tensor& qkv = qkv_.forward(x, ctx);
+  qkv_out_ = &qkv;
+  att_.resize({B, H, T, T}, DType::kF32);
+  o_.resize({B, T, C}, DType::kF32);
+  const float* qkvp = qkv.f32();
+  float* att = att_.f32();
+  float* o = o_.f32();
+  const float scale = 1.0f / std::sqrt(float(D));
+  auto body = [&](int64_t bh) {
+    int64_t b = bh / H, h = bh % H;
+    const float* q = qkvp + b * T * 3 * C + h * D;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* s = att + bh * T * T;
+    gemm(false, true, T, T, D, scale, q, 3 * C, k, 3 * C, 0.0f, s, T);
+    softmax_causal(s, T);
+    gemm(false, false, T, D, T, 1.0f, s, T, v, 3 * C, 0.0f, o + b * T * C + h * D, C);
+  };
+  if (num_threads() > 1 && B * H > 1) {
+    BlasSingleThreaded one;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
+  } else {
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
+  }
+  const Tensor& y = proj_.forward(o_, ctx);
+  return drop_.forward(y, ctx);
+}
+
+const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& dproj_out = drop_.backward(dy, ctx);
+  const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
+  const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_, D = C / H;
+  dqkv_.resize({B, T, 3 * C}, DType::kF32);
+  datt_.resize({B, H, T, T}, DType::kF32);
+  BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
+  const float* qkvp = qkv_out_->f32();
+  const float* att = att_.f32();
+  const float* dop = dout.f32();
+  float* dqkv = dqkv_.f32();
+  float* datt = datt_.f32();
+  const float scale = 1.0f / std::sqrt(float(D));
+  auto body = [&](int64_t bh) {
+    int64_t b = bh / H, h = bh % H;
+    const float* q = qkvp + b * T * 3 * C + h * D;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + b * T * 3 * C + h * D;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* p = att + bh * T * T;
+    float* dp = datt + bh * T * T;
+    const float* doh = dop + b * T * C + h * D;
+    gemm(false, true, T, T, D, 1.0f, doh, C, v, 3 * C, 0.0f, dp, T);
+    gemm(true, false, T, D, T, 1.0f, p, T, doh, C, 0.0f, dv, 3 * C);
+    softmax_bwd_causal(p, dp, T);
+    gemm(false, false, T, D, T, scale, dp, T, k, 3 * C, 0.0f, dq, 3 * C);
+    gemm(true, false, T, D, T, scale, dp, T, q, 3 * C, 0.0f, dk, 3 * C);
+  };
+  if (num_threads() > 1 && B * H > 1) {
+    BlasSingleThreaded one;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
+  } else {
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
+  }
+  return qkv_.backward(dqkv_, ctx);
+}
+
+void CausalSelfAttention::collect_parameters(std::vector<Parameter*>& out) {
+  qkv_.collect_parameters(out);
+  proj_.collect_parameters(out);
+}
+
+void CausalSelfAttention::release_activations() {
+  qkv_.release_activations();
+  proj_.release_activations();
+  drop_.release_activations();
+  att_.release();
+  o_.release();
+}
+
+void CausalSelfAttention::set_input_grad(bool needed) {
+  input_grad_ = needed;
+  qkv_.set_input_grad(needed);
+}
+
+}  // namespace braid::nn

@@ -1,0 +1,74 @@
+// Token + position embedding, forward (gather) and backward (scatter-add).
+#include "braid/error.h"
+#include "braid/layers.h"
+
+namespace braid::nn {
+
+Embedding::Embedding(std::string name, int64_t vocab, int64_t dim, int64_t context)
+    : Module(std::move(name)),
+      vocab_(vocab),
+      dim_(dim),
+      context_(context),
+      wte_(name_ + ".wte", {vocab, dim}),
+      wpe_(name_ + ".wpe", {context, dim}) {
+  BRAID_CHECK_ARG(vocab > 0 && dim > 0 && context > 0,
+                  "Embedding " + name_ + ": sizes must be positive");
+  input_grad_ = false;
+}
+
+const Tensor& Embedding::forward(const Tensor& x, Context&) {
+  if (x.ndim() != 2 || x.dim(1) > context_)
+    throw Error(Errc::kInvalidArgument,
+                "Embedding " + name_ + ": tokens " + shape_str(x.shape()) + " vs expected [*, <=" +
+                    std::to_string(context_) + "]");
+  int64_t B = x.dim(0), T = x.dim(1);
+  const int32_t* tok = x.i32();
+  y_.resize({B, T, dim_}, DType::kF32);
+  const float* wte = wte_.data.f32();
+  const float* wpe = wpe_.data.f32();
+  float* y = y_.f32();
+  for (int64_t i = 0; i < B * T; ++i) {
+    int32_t id = tok[i];
+    if (id < 0 || id >= vocab_)
+      throw Error(Errc::kInvalidArgument, "Embedding " + name_ + ": token " + std::to_string(id) +
+                                              " outside vocabulary [0, " + std::to_string(vocab_) +
+                                              ")");
+    const float* e = wte + int64_t(id) * dim_;
+    const float* p = wpe + (i % T) * dim_;
+    float* yr = y + i * dim_;
+    for (int64_t c = 0; c < dim_; ++c) yr[c] = e[c] + p[c];
+  }
+  x_ = &x;
+  return y_;
+}
+
+const Tensor& Embedding::backward(const Tensor& dy, Context& ctx) {
+  BRAID_CHECK_ARG(x_ != nullptr, "Embedding " + name_ + ": backward before forward");
+  check_same_shape(dy, y_, "Embedding " + name_ + " backward: dy vs y");
+  int64_t T = x_->dim(1), n = x_->numel();
+  const int32_t* tok = x_->i32();
+  float* gte = wte_.grad.f32();
+  float* gpe = wpe_.grad.f32();
+  const float* d = dy.f32();
+  for (int64_t i = 0; i < n; ++i) {
+    float* a = gte + int64_t(tok[i]) * dim_;
+    float* b = gpe + (i % T) * dim_;
+    const float* dr = d + i * dim_;
+    for (int64_t c = 0; c < dim_; ++c) {
+      a[c] += dr[c];
+      b[c] += dr[c];
+    }
+  }
+  ctx.param_ready(wte_);
+  ctx.param_ready(wpe_);
+  return empty_;
+}
+
+void Embedding::collect_parameters(std::vector<Parameter*>& out) {
+  out.push_back(&wte_);
+  out.push_back(&wpe_);
+}
+
+void Embedding::release_activations() { y_.release(); }
+
+}  // namespace braid::nn

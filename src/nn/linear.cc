@@ -1,0 +1,75 @@
+// Linear: y = x Wᵀ + b, and its backward, as three sgemm calls whose
+// transposes are flags (no copies).
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/layers.h"
+#include "../tensor/simd.h"
+
+namespace braid::nn {
+
+Linear::Linear(std::string name, int64_t in, int64_t out, bool bias)
+    : Module(std::move(name)),
+      in_(in),
+      out_(out),
+      has_bias_(bias),
+      w_(name_ + ".weight", {out, in}),
+      b_(name_ + ".bias", {bias ? out : 0}, false) {
+  BRAID_CHECK_ARG(in > 0 && out > 0, "Linear " + name_ + ": sizes must be positive");
+}
+
+namespace {
+BRAID_SIMD_FN void fill_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = b[c];
+}
+}  // namespace
+
+const Tensor& Linear::forward(const Tensor& x, Context&) {
+  if (x.ndim() < 1 || x.dim(-1) != in_)
+    throw Error(Errc::kInvalidArgument, "Linear " + name_ + ": input " + shape_str(x.shape()) +
+                                            " vs expected [*, " + std::to_string(in_) + "]");
+  int64_t rows = x.numel() / in_;
+  Shape ys = x.shape();
+  ys.back() = out_;
+  y_.resize(ys, DType::kF32);
+  float beta = 0.0f;
+  if (has_bias_) {
+    fill_rows(y_.f32(), b_.data.f32(), rows, out_);
+    beta = 1.0f;
+  }
+  gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
+  x_ = &x;
+  return y_;
+}
+
+const Tensor& Linear::backward(const Tensor& dy, Context& ctx) {
+  BRAID_CHECK_ARG(x_ != nullptr, "Linear " + name_ + ": backward before forward");
+  check_same_shape(dy, y_, "Linear " + name_ + " backward: dy vs y");
+  int64_t rows = dy.numel() / out_;
+  // dW += dyᵀ x  ([out, rows] · [rows, in])
+  gemm(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
+       in_);
+  ctx.param_ready(w_);
+  if (has_bias_) {
+    col_sum_acc(dy.f32(), rows, out_, b_.grad.f32());
+    ctx.param_ready(b_);
+  }
+  if (!input_grad_) {
+    dx_.resize({0});
+    return dx_;
+  }
+  dx_.resize(x_->shape(), DType::kF32);
+  // dx = dy W  ([rows, out] · [out, in])
+  gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
+       in_);
+  return dx_;
+}
+
+void Linear::collect_parameters(std::vector<Parameter*>& out) {
+  out.push_back(&w_);
+  if (has_bias_) out.push_back(&b_);
+}
+
+void Linear::release_activations() { y_.release(); }
+
+}  // namespace braid::nn

@@ -1,0 +1,119 @@
+// MLP block and the pre-norm transformer block (with optional activation
+// recomputation), forward and backward.
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/layers.h"
+
+namespace braid::nn {
+
+MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
+                   uint64_t dropout_key)
+    : Module(name),
+      fc_(name + ".fc", dim, hidden),
+      act_(name + ".gelu"),
+      proj_(name + ".proj", hidden, dim),
+      drop_(name + ".drop", dropout, dropout_key) {}
+
+const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
+  const Tensor& h = fc_.forward(x, ctx);
+  const Tensor& a = act_.forward(h, ctx);
+  const Tensor& y = proj_.forward(a, ctx);
+  return drop_.forward(y, ctx);
+}
+
+const Tensor& MlpBlock::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& d1 = drop_.backward(dy, ctx);
+  const Tensor& d2 = proj_.backward(d1, ctx);
+  const Tensor& d3 = act_.backward(d2, ctx);
+  return fc_.backward(d3, ctx);
+}
+
+void MlpBlock::collect_parameters(std::vector<Parameter*>& out) {
+  fc_.collect_parameters(out);
+  proj_.collect_parameters(out);
+}
+
+void MlpBlock::release_activations() {
+  fc_.release_activations();
+  act_.release_activations();
+  proj_.release_activations();
+  drop_.release_activations();
+}
+
+void MlpBlock::set_input_grad(bool needed) {
+  input_grad_ = needed;
+  fc_.set_input_grad(needed);
+}
+
+TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads, float dropout,
+                                   uint64_t dropout_key, bool recompute)
+    : Module(name),
+      ln1_(name + ".ln1", dim),
+      attn_(name + ".attn", dim, heads, dropout, dropout_key * 2 + 1),
+      ln2_(name + ".ln2", dim),
+      mlp_(name + ".mlp", dim, 4 * dim, dropout, dropout_key * 2 + 2),
+      recompute_(recompute) {}
+
+void TransformerBlock::run_forward(const Tensor& x, Context& ctx, bool need_y) {
+  const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
+  h_.resize(x.shape(), DType::kF32);
+  h_.copy_from(x);
+  vadd_inplace(h_.f32(), a.f32(), h_.numel());
+  const Tensor& m = mlp_.forward(ln2_.forward(h_, ctx), ctx);
+  if (!need_y) return;
+  y_.resize(x.shape(), DType::kF32);
+  y_.copy_from(h_);
+  vadd_inplace(y_.f32(), m.f32(), y_.numel());
+}
+
+const Tensor& TransformerBlock::forward(const Tensor& x, Context& ctx) {
+  x_ = &x;
+  run_forward(x, ctx, true);
+  if (recompute_ && ctx.training) {
+    ln1_.release_activations();
+    attn_.release_activations();
+    ln2_.release_activations();
+    mlp_.release_activations();
+    h_.release();
+  }
+  return y_;
+}
+
+const Tensor& TransformerBlock::backward(const Tensor& dy, Context& ctx) {
+  BRAID_CHECK_ARG(x_ != nullptr, "block " + name_ + ": backward before forward");
+  if (recompute_) {
+    // Same inputs, same ctx (dropout keys), same kernels: same activations.
+    run_forward(*x_, ctx, false);
+  }
+  // y = h + mlp(ln2(h)):  dh = dy + ln2ᵀ(mlpᵀ(dy))
+  const Tensor& dm = mlp_.backward(dy, ctx);
+  const Tensor& dln2 = ln2_.backward(dm, ctx);
+  dh_.resize(dy.shape(), DType::kF32);
+  dh_.copy_from(dy);
+  vadd_inplace(dh_.f32(), dln2.f32(), dh_.numel());
+  // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh))
+  const Tensor& da = attn_.backward(dh_, ctx);
+  const Tensor& dln1 = ln1_.backward(da, ctx);
+  dx_.resize(dy.shape(), DType::kF32);
+  dx_.copy_from(dh_);
+  vadd_inplace(dx_.f32(), dln1.f32(), dx_.numel());
+  return dx_;
+}
+
+void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
+  ln1_.collect_parameters(out);
+  attn_.collect_parameters(out);
+  ln2_.collect_parameters(out);
+  mlp_.collect_parameters(out);
+}
+
+void TransformerBlock::release_activations() {
+  ln1_.release_activations();
+  attn_.release_activations();
+  ln2_.release_activations();
+  mlp_.release_activations();
+  h_.release();
+  y_.release();
+}
+
+}  // namespace braid::nn

@@ -1,0 +1,58 @@
+#include "braid/kernels.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <string>
+
+#include "braid/error.h"
+#include "simd.h"
+
+namespace braid {
+
+void set_num_threads(int n) {
+  BRAID_CHECK_ARG(n >= 1, "thread count must be >= 1, got " + std::to_string(n));
+  openblas_set_num_threads(n);
+  omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, blasint(m), blasint(n), blasint(k), alpha, a,
+              blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
+}
+
+BlasSingleThreaded::BlasSingleThreaded() : saved_(openblas_get_num_threads()) {
+  if (saved_ != 1) openblas_set_num_threads(1);
+}
+BlasSingleThreaded::~BlasSingleThreaded() {
+  if (saved_ != 1) openblas_set_num_threads(saved_);
+}
+
+BRAID_SIMD_FN void vexp(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = simd::exp_approx(x[i]);
+}
+
+BRAID_SIMD_FN void vadd_inplace(float* out, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
+BRAID_SIMD_FN void col_sum_acc(const float* a, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = a + r * cols;
+    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+
+BRAID_SIMD_FN double sum_squares(const float* a, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(a[i]) * double(a[i]);
+  return s;
+}
+
+}  // namespace braid
