@@ -1,0 +1,452 @@
+// Transport tests: real processes (tests/support/multiproc.h), shm and tcp.
+#include "comm/transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "comm/auth.h"
+#include "support/multiproc.h"
+#include "transport_bench.h"
+#include "transport_util.h"
+
+namespace braid::comm {
+namespace {
+
+using testing::expect_all_pass;
+using namespace std::chrono_literals;
+using tutil::drive;
+using tutil::make;
+using tutil::sig_of;
+
+std::string expected_kind(const std::string& mode) { return mode == "tcp" ? "tcp" : "shm"; }
+
+uint8_t pattern(int src, size_t msg, size_t i) { return uint8_t(src * 31 + msg * 7 + i * 13 + (i >> 9)); }
+
+class TransportModes : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+// Every rank sends messages of several sizes to the next rank and receives
+// from the previous one, all posted at once (ordering per direction).
+TEST_P(TransportModes, RingExchangeSizes) {
+  auto [mode, n] = GetParam();
+  expect_all_pass(n, [mode = mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, mode);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    EXPECT_EQ(t->kind_to(rank), "self");
+    EXPECT_EQ(t->kind_to(next), expected_kind(mode));
+    EXPECT_NE(t->describe_peer(next).find("rank " + std::to_string(next) + " (pid "), std::string::npos);
+    const std::vector<size_t> sizes = {0, 1, 7, 1000, (1u << 20) + 3, 8};
+    std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+    std::vector<Request> sends(sizes.size()), recvs(sizes.size());
+    std::vector<Request*> all;
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      out[m].resize(sizes[m]);
+      in[m].assign(sizes[m], 0xEE);
+      for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern(rank, m, i);
+      sends[m].kind = Request::Kind::kSend;
+      sends[m].peer = next;
+      sends[m].sig = sig_of(CollOp::kSend, m, sizes[m], sizes[m]);
+      sends[m].src = out[m].data();
+      recvs[m].kind = Request::Kind::kRecv;
+      recvs[m].peer = prev;
+      recvs[m].sig = sig_of(CollOp::kSend, m, sizes[m], sizes[m]);
+      recvs[m].dst = in[m].data();
+    }
+    // Receives first on odd ranks, sends first on even ones.
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      if (rank % 2) t->post(&recvs[m]), t->post(&sends[m]);
+      else t->post(&sends[m]), t->post(&recvs[m]);
+      all.push_back(&sends[m]);
+      all.push_back(&recvs[m]);
+    }
+    drive(*t, all);
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      EXPECT_EQ(recvs[m].done, sizes[m]);
+      for (size_t i = 0; i < sizes[m]; ++i)
+        if (in[m][i] != pattern(prev, m, i)) {
+          ADD_FAILURE() << "message " << m << " (" << sizes[m] << " bytes) differs at byte " << i;
+          break;
+        }
+    }
+    // A message to oneself.
+    uint32_t a = 0x12345678, b = 0;
+    Request s, r;
+    s.kind = Request::Kind::kSend;
+    s.peer = rank;
+    s.sig = sig_of(CollOp::kBarrier, 99, 1, 4);
+    s.src = &a;
+    r.kind = Request::Kind::kRecv;
+    r.peer = rank;
+    r.sig = s.sig;
+    r.dst = &b;
+    t->post(&r);
+    t->post(&s);
+    drive(*t, {&s, &r});
+    EXPECT_EQ(b, a);
+  }, 60s);
+}
+
+// kRecvReduce f32/f64 sum around a ring; sizes that are not multiples of
+// the shm slot, plus an odd TCP receive buffer so elements straddle reads.
+TEST_P(TransportModes, RecvReduceSum) {
+  auto [mode, n] = GetParam();
+  expect_all_pass(n, [mode = mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, mode);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    const std::vector<size_t> counts = {1, 1000, 32768 + 3, 3 * 32768 + 5, 300001};
+    uint64_t seq = 0;
+    for (size_t c : counts) {
+      // f32 into a separate destination.
+      std::vector<float> mine(c), acc(c), dst(c, -1.f);
+      for (size_t i = 0; i < c; ++i) {
+        mine[i] = float((rank * 7 + i) % 1000);
+        acc[i] = float((rank * 3 + i * 5) % 777);
+      }
+      Request s, r;
+      s.kind = Request::Kind::kSend;
+      s.peer = next;
+      s.sig = sig_of(CollOp::kAllReduce, seq, c, c * 4, DType::kF32);
+      s.src = mine.data();
+      r.kind = Request::Kind::kRecvReduce;
+      r.peer = prev;
+      r.sig = s.sig;
+      r.dst = dst.data();
+      r.acc = acc.data();
+      r.dtype = DType::kF32;
+      r.rop = ReduceOp::kSum;
+      t->post(&s);
+      t->post(&r);
+      drive(*t, {&s, &r});
+      for (size_t i = 0; i < c; ++i)
+        if (dst[i] != acc[i] + float((prev * 7 + i) % 1000)) {
+          ADD_FAILURE() << "f32 count " << c << " wrong at " << i << ": " << dst[i];
+          break;
+        }
+      ++seq;
+      // f64 in place (dst == acc).
+      std::vector<double> m64(c), a64(c), keep(c);
+      for (size_t i = 0; i < c; ++i) {
+        m64[i] = double(rank + 1) * double(i % 4099);
+        keep[i] = a64[i] = double(i % 313) - 100;
+      }
+      Request s2, r2;
+      s2.kind = Request::Kind::kSend;
+      s2.peer = next;
+      s2.sig = sig_of(CollOp::kReduceScatter, seq, c, c * 8, DType::kF64);
+      s2.src = m64.data();
+      r2 = s2;
+      r2.kind = Request::Kind::kRecvReduce;
+      r2.peer = prev;
+      r2.src = nullptr;
+      r2.dst = a64.data();
+      r2.acc = a64.data();
+      r2.dtype = DType::kF64;
+      r2.rop = ReduceOp::kSum;
+      t->post(&r2);
+      t->post(&s2);
+      drive(*t, {&s2, &r2});
+      for (size_t i = 0; i < c; ++i)
+        if (a64[i] != keep[i] + double(prev + 1) * double(i % 4099)) {
+          ADD_FAILURE() << "f64 count " << c << " wrong at " << i;
+          break;
+        }
+      ++seq;
+    }
+  }, 60s, {"BRAID_TCP_RXBUF_BYTES=4099", "BRAID_SHM_SLOT_BYTES=65536"});
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TransportModes,
+                         ::testing::Combine(::testing::Values("auto", "tcp"), ::testing::Values(2, 3, 4)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+class TransportPair : public ::testing::TestWithParam<std::string> {};
+
+// Both ranks send 64 MiB and receive 64 MiB at the same time.
+TEST_P(TransportPair, SimultaneousLargeBothWays) {
+  std::string mode = GetParam();
+  expect_all_pass(2, [mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, mode);
+    const size_t bytes = 64u << 20;
+    std::vector<uint64_t> out(bytes / 8), in(bytes / 8, 0);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = (uint64_t(rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull);
+    Request s, r;
+    s.kind = Request::Kind::kSend;
+    s.peer = 1 - rank;
+    s.sig = sig_of(CollOp::kAllToAll, 1, bytes, bytes);
+    s.src = out.data();
+    r = s;
+    r.kind = Request::Kind::kRecv;
+    r.src = nullptr;
+    r.dst = in.data();
+    t->post(&s);
+    t->post(&r);
+    drive(*t, {&s, &r}, 30s);
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i] != ((uint64_t(1 - rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull))) {
+        ADD_FAILURE() << "word " << i << " differs";
+        break;
+      }
+  }, 60s);
+}
+
+// Rank 0 sends a different collective than rank 1 expects.
+TEST_P(TransportPair, MismatchShowsBothSides) {
+  std::string mode = GetParam();
+  expect_all_pass(2, [mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, mode);
+    std::vector<float> buf(1000, 1.f);
+    if (rank == 0) {
+      Request s;
+      s.kind = Request::Kind::kSend;
+      s.peer = 1;
+      s.sig = sig_of(CollOp::kAllGather, 4, 10, 40, DType::kF32);
+      s.src = buf.data();
+      t->post(&s);
+      drive(*t, {&s});
+      store->get("mismatch_seen");  // stay alive until rank 1 has read it
+      return;
+    }
+    Request r;
+    r.kind = Request::Kind::kRecvReduce;
+    r.peer = 0;
+    r.sig = sig_of(CollOp::kAllReduce, 4, 1000, 4000, DType::kF32);
+    r.dst = buf.data();
+    r.acc = buf.data();
+    r.dtype = DType::kF32;
+    t->post(&r);
+    try {
+      drive(*t, {&r});
+      ADD_FAILURE() << "no mismatch detected";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_EQ(e.code(), Errc::kMismatch) << m;
+      EXPECT_NE(m.find("rank 1 expected all_reduce seq 4 count 1000 f32 sum"), std::string::npos) << m;
+      EXPECT_NE(m.find("sent all_gather seq 4 count 10 f32"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 0 (pid"), std::string::npos) << m;
+    }
+    store->set_str("mismatch_seen", "1");
+  }, 30s);
+}
+
+// One rank exits; the other's pending receive and blocked send fail with
+// kPeerDied naming it within a few seconds.
+TEST_P(TransportPair, PeerDeathFailsPendingRequests) {
+  std::string mode = GetParam();
+  expect_all_pass(2, [mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, mode);
+    if (rank == 0) {
+      std::this_thread::sleep_for(200ms);
+      ::_exit(0);
+    }
+    std::vector<uint8_t> big(64u << 20, 1), small(100);
+    Request s, r;
+    s.kind = Request::Kind::kSend;
+    s.peer = 0;
+    s.sig = sig_of(CollOp::kBroadcast, 1, big.size(), big.size());
+    s.src = big.data();
+    r.kind = Request::Kind::kRecv;
+    r.peer = 0;
+    r.sig = sig_of(CollOp::kBroadcast, 2, 100, 100);
+    r.dst = small.data();
+    t->post(&s);
+    t->post(&r);
+    uint64_t t0 = now_ns();
+    try {
+      drive(*t, {&s, &r}, 20s);
+      ADD_FAILURE() << "requests to a dead peer completed";
+    } catch (const Error& e) {
+      double secs = double(now_ns() - t0) * 1e-9;
+      EXPECT_EQ(e.code(), Errc::kPeerDied) << e.what();
+      EXPECT_NE(std::string(e.what()).find("peer rank 0 (pid"), std::string::npos) << e.what();
+      EXPECT_LT(secs, 5.0) << e.what();
+    }
+  }, 30s);
+}
+
+// Two ranks are each pairs of sub-communicators: two transports per process
+// used concurrently from two threads.
+TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
+  std::string mode = GetParam();
+  expect_all_pass(2, [mode](int rank, int size, std::shared_ptr<Store> store) {
+    auto body = [&](int id) {
+      auto ps = make_prefix_store(store, "sub" + std::to_string(id) + "/");
+      auto t = make(rank, size, *ps, mode);
+      for (int it = 0; it < 200; ++it) {
+        uint64_t out = uint64_t(rank * 1000 + id * 100 + it), in = 0;
+        Request s, r;
+        s.kind = Request::Kind::kSend;
+        s.peer = 1 - rank;
+        s.sig = sig_of(CollOp::kAllReduce, uint64_t(it), 1, 8);
+        s.src = &out;
+        r = s;
+        r.kind = Request::Kind::kRecv;
+        r.dst = &in;
+        t->post(&s);
+        t->post(&r);
+        drive(*t, {&s, &r});
+        if (in != uint64_t((1 - rank) * 1000 + id * 100 + it)) {
+          ADD_FAILURE() << "sub " << id << " iteration " << it << " got " << in;
+          return;
+        }
+      }
+    };
+    std::thread a(body, 0), b(body, 1);
+    a.join();
+    b.join();
+  }, 30s);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TransportPair, ::testing::Values("auto", "tcp"));
+
+// A peer that never shows up: set-up fails with kTimeout naming it.
+TEST(Transport, SetupTimeoutNamesMissingPeer) {
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    if (rank == 1) return;
+    try {
+      make(rank, size, *store, "auto", 500ms);
+      ADD_FAILURE() << "set-up succeeded without rank 1";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("peer rank(s) 1"), std::string::npos) << e.what();
+    }
+  }, 30s);
+}
+
+// "shm" mode with ranks on two (faked) hosts is refused; "auto" mixes the
+// wires: shm inside each host, tcp between them.
+TEST(Transport, MixedHostsUseShmAndTcp) {
+  expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    ::setenv("BRAID_HOST_ID", rank < 2 ? "hostA" : "hostB", 1);
+    auto t = make(rank, size, *store, "auto");
+    EXPECT_EQ(t->kind_to(rank ^ 1), "shm");
+    EXPECT_EQ(t->kind_to(rank ^ 2), "tcp");
+    // All-to-all of 300 KB blocks, then many tiny ones.
+    const size_t bytes = 300000;
+    std::vector<std::vector<uint8_t>> out(static_cast<size_t>(size)), in(static_cast<size_t>(size));
+    std::vector<Request> reqs(size_t(2 * size));
+    std::vector<Request*> all;
+    for (int p = 0; p < size; ++p) {
+      out[size_t(p)].assign(bytes, uint8_t(rank * 16 + p));
+      in[size_t(p)].assign(bytes, 0);
+      Request& s = reqs[size_t(2 * p)];
+      s.kind = Request::Kind::kSend;
+      s.peer = p;
+      s.sig = sig_of(CollOp::kAllToAll, 0, bytes, bytes);
+      s.src = out[size_t(p)].data();
+      Request& r = reqs[size_t(2 * p + 1)];
+      r = s;
+      r.kind = Request::Kind::kRecv;
+      r.src = nullptr;
+      r.dst = in[size_t(p)].data();
+      t->post(&s);
+      t->post(&r);
+      all.push_back(&s);
+      all.push_back(&r);
+    }
+    drive(*t, all);
+    for (int p = 0; p < size; ++p)
+      EXPECT_EQ(in[size_t(p)][bytes - 1], uint8_t(p * 16 + rank)) << "from rank " << p;
+    for (int it = 0; it < 300; ++it) {
+      int to = (rank + 1 + it % 3) % size, from = (rank + size - 1 - it % 3) % size;
+      uint32_t o = uint32_t(it), i = 99999;
+      Request s, r;
+      s.kind = Request::Kind::kSend;
+      s.peer = to;
+      s.sig = sig_of(CollOp::kBarrier, uint64_t(it + 1), 1, 4);
+      s.src = &o;
+      r = s;
+      r.kind = Request::Kind::kRecv;
+      r.peer = from;
+      r.dst = &i;
+      t->post(&r);
+      t->post(&s);
+      drive(*t, {&s, &r});
+      ASSERT_EQ(i, uint32_t(it));
+    }
+  }, 60s);
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    ::setenv("BRAID_HOST_ID", rank == 0 ? "hostA" : "hostB", 1);
+    try {
+      make(rank, size, *store, "shm");
+      ADD_FAILURE() << "shm mode accepted two hosts";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kNotSupported) << e.what();
+    }
+  }, 30s);
+}
+
+// Hostile connections to a listener during set-up (wrong secret; right
+// secret but a garbage hello; a connection that never speaks) are dropped,
+// and the real peers still connect promptly.
+TEST(Transport, TcpRejectsUninvitedConnections) {
+  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    if (rank != 2) {
+      uint64_t t0 = now_ns();
+      auto t = make(rank, size, *store, "tcp");
+      EXPECT_LT(double(now_ns() - t0) * 1e-9, 8.0) << "set-up was held up by hostile connections";
+      tutil::ring_ping(*t, rank, size);
+      return;
+    }
+    // Rank 2 attacks rank 0's listener before it connects itself (its store
+    // view delays rank 0's address by a second).
+    std::atomic<bool> attacked{false};
+    std::thread attacker([&] {
+      auto ps = make_prefix_store(store, tutil::kPrefix);
+      std::string v = ps->get_str("tcp/addr/0");
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(uint16_t(std::atoi(v.c_str() + v.find(' ') + 1)));
+      ::inet_pton(AF_INET, v.substr(0, v.find(' ')).c_str(), &sa.sin_addr);
+      auto dial = [&] {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) ADD_FAILURE() << "connect failed";
+        return fd;
+      };
+      int silent = dial();  // never speaks
+      int fd = dial();
+      try {
+        authenticate_connect(fd, "not-the-secret", 5000ms);
+        ADD_FAILURE() << "wrong secret accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::kAuth) << e.what();
+      }
+      ::close(fd);
+      fd = dial();
+      authenticate_connect(fd, tutil::kSecret, 5000ms);
+      char junk[48] = {0};
+      write_full(fd, junk, sizeof junk, now_ns() + 1000000000ull, "junk hello");
+      char ack[8];
+      try {
+        read_full(fd, ack, sizeof ack, now_ns() + 5000000000ull, "ack");
+        ADD_FAILURE() << "garbage hello acknowledged";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::kPeerDied) << e.what();
+      }
+      ::close(fd);
+      attacked = true;
+      std::this_thread::sleep_for(3000ms);
+      ::close(silent);
+    });
+    tutil::DelayedStore slow(store, "tcp/addr/0", 1000ms);
+    auto t = make(rank, size, slow, "tcp");
+    EXPECT_TRUE(attacked.load());
+    tutil::ring_ping(*t, rank, size);
+    attacker.join();
+  }, 60s);
+}
+
+TEST(TransportBench, DISABLED_Microbenchmark) { tutil::run_microbenchmark(); }
+
+}  // namespace
+}  // namespace braid::comm

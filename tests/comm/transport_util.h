@@ -1,0 +1,130 @@
+// Test-only helpers for transport_test.cc (header-only: the build compiles
+// only tests/**/*_test.cc files).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/store.h"
+#include "comm/transport.h"
+
+namespace braid::comm::tutil {
+
+inline constexpr const char* kPrefix = "tr/";
+inline constexpr const char* kSecret = "test-secret";
+
+// Forwards to a Store, prefixing keys, optionally sleeping before the first
+// wait/get of keys that end with `slow_key`.
+class ViewStore : public Store {
+ public:
+  ViewStore(Store& base, std::string prefix, std::string slow_key = "",
+            std::chrono::milliseconds delay = std::chrono::milliseconds(0))
+      : base_(base), prefix_(std::move(prefix)), slow_(std::move(slow_key)), delay_(delay) {}
+  void set(const std::string& k, const Bytes& v) override { base_.set(prefix_ + k, v); }
+  Bytes get(const std::string& k) override {
+    maybe_delay(k);
+    return base_.get(prefix_ + k);
+  }
+  int64_t add(const std::string& k, int64_t d) override { return base_.add(prefix_ + k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return base_.compare_set(prefix_ + k, e, d);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
+    std::vector<std::string> p;
+    for (auto& k : keys) {
+      maybe_delay(k);
+      p.push_back(prefix_ + k);
+    }
+    base_.wait(p, t);
+  }
+  bool remove(const std::string& k) override { return base_.remove(prefix_ + k); }
+  bool check(const std::string& k) override { return base_.check(prefix_ + k); }
+
+ private:
+  void maybe_delay(const std::string& k) {
+    if (slow_.empty() || delayed_) return;
+    if (k.size() >= slow_.size() && k.compare(k.size() - slow_.size(), slow_.size(), slow_) == 0) {
+      delayed_ = true;
+      std::this_thread::sleep_for(delay_);
+    }
+  }
+  Store& base_;
+  std::string prefix_, slow_;
+  std::chrono::milliseconds delay_;
+  bool delayed_ = false;
+};
+
+// A store view that holds back one key for a while (the attacker test).
+class DelayedStore : public ViewStore {
+ public:
+  DelayedStore(std::shared_ptr<Store> base, const std::string& key, std::chrono::milliseconds d)
+      : ViewStore(*base, "", key, d), keep_(std::move(base)) {}
+
+ private:
+  std::shared_ptr<Store> keep_;
+};
+
+inline MsgSig sig_of(CollOp op, uint64_t seq, uint64_t count, uint64_t bytes, DType dt = DType::kU8,
+                     ReduceOp rop = ReduceOp::kSum, int32_t root = -1) {
+  MsgSig s;
+  s.op = op;
+  s.seq = seq;
+  s.count = count;
+  s.bytes = bytes;
+  s.dtype = dt;
+  s.rop = rop;
+  s.root = root;
+  return s;
+}
+
+inline std::unique_ptr<Transport> make(int rank, int size, Store& store, const std::string& mode,
+                                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  ViewStore view(store, kPrefix);
+  TransportOptions o;
+  o.mode = mode;
+  o.secret = kSecret;
+  o.timeout = timeout;
+  return make_transport(rank, size, view, o);
+}
+
+// Drives requests to completion; Error(kTimeout) after `limit`.
+inline void drive(Transport& t, const std::vector<Request*>& reqs,
+                  std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  uint64_t deadline = now_ns() + uint64_t(limit.count()) * 1000000ull;
+  for (;;) {
+    bool all = true;
+    for (Request* r : reqs) all = all && r->complete;
+    if (all) return;
+    if (!t.progress()) {
+      if (now_ns() > deadline) throw Error(Errc::kTimeout, "test: requests did not complete in time");
+      t.wait_activity(std::chrono::microseconds(1000));
+    }
+  }
+}
+
+// One 8-byte message around the ring, checked.
+inline void ring_ping(Transport& t, int rank, int size) {
+  uint64_t out = 0xABCD0000u + uint64_t(rank), in = 0;
+  Request s, r;
+  s.kind = Request::Kind::kSend;
+  s.peer = (rank + 1) % size;
+  s.sig = sig_of(CollOp::kBarrier, 7, 1, 8);
+  s.src = &out;
+  r = s;
+  r.kind = Request::Kind::kRecv;
+  r.peer = (rank + size - 1) % size;
+  r.dst = &in;
+  t.post(&s);
+  t.post(&r);
+  drive(t, {&s, &r});
+  EXPECT_EQ(in, 0xABCD0000u + uint64_t((rank + size - 1) % size));
+}
+
+}  // namespace braid::comm::tutil
