@@ -128,7 +128,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
       broken_code_ = e.code();
       broken_msg_ = msg;
       std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
-      std::fprintf(stderr, "braid: rank %d: %s\n%s", rank_, msg.c_str(), fr.c_str());
+      std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
     }
     throw Error(e.code(), msg);
   }

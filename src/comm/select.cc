@@ -149,14 +149,16 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
 }
 
 std::string Selector::choose(CollOp op, size_t bytes, DType t) const {
-  auto it = overrides_.find(op);
-  if (it != overrides_.end()) return it->second;
   const bool reduction =
       op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
-  // Rank-order folding: bitwise identical across algorithms and sizes; and
-  // the only way f16/bf16 sums of more than two ranks accumulate in f32.
-  if (reduction && (deterministic_ || ((t == DType::kF16 || t == DType::kBF16) && n_ > 2)))
-    return "direct";
+  // Deterministic mode wins over any override: only rank-order folding is
+  // bitwise identical across algorithms and sizes.
+  if (reduction && deterministic_) return "direct";
+  auto it = overrides_.find(op);
+  if (it != overrides_.end()) return it->second;
+  // Rank-order folding is also the only way f16/bf16 sums of more than two
+  // ranks accumulate in f32 end to end.
+  if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return "direct";
   std::string best;
   double best_t = kInf;
   for (auto& algo : algorithms_for(op)) {

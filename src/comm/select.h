@@ -9,7 +9,8 @@
 // "reduce_gbps":..}), or from `braid bench --probe`, which measures them and
 // writes that file. Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
 // Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the direct
-// algorithms for reductions (rank-order folding, bitwise reproducible).
+// algorithms for reductions, over any override (rank-order folding, bitwise
+// reproducible).
 #pragma once
 
 #include <map>

@@ -1,0 +1,237 @@
+// Faults, bad input, sub-communicators, async work, deterministic mode and
+// the TCP transport — all with real processes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "braid/reduce.h"
+#include "support/multiproc.h"
+
+using namespace braid;
+using braid::testing::expect_all_pass;
+using braid::testing::run_ranks;
+
+namespace {
+
+std::shared_ptr<Communicator> make(int rank, int size, std::shared_ptr<Store> store,
+                                   int timeout_s = 30, const std::string& transport = "") {
+  CommOptions o;
+  o.timeout = std::chrono::seconds(timeout_s);
+  o.transport = transport;
+  return Communicator::create(rank, size, store, o);
+}
+
+template <class F>
+Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected braid::Error";
+  return Error(Errc::kInternal, "none");
+}
+
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(CommFaults, BadArgumentsAreClearErrors) {
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    std::vector<float> v(10);
+    auto e = expect_error([&] { c->all_reduce(nullptr, v.data(), 10, DType::kF32, ReduceOp::kSum); });
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+    EXPECT_TRUE(contains(e.what(), "null")) << e.what();
+    e = expect_error([&] { c->broadcast(v.data(), 10, DType::kF32, 2); });
+    EXPECT_TRUE(contains(e.what(), "root 2 is out of range")) << e.what();
+    e = expect_error([&] { c->all_reduce(v.data(), v.data(), 10, DType::kF32, ReduceOp::kBxor); });
+    EXPECT_TRUE(contains(e.what(), "bxor")) << e.what();
+    e = expect_error([&] { c->all_gather(v.data(), v.data(), size_t(1) << 62, DType::kF64); });
+    EXPECT_TRUE(contains(e.what(), "overflows")) << e.what();
+    e = expect_error([&] { c->send(v.data(), 1, DType::kF32, rank, 0); });
+    EXPECT_TRUE(contains(e.what(), "is this rank")) << e.what();
+    e = expect_error([&] { c->set_algorithm("all_reduce", "bogus"); });
+    EXPECT_TRUE(contains(e.what(), "bogus")) << e.what();
+    // bad input does not break the communicator
+    c->all_reduce(v.data(), v.data(), 10, DType::kF32, ReduceOp::kSum);
+  });
+}
+
+TEST(CommFaults, MismatchedCountsNameBothSides) {
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 20);
+    std::vector<float> v(100, 1.0f);
+    size_t count = rank == 0 ? 100 : 50;
+    auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), count, DType::kF32, ReduceOp::kSum); });
+    EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+    EXPECT_TRUE(contains(e.what(), "count 100") && contains(e.what(), "count 50")) << e.what();
+  });
+}
+
+TEST(CommFaults, MismatchedCollectivesNameBothSides) {
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 20);
+    std::vector<float> v(64, 1.0f), out(128);
+    auto e = expect_error([&] {
+      if (rank == 0) c->all_reduce(v.data(), v.data(), 64, DType::kF32, ReduceOp::kSum);
+      else c->all_gather(v.data(), out.data(), 64, DType::kF32);
+    });
+    EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+    EXPECT_TRUE(contains(e.what(), "all_reduce") && contains(e.what(), "all_gather")) << e.what();
+  });
+}
+
+TEST(CommFaults, TimeoutNamesRankOpSequenceAndPeer) {
+  auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 2);
+    std::vector<float> v(1000, 1.0f);
+    c->all_reduce(v.data(), v.data(), 1000, DType::kF32, ReduceOp::kSum);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));  // never joins the second call
+      return;
+    }
+    double t0 = now_s();
+    auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), 1000, DType::kF32, ReduceOp::kSum); });
+    double took = now_s() - t0;
+    EXPECT_EQ(e.code(), Errc::kTimeout) << e.what();
+    EXPECT_LT(took, 4.5);
+    std::string m = e.what();
+    EXPECT_TRUE(contains(m, "rank 0") && contains(m, "all_reduce seq 2") && contains(m, "rank 1") &&
+                contains(m, "bytes"))
+        << m;
+    // the communicator stays failed, and says why
+    auto e2 = expect_error([&] { c->barrier(); });
+    EXPECT_TRUE(contains(e2.what(), "failed earlier")) << e2.what();
+    EXPECT_TRUE(contains(c->flight_record(), "all_reduce")) << c->flight_record();
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+}
+
+TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto res = run_ranks(3, [transport](int rank, int size, std::shared_ptr<Store> store) {
+      auto c = make(rank, size, store, 60, transport);
+      std::vector<float> v(1 << 16, 1.0f);
+      c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+      if (rank == 2) ::_exit(0);  // dies without a word
+      double t0 = now_s();
+      auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum); });
+      EXPECT_LT(now_s() - t0, 10.0) << transport;
+      EXPECT_TRUE(e.code() == Errc::kPeerDied || e.code() == Errc::kTimeout) << e.what();
+      EXPECT_TRUE(contains(e.what(), "rank 2") || rank == 1 || e.code() == Errc::kPeerDied)
+          << transport << ": " << e.what();
+    }, std::chrono::seconds(90));
+    EXPECT_EQ(res[0].exit_code, 0) << transport << ": " << res[0].output;
+    EXPECT_EQ(res[1].exit_code, 0) << transport << ": " << res[1].output;
+  }
+}
+
+TEST(CommSplit, SubCommunicatorsRunConcurrentlyWithEachOtherAndParent) {
+  expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto world = make(rank, size, store);
+    auto sub = world->split(rank % 2, -rank);  // key reverses the order
+    ASSERT_NE(sub, nullptr);
+    EXPECT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), rank < 2 ? 1 : 0);
+    auto none = world->split(rank == 0 ? -1 : 0, rank);
+    EXPECT_EQ(none == nullptr, rank == 0);
+    // sub and world run at the same time from two threads
+    std::vector<int64_t> a(100000), b(100000);
+    std::thread t([&] {
+      for (int it = 0; it < 20; ++it) {
+        std::fill(a.begin(), a.end(), rank);
+        sub->all_reduce(a.data(), a.data(), a.size(), DType::kI64, ReduceOp::kSum);
+        ASSERT_EQ(a[7], rank % 2 == 0 ? 0 + 2 : 1 + 3);
+      }
+    });
+    for (int it = 0; it < 20; ++it) {
+      std::fill(b.begin(), b.end(), 1);
+      world->all_reduce(b.data(), b.data(), b.size(), DType::kI64, ReduceOp::kSum);
+      ASSERT_EQ(b[99], 4);
+    }
+    t.join();
+  });
+}
+
+TEST(CommAsync, ManyOutstandingOperationsCompleteInOrder) {
+  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    const int k = 16;
+    std::vector<std::vector<float>> bufs(k, std::vector<float>(50000));
+    std::vector<Work> works;
+    for (int i = 0; i < k; ++i) {
+      std::fill(bufs[i].begin(), bufs[i].end(), float(rank + i));
+      works.push_back(c->all_reduce_async(bufs[i].data(), bufs[i].data(), bufs[i].size(),
+                                          DType::kF32, ReduceOp::kSum));
+    }
+    // a blocking call issued meanwhile waits its turn
+    float x = 1;
+    c->all_reduce(&x, &x, 1, DType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(x, 3.0f);
+    for (int i = 0; i < k; ++i) {
+      works[i].wait();
+      EXPECT_TRUE(works[i].test());
+      EXPECT_EQ(bufs[i][123], float(0 + 1 + 2 + 3 * i));
+    }
+  });
+}
+
+TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {
+  expect_all_pass(5, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    std::mt19937 rng(1234 + rank);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    const size_t n = 300007;
+    std::vector<float> in(n);
+    for (auto& v : in) v = dist(rng) * 1000.0f;
+    // every rank knows every rank's input (same generator)
+    std::vector<std::vector<float>> all(size, std::vector<float>(n));
+    for (int r = 0; r < size; ++r) {
+      std::mt19937 g(1234 + r);
+      for (auto& v : all[r]) v = dist(g) * 1000.0f;
+    }
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      float acc = all[0][i];
+      for (int r = 1; r < size; ++r) acc += all[r][i];
+      want[i] = acc;
+    }
+    for (const char* algo : {"ring", "hd", "rd", "direct", "auto"}) {
+      for (size_t count : {n, size_t(1001), size_t(3)}) {
+        c->set_algorithm("all_reduce", algo);
+        std::vector<float> out(count);
+        c->all_reduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum);
+        EXPECT_EQ(0, std::memcmp(out.data(), want.data(), count * 4))
+            << "algorithm " << algo << " count " << count;
+      }
+    }
+  }, std::chrono::seconds(120), {"BRAID_DETERMINISTIC=1", "BRAID_CHUNK_BYTES=4096"});
+}
+
+TEST(CommTcp, CollectivesOverTcpMatchReference) {
+  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 30, "tcp");
+    EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
+    for (const char* algo : {"ring", "hd", "rd", "direct"}) {
+      c->set_algorithm("all_reduce", algo);
+      for (size_t count : {size_t(0), size_t(7), size_t(1 << 20) + 3}) {
+        std::vector<int32_t> v(count);
+        for (size_t i = 0; i < count; ++i) v[i] = int32_t(i % 100) + rank;
+        c->all_reduce(v.data(), v.data(), count, DType::kI32, ReduceOp::kSum);
+        for (size_t i = 0; i < count; i += 997)
+          ASSERT_EQ(v[i], 3 * int32_t(i % 100) + 3) << algo << " " << count;
+      }
+    }
+    std::vector<double> g(3 * 1000), mine(1000, rank);
+    c->all_gather(mine.data(), g.data(), 1000, DType::kF64);
+    EXPECT_EQ(g[2500], 2.0);
+  });
+}
