@@ -1,0 +1,141 @@
+#include "launch/node_link.h"
+
+#include <unistd.h>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/log.h"
+
+namespace braid::launch {
+namespace {
+
+// The watcher's wait is short so that it can notice stopping_; the server
+// parks it, so this costs one request per interval, not a busy poll.
+constexpr auto kWatchInterval = std::chrono::milliseconds(500);
+
+std::pair<int, std::string> parse_failure(const std::string& v, int* node) {
+  size_t a = v.find('|'), b = a == std::string::npos ? a : v.find('|', a + 1);
+  if (b == std::string::npos) return {1, v};
+  try {
+    *node = std::stoi(v.substr(a + 1, b - a - 1));
+    return {std::stoi(v.substr(0, a)), v.substr(b + 1)};
+  } catch (const std::exception&) {
+    return {1, v};
+  }
+}
+
+}  // namespace
+
+NodeLink::NodeLink(std::shared_ptr<Store> store, std::string store_addr, int nnodes,
+                   int node_rank, int nproc, std::chrono::milliseconds timeout)
+    : store_(std::move(store)),
+      store_addr_(std::move(store_addr)),
+      nnodes_(nnodes),
+      node_rank_(node_rank),
+      nproc_(nproc),
+      timeout_(timeout) {}
+
+NodeLink::~NodeLink() {
+  stopping_.store(true);
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void NodeLink::rendezvous() {
+  std::string me = hostname() + " pid " + std::to_string(::getpid());
+  Bytes mine(me.begin(), me.end());
+  Bytes now = store_->compare_set(key("node/" + std::to_string(node_rank_)), {}, mine);
+  if (now != mine)
+    throw Error(Errc::kInvalidArgument,
+                "node rank " + std::to_string(node_rank_) + " is already taken by " +
+                    std::string(now.begin(), now.end()) + " (each node needs its own --node-rank)");
+  store_->set_str(key("nproc/" + std::to_string(node_rank_)), std::to_string(nproc_));
+  std::vector<std::string> keys;
+  for (int i = 0; i < nnodes_; ++i) keys.push_back(key("nproc/" + std::to_string(i)));
+  try {
+    store_->wait(keys, timeout_);
+  } catch (const Error& e) {
+    if (e.code() != Errc::kTimeout) throw;
+    std::string missing;
+    for (int i = 0; i < nnodes_; ++i)
+      if (!store_->check(keys[size_t(i)])) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    throw Error(Errc::kTimeout, "node(s) " + missing + " did not join the job at " + store_addr_ +
+                                    " within " + std::to_string(timeout_.count() / 1000) + " s");
+  }
+  for (int i = 0; i < nnodes_; ++i) {
+    std::string v = store_->get_str(keys[size_t(i)]);
+    if (v != std::to_string(nproc_))
+      throw Error(Errc::kInvalidArgument, "node " + std::to_string(i) + " runs " + v +
+                                              " ranks but node " + std::to_string(node_rank_) +
+                                              " runs " + std::to_string(nproc_) +
+                                              " (-n must match on every node)");
+  }
+}
+
+void NodeLink::report_failure(int status, const std::string& description) {
+  std::string v = std::to_string(status) + "|" + std::to_string(node_rank_) + "|" + description;
+  try {
+    store_->compare_set(key("failed"), {}, Bytes(v.begin(), v.end()));
+  } catch (const Error& e) {
+    BRAID_LOG(kWarn, "could not tell the other nodes about the failure: " << e.what());
+  }
+}
+
+void NodeLink::watch(std::function<void(int, std::string)> on_failure) {
+  watcher_ = std::thread([this, on_failure = std::move(on_failure)] {
+    while (!stopping_.load()) {
+      try {
+        store_->wait({key("failed")}, kWatchInterval);
+      } catch (const Error& e) {
+        if (e.code() == Errc::kTimeout) continue;
+        if (!stopping_.load())
+          on_failure(1, std::string("lost the job's store (") + e.what() + ")");
+        return;
+      }
+      try {
+        int node = -1;
+        auto [status, what] = parse_failure(store_->get_str(key("failed")), &node);
+        if (node != node_rank_) on_failure(status, what);
+      } catch (const Error& e) {
+        if (!stopping_.load()) on_failure(1, std::string("lost the job's store (") + e.what() + ")");
+      }
+      return;
+    }
+  });
+}
+
+int NodeLink::finish(int status, const std::function<bool()>& stop, std::string* what) {
+  stopping_.store(true);
+  if (watcher_.joinable()) watcher_.join();
+  store_->set_str(key("exit/" + std::to_string(node_rank_)), std::to_string(status));
+  if (node_rank_ != 0) return 0;
+  double last_note = now_s();
+  int other = 0;
+  for (int i = 1; i < nnodes_; ++i) {
+    std::string k = key("exit/" + std::to_string(i));
+    for (;;) {
+      try {
+        store_->wait({k}, std::chrono::milliseconds(500));
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Errc::kTimeout) throw;
+      }
+      if (stop()) return 0;
+      if (now_s() - last_note > 60) {
+        BRAID_LOG(kWarn, "node 0 keeps the job's store up until node " << i << " finishes");
+        last_note = now_s();
+      }
+    }
+    int s = 1;
+    try {
+      s = std::stoi(store_->get_str(k));
+    } catch (const std::exception&) {
+    }
+    if (s != 0 && other == 0) {
+      other = s;
+      if (what) *what = "node " + std::to_string(i) + " finished with status " + std::to_string(s);
+    }
+  }
+  return other;
+}
+
+}  // namespace braid::launch

@@ -1,0 +1,56 @@
+// The launchers of a multi-node job talk through the job's store: they meet
+// before starting ranks (same rank count everywhere, each node rank taken
+// once), tell each other about the first failed rank so every node stops its
+// ranks, and node 0 keeps the store up until every node has finished.
+//
+// Keys (all under "braid/launch/"): node/<i> (claim: host and pid),
+// nproc/<i>, failed ("<status>|<node>|<description>"), exit/<i>.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "braid/store.h"
+
+namespace braid::launch {
+
+class NodeLink {
+ public:
+  NodeLink(std::shared_ptr<Store> store, std::string store_addr, int nnodes, int node_rank,
+           int nproc, std::chrono::milliseconds timeout);
+  ~NodeLink();
+
+  // Blocks until every node has arrived. Throws Error(kInvalidArgument) on a
+  // duplicate node rank or a different rank count, Error(kTimeout) naming
+  // the nodes that did not come.
+  void rendezvous();
+
+  // Publishes a local failure (the first one in the job is kept).
+  void report_failure(int status, const std::string& description);
+
+  // Starts a thread that calls on_failure(status, description) once, when
+  // another node reports a failure or the store goes away unexpectedly.
+  void watch(std::function<void(int, std::string)> on_failure);
+
+  // Records this node's final status. Node 0 then waits for every other node
+  // (logging who it waits for once a minute, giving up when stop() turns
+  // true) and returns the first non-zero status among them (0 if none),
+  // with its description in *what.
+  int finish(int status, const std::function<bool()>& stop, std::string* what);
+
+ private:
+  std::string key(const std::string& k) const { return "braid/launch/" + k; }
+
+  std::shared_ptr<Store> store_;
+  std::string store_addr_;
+  int nnodes_, node_rank_, nproc_;
+  std::chrono::milliseconds timeout_;
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+};
+
+}  // namespace braid::launch
