@@ -181,9 +181,10 @@ class CompositeTransport final : public Transport {
   }
 
   bool progress() override {
+    // Every wire, busy or not: an idle shm wire still takes its doorbell
+    // snapshot, which wait_activity compares against.
     bool moved = false;
-    for (Wire* w : wires_)
-      if (w->busy()) moved |= w->progress();
+    for (Wire* w : wires_) moved |= w->progress();
     return moved;
   }
 
@@ -199,15 +200,17 @@ class CompositeTransport final : public Transport {
       return;
     }
     if (n == 1) return active[0]->wait_activity(timeout);
-    // Several wires: poll all of them, then sleep in short slices on each.
-    const uint64_t deadline = now_ns() + uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
-    for (;;) {
-      for (int i = 0; i < n; ++i)
-        if (active[i]->poll_ready()) return;
-      uint64_t now = now_ns();
-      if (now >= deadline) return;
-      auto slice = std::chrono::microseconds(std::min<uint64_t>((deadline - now) / 1000 + 1, 200));
-      for (int i = 0; i < n; ++i) active[i]->wait_activity(slice / n);
+    // Several wires (shm and tcp): a short wait on each in turn, then back
+    // to the caller, which calls progress() again. Each wire's wait ends
+    // early on its own activity; one that ends because of activity consumes
+    // it (epoll), so this must not loop here. shm (whose poll_ready only
+    // compares its doorbell) comes first, so its activity is seen at once.
+    for (int i = 0; i < n; ++i)
+      if (active[i]->poll_ready()) return;
+    auto slice = std::min(timeout, std::chrono::microseconds(50));
+    for (int i = 0; i < n; ++i) {
+      active[i]->wait_activity(slice);
+      if (i + 1 < n && active[i]->poll_ready()) return;
     }
   }
 

@@ -435,7 +435,7 @@ TEST(Transport, TcpRejectsUninvitedConnections) {
       }
       ::close(fd);
       attacked = true;
-      std::this_thread::sleep_for(3000ms);
+      std::this_thread::sleep_for(1500ms);
       ::close(silent);
     });
     tutil::DelayedStore slow(store, "tcp/addr/0", 1000ms);
