@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -224,8 +225,11 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
           "LOCAL_WORLD_SIZE=" + std::to_string(n),
           "GROUP_RANK=" + std::to_string(opt.node_rank),
       };
-      if (opt.timeout.count() > 0)
-        over.push_back("BRAID_TIMEOUT=" + std::to_string(double(opt.timeout.count()) / 1000.0));
+      if (opt.timeout.count() > 0) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", double(opt.timeout.count()) / 1000.0);
+        over.push_back(std::string("BRAID_TIMEOUT=") + secs);
+      }
       if (!env_str("OMP_NUM_THREADS") && !env_has(opt.extra_env, "OMP_NUM_THREADS"))
         over.push_back("OMP_NUM_THREADS=" + default_omp_threads(n));
       over.insert(over.end(), opt.extra_env.begin(), opt.extra_env.end());
@@ -346,14 +350,18 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
     if (!stopping && opt.max_time.count() > 0 &&
         now_ns() - start > uint64_t(opt.max_time.count()) * 1000000ull) {
       outcome.status = 124;
-      outcome.summary = tool + ": the job ran past its time limit (" +
-                        std::to_string(opt.max_time.count() / 1000.0) + " s); stopped all " +
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", double(opt.max_time.count()) / 1000.0);
+      outcome.summary = tool + ": the job ran past its time limit (" + limit +
+                        " s); stopped all " +
                         std::to_string(n) + " local ranks";
       if (link) link->report_failure(124, "node " + std::to_string(opt.node_rank) +
                                               " reached its time limit");
       begin_stop(SIGTERM);
     }
-    if (stopping && !killed && now_ns() > kill_at) {
+    // A stopped job leaves nothing behind: once every rank is reaped, what
+    // is left in their process groups (background children) goes too.
+    if (stopping && !killed && (live == 0 || now_ns() > kill_at)) {
       kill_all(SIGKILL);
       killed = true;
     }
