@@ -571,13 +571,23 @@ struct TcpStoreServer::Impl {
           adopt_authenticated();
         } else {
           if (!conns.count(id)) continue;
-          if (e & EPOLLOUT) {
-            if (!flush(id)) continue;
+          // Whatever goes wrong while serving one client (even running out
+          // of memory) costs that client its connection, not the server.
+          try {
+            if (e & EPOLLOUT) {
+              if (!flush(id)) continue;
+            }
+            if (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(id);
+          } catch (const std::exception& ex) {
+            drop(id, std::string("internal error while serving it: ") + ex.what());
           }
-          if (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(id);
         }
       }
-      expire_waiters();
+      try {
+        expire_waiters();
+      } catch (const std::exception& ex) {
+        BRAID_LOG(kError, "store server: while expiring waiters: " << ex.what());
+      }
     }
   }
 };
