@@ -1,8 +1,8 @@
 // ReLU and GELU (tanh approximation), forward and backward.
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <cmath>
 
 #include "braid/layers.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 
@@ -10,34 +10,45 @@ namespace {
 // Elementwise work below ~64K elements is not worth waking a second thread.
 constexpr int64_t kParallelMin = 1 << 16;
 
-BRAID_SIMD_FN void relu_fwd(const float* x, float* y, int64_t n) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+BRAID_SIMD_FN void relu_fwd_range(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
-BRAID_SIMD_FN void relu_bwd(const float* y, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+BRAID_SIMD_FN void relu_bwd_range(const float* y, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 
-BRAID_SIMD_FN void gelu_fwd(const float* x, float* y, int64_t n) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+BRAID_SIMD_FN void gelu_fwd_range(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
     y[i] = 0.5f * v * (1.0f + t);
   }
 }
-BRAID_SIMD_FN void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+BRAID_SIMD_FN void gelu_bwd_range(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
     float dt = (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
   }
+}
+
+void relu_fwd(const float* x, float* y, int64_t n) {
+  simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) { relu_fwd_range(x + b, y + b, e - b); });
+}
+void relu_bwd(const float* y, const float* dy, float* dx, int64_t n) {
+  simd::parallel_ranges(n, kParallelMin,
+                        [&](int64_t b, int64_t e) { relu_bwd_range(y + b, dy + b, dx + b, e - b); });
+}
+void gelu_fwd(const float* x, float* y, int64_t n) {
+  simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) { gelu_fwd_range(x + b, y + b, e - b); });
+}
+void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n) {
+  simd::parallel_ranges(n, kParallelMin,
+                        [&](int64_t b, int64_t e) { gelu_bwd_range(x + b, dy + b, dx + b, e - b); });
 }
 }  // namespace
 

@@ -7,12 +7,12 @@
 //   backward: dP = do_h vᵀ;  dv = Pᵀ do_h;  dS = P ⊙ (dP − rowsum(dP ⊙ P));
 //             dq = dS k/√d;  dk = dSᵀ q/√d
 // The (b, h) pairs run in parallel, each GEMM single-threaded.
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <cmath>
 
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 

@@ -1,10 +1,10 @@
 // Softmax cross-entropy: forward keeps p = softmax(logits) per row, the
 // backward is the classic p − onehot, scaled.
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <cmath>
 
 #include "braid/error.h"
 #include "braid/loss.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 

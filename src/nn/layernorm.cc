@@ -1,10 +1,10 @@
 // LayerNorm over the last dimension, forward and backward (llm.c's form:
 // dx = rstd · (dŷ − mean(dŷ) − x̂ · mean(dŷ · x̂)), dŷ = dy · γ).
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <cmath>
 
 #include "braid/error.h"
 #include "braid/layers.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 
@@ -19,10 +19,10 @@ LayerNorm::LayerNorm(std::string name, int64_t dim, float eps)
 }
 
 namespace {
-BRAID_SIMD_FN void ln_fwd(const float* x, const float* g, const float* b, float* y,
-                          float* mean, float* rstd, int64_t rows, int64_t d, float eps) {
-#pragma omp parallel for if (rows * d >= (1 << 16)) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+BRAID_SIMD_FN void ln_fwd_rows(const float* x, const float* g, const float* b, float* y,
+                               float* mean, float* rstd, int64_t r0, int64_t r1, int64_t d,
+                               float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * d;
     float* yr = y + r * d;
     float s = 0;
@@ -38,6 +38,13 @@ BRAID_SIMD_FN void ln_fwd(const float* x, const float* g, const float* b, float*
     mean[r] = m;
     rstd[r] = rs;
   }
+}
+
+void ln_fwd(const float* x, const float* g, const float* b, float* y, float* mean, float* rstd,
+            int64_t rows, int64_t d, float eps) {
+  simd::parallel_ranges(rows, d >= (1 << 16) ? 1 : (1 << 16) / d, [&](int64_t r0, int64_t r1) {
+    ln_fwd_rows(x, g, b, y, mean, rstd, r0, r1, d, eps);
+  });
 }
 
 BRAID_SIMD_FN void ln_bwd(const float* x, const float* g, const float* mean, const float* rstd,

@@ -1,9 +1,9 @@
 // Linear: y = x Wᵀ + b, and its backward, as three sgemm calls whose
 // transposes are flags (no copies).
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 

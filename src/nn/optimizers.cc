@@ -1,11 +1,11 @@
 // SGD with momentum and AdamW: one fused, vectorised pass per parameter.
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <cmath>
 
 #include "braid/checkpoint.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/optim.h"
-#include "../tensor/simd.h"
 
 namespace braid::nn {
 
@@ -49,9 +49,8 @@ void Optimizer::load_state(const Checkpoint& ck, const std::vector<Parameter*>& 
 }
 
 namespace {
-BRAID_SIMD_FN void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
+BRAID_SIMD_FN void sgd_update_range(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
                               float wd) {
-#pragma omp parallel for simd if (n >= (1 << 17)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i] + wd * w[i];
     float b = mu * buf[i] + gi;
@@ -59,14 +58,12 @@ BRAID_SIMD_FN void sgd_update(float* w, const float* g, float* buf, int64_t n, f
     w[i] -= lr * b;
   }
 }
-BRAID_SIMD_FN void sgd_plain(float* w, const float* g, int64_t n, float lr, float wd) {
-#pragma omp parallel for simd if (n >= (1 << 17)) schedule(static)
+BRAID_SIMD_FN void sgd_plain_range(float* w, const float* g, int64_t n, float lr, float wd) {
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
 }
-BRAID_SIMD_FN void adamw_update(float* w, const float* g, float* m, float* v, int64_t n,
+BRAID_SIMD_FN void adamw_update_range(float* w, const float* g, float* m, float* v, int64_t n,
                                 float lr_decay, float b1, float b2, float step_size,
                                 float sqrt_bc2, float eps) {
-#pragma omp parallel for simd if (n >= (1 << 17)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i];
     float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -76,6 +73,23 @@ BRAID_SIMD_FN void adamw_update(float* w, const float* g, float* m, float* v, in
     float wi = w[i] * lr_decay;
     w[i] = wi - step_size * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
   }
+}
+constexpr int64_t kParallelMin = 1 << 17;
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd) {
+  simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
+    sgd_update_range(w + b, g + b, buf + b, e - b, lr, mu, wd);
+  });
+}
+void sgd_plain(float* w, const float* g, int64_t n, float lr, float wd) {
+  simd::parallel_ranges(n, kParallelMin,
+                        [&](int64_t b, int64_t e) { sgd_plain_range(w + b, g + b, e - b, lr, wd); });
+}
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr_decay,
+                  float b1, float b2, float step_size, float sqrt_bc2, float eps) {
+  simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
+    adamw_update_range(w + b, g + b, m + b, v + b, e - b, lr_decay, b1, b2, step_size, sqrt_bc2,
+                       eps);
+  });
 }
 }  // namespace
 

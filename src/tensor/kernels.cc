@@ -1,3 +1,4 @@
+#include "simd.h"  // first: sets vectorisation options
 #include "braid/kernels.h"
 
 #include <cblas.h>
@@ -6,7 +7,6 @@
 #include <string>
 
 #include "braid/error.h"
-#include "simd.h"
 
 namespace braid {
 

@@ -1,13 +1,20 @@
 // Internal: helpers for loops that the compiler vectorises.
+//
+// Include this header FIRST in a kernel file: the pragma below applies to
+// the rest of the translation unit. Without it GCC will not if-convert the
+// float selects (clamps, ternaries) in our loops under -ftrapping-math, and
+// those loops stay scalar. We never rely on floating-point traps.
 #pragma once
+#pragma GCC optimize("no-trapping-math")
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-// Compile a function twice (AVX2+FMA and baseline x86-64); the loader picks.
+// Compile a function twice (x86-64-v3: AVX2+FMA, and baseline x86-64); the
+// loader picks by CPU features.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define BRAID_SIMD_FN __attribute__((target_clones("arch=haswell", "default")))
+#define BRAID_SIMD_FN __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define BRAID_SIMD_FN
 #endif
@@ -50,6 +57,30 @@ inline float tanh_approx(float x) {
   float small = ax * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
   float r = ax < 0.0625f ? small : big;
   return std::copysign(r, x);
+}
+
+}  // namespace braid::simd
+
+#include <omp.h>
+
+namespace braid::simd {
+
+// Splits [0, n) into one contiguous range per OpenMP thread and calls
+// f(begin, end) on each — in parallel only when n ≥ min_parallel. Kernels
+// are written as BRAID_SIMD_FN functions over a range and called from f,
+// because code outlined by `omp parallel` does not inherit target_clones.
+template <class F>
+void parallel_ranges(int64_t n, int64_t min_parallel, F&& f) {
+  if (n < min_parallel || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    f(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel
+  {
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t b = n * t / nt, e = n * (t + 1) / nt;
+    if (b < e) f(b, e);
+  }
 }
 
 }  // namespace braid::simd
