@@ -20,6 +20,7 @@ bool env_flag(const char* name);  // "1", "true", "yes", "on"
 // The default deadline for blocking operations: BRAID_TIMEOUT seconds, 300.
 std::chrono::milliseconds default_timeout();
 
+// This machine's name, or BRAID_HOSTNAME when set.
 std::string hostname();
 
 // Monotonic time in seconds / nanoseconds.

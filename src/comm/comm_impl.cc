@@ -4,12 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <map>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
 #include "braid/env.h"
 #include "braid/log.h"
+#include "braid/topology.h"
+#include <nlohmann/json.hpp>
 #include "comm/algo/algorithms.h"
 
 namespace braid::comm {
@@ -36,7 +40,7 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
 }  // namespace
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-                   const CommOptions& opt, std::shared_ptr<void> keepalive)
+                   const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat)
     : rank_(rank), size_(size), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
       keepalive_(std::move(keepalive)) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
@@ -57,10 +61,65 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   tp_ = make_transport(rank_, size_, *pstore, topt);
   bool any_tcp = false;
   for (int p = 0; p < size_; ++p) any_tcp |= tp_->kind_to(p) == "tcp";
-  selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params());
+  build_topology(*pstore, flat);
+  int nhosts = 1, max_local = 1;
+  {
+    std::map<std::string, int> per_host;
+    for (auto& h : hosts_) ++per_host[h];
+    nhosts = int(per_host.size());
+    for (auto& [h, k] : per_host) max_local = std::max(max_local, k);
+  }
+  selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params(),
+                                         local_ ? nhosts : 1, max_local);
   selector_->load_env_overrides();
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);
+}
+
+void CommImpl::build_topology(Store& pstore, bool flat) {
+  pstore.set_str("host/" + std::to_string(rank_), hostname());
+  hosts_.resize(size_t(size_));
+  for (int r = 0; r < size_; ++r) hosts_[r] = pstore.get_str("host/" + std::to_string(r));
+  if (auto topo = env_str("BRAID_TOPOLOGY"); topo && !flat) {
+    // A JSON matrix of link bandwidths between ranks, e.g. from nvidia-smi
+    // topo or a cluster description.
+    std::ifstream f(*topo);
+    if (!f) throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY: cannot open " + *topo);
+    std::vector<std::vector<double>> bw;
+    try {
+      bw = nlohmann::json::parse(f).get<std::vector<std::vector<double>>>();
+    } catch (const std::exception& e) {
+      throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY " + *topo + ": " + e.what());
+    }
+    if (int(bw.size()) != size_)
+      throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY " + *topo + " has " +
+                                              std::to_string(bw.size()) + " rows for " +
+                                              std::to_string(size_) + " ranks");
+    ring_ = ring_order_from_bandwidth(bw);
+  } else {
+    ring_ = ring_order_from_hosts(hosts_);
+  }
+  if (flat || env_flag("BRAID_NO_HIER")) return;
+  std::vector<std::string> order;  // hosts by first rank
+  for (auto& h : hosts_)
+    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
+  int host_idx = int(std::find(order.begin(), order.end(), hosts_[rank_]) - order.begin());
+  int local_rank = 0, local_size = 0, max_local = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (hosts_[r] != hosts_[rank_]) continue;
+    if (r < rank_) ++local_rank;
+    ++local_size;
+  }
+  for (auto& h : order) max_local = std::max<int>(max_local, int(std::count(hosts_.begin(), hosts_.end(), h)));
+  if (order.size() < 2 || max_local < 2) return;
+  CommOptions o = opt_;
+  o.timeout = timeout_;
+  local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
+                                      prefix_ + "local" + std::to_string(host_idx) + "/", o,
+                                      nullptr, true);
+  if (local_rank == 0)
+    leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
+                                          prefix_ + "leaders/", o, nullptr, true);
 }
 
 CommImpl::~CommImpl() {
@@ -114,6 +173,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
   uint64_t deadline = now_ns() + uint64_t(timeout_.count()) * 1000000ull;
   Context ctx(*tp_, rank_, size_, sig, deadline,
               what + " after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s");
+  ctx.set_ring(&ring_);
   try {
     fn(ctx, algo);
     fr_.finish(fr_id, true);

@@ -39,8 +39,10 @@ class CommImpl {
   using AlgoFn = std::function<void(Context&, const std::string& algo)>;
 
   // Collective over all `size` ranks sharing `store`: builds the transport.
+  // `flat` skips building the host hierarchy (used for the hierarchy's own
+  // sub-communicators).
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr);
+           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -62,8 +64,17 @@ class CommImpl {
   std::string transport_to(int peer) const { return tp_->kind_to(peer); }
   std::chrono::milliseconds timeout() const { return timeout_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
+  // Ring order used by ring algorithms (ranks of one host contiguous, or
+  // from BRAID_TOPOLOGY's bandwidth matrix).
+  const std::vector<int>& ring() const { return ring_; }
+  // Host hierarchy: set when ranks span several hosts and some host has
+  // several ranks. leaders() is null on ranks that are not host leaders.
+  CommImpl* local() { return local_.get(); }
+  CommImpl* leaders() { return leaders_.get(); }
+  bool hierarchical() const { return local_ != nullptr; }
 
  private:
+  void build_topology(Store& pstore, bool flat);
   void execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn, uint64_t fr_id);
   void run_blocking(const std::shared_ptr<WorkState>& w);
   void enqueue(const std::shared_ptr<WorkState>& w);
@@ -78,6 +89,9 @@ class CommImpl {
   size_t chunk_bytes_;
   std::unique_ptr<Transport> tp_;
   std::unique_ptr<Selector> selector_;
+  std::vector<std::string> hosts_;
+  std::vector<int> ring_;
+  std::unique_ptr<CommImpl> local_, leaders_;
   FlightRecorder fr_;
   uint64_t seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;

@@ -4,6 +4,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/hierarchical.h"
 #include "comm/comm_impl.h"
 
 namespace braid {
@@ -165,9 +166,14 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
+  comm::CommImpl* impl = impl_.get();
   return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
-                         if (a == "ring") algo::all_reduce_ring(c, send, recv, count, chunk);
+                         if (a == "hier" && impl->hierarchical())
+                           algo::all_reduce_hier(c, *impl->local(), impl->leaders(), send, recv,
+                                                 count);
+                         else if (a == "ring" || a == "hier")
+                           algo::all_reduce_ring(c, send, recv, count, chunk);
                          else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
                          else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
                          else algo::all_reduce_direct(c, send, recv, count, chunk);

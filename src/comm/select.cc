@@ -56,13 +56,14 @@ CostParams load_cost_params() {
   return p;
 }
 
-Selector::Selector(int size, bool any_tcp, CostParams p)
-    : n_(size), link_(any_tcp ? p.tcp : p.shm), gamma_(p.gamma_s_per_b),
+Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_local)
+    : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
+      hosts_(hosts), max_local_(max_local),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {}
 
 std::vector<std::string> Selector::algorithms_for(CollOp op) {
   switch (op) {
-    case CollOp::kAllReduce: return {"ring", "hd", "rd", "direct"};
+    case CollOp::kAllReduce: return {"ring", "hd", "rd", "direct", "hier"};
     case CollOp::kBroadcast: return {"tree", "chain"};
     case CollOp::kReduce: return {"tree", "direct"};
     case CollOp::kAllGather: return {"ring", "direct"};
@@ -122,6 +123,14 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
         return std::log2(p) * (a + N * b + N * g) + (folded ? 2 * (a + N * b) + N * g : 0);
       if (algo == "direct")
         return 2 * (n - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g * 1.2;
+      if (algo == "hier") {
+        if (hosts_ < 2) return kInf;
+        const double H = hosts_, L = max_local_;
+        const double as = shm_.alpha_s, bs = shm_.beta_s_per_b;
+        double intra = log2c(max_local_) * (as + N * bs + N * g) + (L - 1 + chunks) * as + N * bs;
+        double inter = 2 * (H - 1) * a + 2 * (H - 1) / H * N * b + (H - 1) / H * N * g;
+        return intra + inter;
+      }
       break;
     case CollOp::kBroadcast:
       if (algo == "tree") return log2c(n_) * (a + N * b);

@@ -37,7 +37,8 @@ CostParams load_cost_params();
 
 class Selector {
  public:
-  Selector(int size, bool any_tcp, CostParams p);
+  // hosts > 1 enables the hierarchical all-reduce (max_local ranks per host).
+  Selector(int size, bool any_tcp, CostParams p, int hosts = 1, int max_local = 1);
   // Parses BRAID_ALGO; throws Error(kInvalidArgument) on an unknown name.
   void load_env_overrides();
   void set_override(const std::string& collective, const std::string& algo);
@@ -52,8 +53,9 @@ class Selector {
 
  private:
   int n_;
-  LinkCost link_;
+  LinkCost link_, shm_;
   double gamma_;
+  int hosts_, max_local_;
   bool deterministic_;
   std::map<CollOp, std::string> overrides_;
 };

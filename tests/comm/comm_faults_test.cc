@@ -235,3 +235,41 @@ TEST(CommTcp, CollectivesOverTcpMatchReference) {
     EXPECT_EQ(g[2500], 2.0);
   });
 }
+
+// Ranks on pretend hosts (BRAID_HOSTNAME): TCP between hosts, shared memory
+// inside; hierarchical all-reduce and host-grouped ring order.
+TEST(CommHierarchy, TwoPretendHostsInterleaved) {
+  expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    // ranks 0 and 2 on host "a", 1 and 3 on "b": the ring must reorder.
+    ::setenv("BRAID_HOSTNAME", rank % 2 == 0 ? "a" : "b", 1);
+    auto c = make(rank, size, store);
+    EXPECT_EQ(c->transport_to((rank + 2) % 4), "shm");
+    EXPECT_EQ(c->transport_to((rank + 1) % 4), "tcp");
+    for (const char* algo : {"hier", "ring", "hd"}) {
+      c->set_algorithm("all_reduce", algo);
+      for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(1 << 20) + 3}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          std::vector<float> v(count);
+          for (size_t i = 0; i < count; ++i) v[i] = float(int(i % 13) + rank);
+          c->all_reduce(v.data(), v.data(), count, DType::kF32, op);
+          for (size_t i = 0; i < count; i += 101) {
+            float base = float(int(i % 13));
+            float want = op == ReduceOp::kSum ? 4 * base + 6
+                         : op == ReduceOp::kAvg ? base + 1.5f : base + 3;
+            ASSERT_EQ(v[i], want) << algo << " count " << count << " op " << reduce_op_name(op);
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(contains(c->flight_record(), "hier")) << c->flight_record();
+    // ring-ordered reduce_scatter and all_gather keep each rank's own block
+    std::vector<int32_t> in(4 * 777), out(777), g(4 * 777);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = int32_t(i) + rank;
+    c->set_algorithm("reduce_scatter", "ring");
+    c->reduce_scatter(in.data(), out.data(), 777, DType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(out[5], 4 * int32_t(rank * 777 + 5) + 6);
+    c->set_algorithm("all_gather", "ring");
+    c->all_gather(out.data(), g.data(), 777, DType::kI32);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(g[size_t(j) * 777 + 5], 4 * int32_t(j * 777 + 5) + 6);
+  }, std::chrono::seconds(120));
+}

@@ -10,7 +10,15 @@ namespace braid::comm {
 Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
                  std::string what)
     : tp_(tp), rank_(rank), size_(size), call_(call), deadline_(deadline_ns),
-      what_(std::move(what)) {}
+      what_(std::move(what)), ring_pos_(rank) {}
+
+void Context::set_ring(const std::vector<int>* ring) {
+  ring_ = ring;
+  ring_pos_ = rank_;
+  if (ring_)
+    for (int p = 0; p < size_; ++p)
+      if ((*ring_)[size_t(p)] == rank_) ring_pos_ = p;
+}
 
 Request* Context::post(Request::Kind kind, int peer, size_t bytes, uint32_t step) {
   reqs_.emplace_back();

@@ -24,6 +24,11 @@ class Context {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Ring order (topology-aware): position p of the ring holds rank ring_at(p).
+  // Identity unless set_ring was called.
+  void set_ring(const std::vector<int>* ring);
+  int ring_at(int pos) const { return ring_ ? (*ring_)[size_t(pos)] : pos; }
+  int ring_pos() const { return ring_pos_; }
   DType dtype() const { return call_.dtype; }
   ReduceOp rop() const { return call_.rop; }
   size_t esize() const { return dtype_size(call_.dtype); }
@@ -55,6 +60,8 @@ class Context {
 
   Transport& tp_;
   int rank_, size_;
+  const std::vector<int>* ring_ = nullptr;
+  int ring_pos_ = 0;
   MsgSig call_;
   uint64_t deadline_;
   std::string what_;

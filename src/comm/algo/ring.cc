@@ -35,19 +35,30 @@ namespace {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// Chunk layout: segment j (elements [seg(j), seg(j+1))) is cut into C chunks.
+// Chunk layout: the segment at ring position j is block blk(j) of the
+// buffer (elements [seg[b], seg[b+1])), cut into C chunks. Blocks belong to
+// ranks, positions to the ring order, so a topology-aware ring reorders
+// positions without moving any rank's block.
 struct Layout {
-  std::vector<size_t> seg;  // n+1 offsets
+  std::vector<size_t> seg;  // n+1 offsets, by block
+  std::vector<int> blk;     // ring position -> block
   int chunks = 1;
   size_t chunk_off(int j, int k) const {
-    return seg[j] + block_offset(seg[j + 1] - seg[j], chunks, k);
+    int b = blk[size_t(j)];
+    return seg[b] + block_offset(seg[b + 1] - seg[b], chunks, k);
   }
-  size_t chunk_len(int j, int k) const { return chunk_off(j, k + 1) - chunk_off(j, k); }
+  size_t chunk_len(int j, int k) const {
+    int b = blk[size_t(j)];
+    size_t len = seg[b + 1] - seg[b];
+    return block_offset(len, chunks, k + 1) - block_offset(len, chunks, k);
+  }
 };
 
-Layout make_layout(const std::vector<size_t>& seg, size_t esize, size_t chunk_bytes) {
+Layout make_layout(const Context& c, const std::vector<size_t>& seg, size_t esize,
+                   size_t chunk_bytes) {
   Layout L;
   L.seg = seg;
+  for (int p = 0; p + 1 < int(seg.size()); ++p) L.blk.push_back(c.ring_at(p));
   size_t maxseg = 0;
   for (size_t j = 0; j + 1 < seg.size(); ++j) maxseg = std::max(maxseg, seg[j + 1] - seg[j]);
   size_t per = std::max<size_t>(1, chunk_bytes / esize);
@@ -64,7 +75,7 @@ std::vector<size_t> even_segments(size_t count, int n) {
 }  // namespace
 
 void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes) {
-  const int n = c.size(), r = c.rank();
+  const int n = c.size(), r = c.ring_pos();
   const size_t es = c.esize();
   auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
@@ -72,9 +83,9 @@ void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, siz
     copy_if_distinct(recv, send, count * es);
     return;
   }
-  Layout L = make_layout(even_segments(count, n), es, chunk_bytes);
+  Layout L = make_layout(c, even_segments(count, n), es, chunk_bytes);
   const int C = L.chunks, S = 2 * (n - 1);
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int next = c.ring_at(mod(r + 1, n)), prev = c.ring_at(mod(r - 1, n));
   // Segment sent and received at global step s.
   auto send_seg = [&](int s) { return s < n - 1 ? mod(r - s, n) : mod(r + 1 - (s - (n - 1)), n); };
   auto recv_seg = [&](int s) { return s < n - 1 ? mod(r - s - 1, n) : mod(r - (s - (n - 1)), n); };
@@ -113,13 +124,13 @@ void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, siz
 
 void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
                         size_t chunk_bytes, uint32_t step_base) {
-  const int n = c.size(), r = c.rank();
+  const int n = c.size(), r = c.ring_pos();
   if (n == 1) return;
   const size_t es = c.esize();
   auto* b = static_cast<uint8_t*>(buf);
-  Layout L = make_layout(offs, es, chunk_bytes);
+  Layout L = make_layout(c, offs, es, chunk_bytes);
   const int C = L.chunks, S = n - 1;
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int next = c.ring_at(mod(r + 1, n)), prev = c.ring_at(mod(r - 1, n));
   std::vector<Request*> rq(size_t(S) * C);
   for (int s = 0; s < S; ++s) {
     int j = mod(r - s - 1, n);
@@ -157,7 +168,7 @@ void all_gather_ring(Context& c, const void* send, void* recv, size_t count, siz
 
 void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
                          size_t chunk_bytes) {
-  const int n = c.size(), r = c.rank();
+  const int n = c.size(), r = c.ring_pos();
   const size_t es = c.esize();
   auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
@@ -168,15 +179,15 @@ void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
   }
   std::vector<size_t> offs(n + 1);
   for (int i = 0; i <= n; ++i) offs[i] = size_t(i) * count;
-  Layout L = make_layout(offs, es, chunk_bytes);
+  Layout L = make_layout(c, offs, es, chunk_bytes);
   const int C = L.chunks, S = n - 1;
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int next = c.ring_at(mod(r + 1, n)), prev = c.ring_at(mod(r - 1, n));
   // Partial sums of segments passing through this rank live in scratch; the
   // last step lands in recv. Segment j's partial sits at scratch + j*count.
   auto* tmp = static_cast<uint8_t*>(c.scratch(size_t(n) * count * es));
   auto dst_of = [&](int s, int j, int k) -> uint8_t* {
     size_t off = L.chunk_off(j, k) * es;
-    return s == S - 1 ? out + (off - size_t(j) * count * es) : tmp + off;
+    return s == S - 1 ? out + (off - size_t(L.blk[j]) * count * es) : tmp + off;
   };
   std::vector<Request*> rq(size_t(S) * C);
   for (int s = 0; s < S; ++s) {
