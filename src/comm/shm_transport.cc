@@ -56,7 +56,11 @@ struct SlotHdr {
   uint32_t len;    // payload bytes in this slot
   uint32_t first;  // this slot starts a message
 };
-static_assert(sizeof(SlotHdr) <= kSlotHdr);
+// Payloads up to kInline bytes ride in the header's cache line, so a tiny
+// message costs the receiver one line less to pull over.
+constexpr size_t kInline = kSlotHdr - sizeof(SlotHdr);
+static_assert(sizeof(SlotHdr) <= kSlotHdr && kInline >= 8);
+inline size_t payload_off(size_t len) { return len <= kInline ? sizeof(SlotHdr) : kSlotHdr; }
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -153,10 +157,15 @@ size_t env_slot_bytes() {
   v = std::clamp<int64_t>(v, 4096, int64_t(64) << 20);
   return round_up(size_t(v), kLine);
 }
-size_t env_slots() { return size_t(std::clamp<int64_t>(env_int("BRAID_SHM_SLOTS", 8), 2, 4096)); }
+// Default: 8 slots per ring, fewer when many peers would make a rank's
+// segment pass 32 MiB (each rank holds one inbound ring per local peer).
+size_t env_slots(size_t slot_bytes, size_t nrings) {
+  size_t dflt = std::clamp<size_t>((size_t(32) << 20) / (std::max<size_t>(nrings, 1) * slot_bytes), 2, 8);
+  return size_t(std::clamp<int64_t>(env_int("BRAID_SHM_SLOTS", int64_t(dflt)), 2, 4096));
+}
 
 ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
-    : Wire(ctx), layout_(env_slot_bytes(), env_slots(), peers.size()) {
+    : Wire(ctx), layout_(env_slot_bytes(), env_slots(env_slot_bytes(), peers.size()), peers.size()) {
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
@@ -288,7 +297,7 @@ bool ShmWire::send_some(Peer& p) {
         h->first = 0;
       }
       h->len = uint32_t(chunk);
-      if (chunk) std::memcpy(s + kSlotHdr, static_cast<const uint8_t*>(r->src) + r->done, chunk);
+      if (chunk) std::memcpy(s + payload_off(chunk), static_cast<const uint8_t*>(r->src) + r->done, chunk);
       p.out->head.store(++p.out_head, std::memory_order_release);
       r->done += chunk;
       moved = true;
@@ -331,11 +340,12 @@ bool ShmWire::recv_some(Peer& p) {
                                    std::to_string(want));
       if (len) {
         uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
+        const uint8_t* src = s + payload_off(len);
         if (r->kind == Request::Kind::kRecv) {
-          std::memcpy(dst, s + kSlotHdr, len);
+          std::memcpy(dst, src, len);
         } else {
           const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
-          reduce2(dst, acc, s + kSlotHdr, len / dtype_size(r->dtype), r->dtype, r->rop);
+          reduce2(dst, acc, src, len / dtype_size(r->dtype), r->dtype, r->rop);
         }
       }
       p.in->tail.store(++p.in_tail, std::memory_order_seq_cst);

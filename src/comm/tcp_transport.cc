@@ -132,7 +132,6 @@ TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(c
   for (size_t i = 0; i < peers.size(); ++i) {
     index_[size_t(peers[i])] = int(i);
     conns_[i].rank = peers[i];
-    conns_[i].rx.reset(new uint8_t[rx_cap_]);
     if (ctx.peers[size_t(peers[i])].host_id != ctx.peers[size_t(ctx.rank)].host_id) all_local = false;
   }
 
@@ -377,6 +376,7 @@ bool TcpWire::send_some(Conn& c) {
 // to its front). False when nothing more can be read now.
 bool TcpWire::fill(Conn& c) {
   if (c.eof) return false;
+  if (!c.rx) c.rx.reset(new uint8_t[rx_cap_]);  // on first use: large jobs touch few peers
   size_t left = c.rend - c.rpos;
   if (c.rpos > 0) {
     if (left) std::memmove(c.rx.get(), c.rx.get() + c.rpos, left);
