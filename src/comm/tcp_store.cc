@@ -5,9 +5,9 @@
 //    fresh connection runs it on its own short-lived thread with a deadline;
 //    a client that stalls mid-handshake ties up only that thread, never the
 //    loop. Only authenticated sockets reach the loop.
-//  * get/wait park on the server (a waiter per request, indexed by key and by
-//    deadline) and are answered when the last key arrives or the deadline
-//    passes, so clients never poll.
+//  * get/wait park on the server (comm/tcp_store_state.h keeps a waiter per
+//    request, indexed by key and by deadline) and are answered when the last
+//    key arrives or the deadline passes, so clients never poll.
 //  * Each read takes a bounded slice from one client and frame lengths are
 //    checked before buffering, so one misbehaving client (garbage, oversized
 //    lengths, a flood) is dropped without starving the others.
@@ -26,9 +26,7 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
-#include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -37,6 +35,7 @@
 #include "braid/log.h"
 #include "braid/store.h"
 #include "comm/auth.h"
+#include "comm/tcp_store_state.h"
 #include "comm/tcp_store_wire.h"
 
 namespace braid {
@@ -47,7 +46,6 @@ namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxHandshakes = 256;         // concurrent, unauthenticated
-constexpr size_t kMaxWaitersPerConn = 4096;    // parked get/wait per client
 constexpr size_t kMaxPendingOutput = size_t(1) << 30;
 constexpr size_t kReadSlice = 256 * 1024;
 constexpr uint64_t kListenId = 0;
@@ -131,23 +129,12 @@ struct TcpStoreServer::Impl {
     std::vector<uint8_t> out;
     size_t out_off = 0;
     bool want_out = false;
-    std::set<uint64_t> waiters;
   };
-  struct Waiter {
-    uint64_t conn = 0;
-    uint64_t req = 0;
-    bool is_get = false;
-    std::vector<std::string> keys;
-    uint64_t deadline = 0;
-    int64_t timeout_ms = 0;
-  };
-  std::unordered_map<std::string, Bytes> data;
   std::unordered_map<uint64_t, Conn> conns;
   uint64_t next_conn = 1;
-  std::map<uint64_t, Waiter> waiters;
-  uint64_t next_waiter = 1;
-  std::unordered_map<std::string, std::set<uint64_t>> key_waiters;
-  std::set<std::pair<uint64_t, uint64_t>> deadlines;  // (deadline ns, waiter)
+  comm::StoreState state{[this](uint64_t conn, uint64_t req, Status st, const Bytes& payload) {
+    respond(conn, req, st, payload);
+  }};
 
   void wake() {
     char c = 1;
@@ -255,7 +242,7 @@ struct TcpStoreServer::Impl {
     if (it == conns.end()) return;
     Conn& c = it->second;
     if (!why.empty()) BRAID_LOG(kWarn, "store server: dropped client " << c.peer << ": " << why);
-    for (uint64_t w : std::set<uint64_t>(c.waiters)) forget_waiter(w);
+    state.forget_conn(id);
     ::epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
     conns.erase(it);
@@ -345,7 +332,12 @@ struct TcpStoreServer::Impl {
       cc.in_off += 4 + size_t(len);
       // handle() may drop the connection (and free `body`'s buffer) only
       // after it is done reading from it.
-      if (!handle(id, body, len)) return;
+      std::string bad = state.handle(id, body, len);
+      if (!bad.empty()) {
+        drop(id, bad);
+        return;
+      }
+      if (!conns.count(id)) return;
     }
     Conn& cc = conns.at(id);
     if (cc.in_off == cc.in.size()) {
@@ -357,203 +349,10 @@ struct TcpStoreServer::Impl {
     }
   }
 
-  // ---- requests -----------------------------------------------------------
-
-  bool has_all(const std::vector<std::string>& keys) const {
-    for (auto& k : keys)
-      if (!data.count(k)) return false;
-    return true;
-  }
-
-  std::string missing_of(const std::vector<std::string>& keys) const {
-    std::string m;
-    for (auto& k : keys)
-      if (!data.count(k)) {
-        if (m.size() > kMaxMessage - 256) {
-          m += ", ...";
-          break;
-        }
-        m += (m.empty() ? "" : ", ") + k;
-      }
-    return m;
-  }
-
-  static std::vector<uint8_t> text(const std::string& s) {
-    return std::vector<uint8_t>(s.begin(), s.end());
-  }
-
-  // Returns false if the connection was dropped.
-  bool handle(uint64_t id, const uint8_t* body, size_t len) {
-    Reader rd{body, len};
-    uint64_t req = 0;
-    uint8_t op = 0;
-    rd.u64(&req);
-    rd.u8(&op);
-    std::string key;
-    auto malformed = [&](const char* what) {
-      drop(id, std::string("malformed ") + what + " request");
-      return false;
-    };
-    switch (op) {
-      case kSet: {
-        Bytes value;
-        if (!rd.str(&key, kMaxKey) || !rd.bytes(&value, kMaxValue) || rd.left) return malformed("set");
-        data[key] = std::move(value);
-        if (!respond(id, req, kOk, {})) return false;
-        notify(key);
-        return conns.count(id) > 0;
-      }
-      case kGet: {
-        int64_t timeout_ms = 0;
-        if (!rd.str(&key, kMaxKey) || !rd.i64(&timeout_ms) || rd.left) return malformed("get");
-        auto it = data.find(key);
-        if (it != data.end()) return respond(id, req, kOk, it->second);
-        return park(id, req, true, {key}, timeout_ms);
-      }
-      case kAdd: {
-        int64_t delta = 0;
-        if (!rd.str(&key, kMaxKey) || !rd.i64(&delta) || rd.left) return malformed("add");
-        int64_t cur = 0;
-        auto it = data.find(key);
-        if (it != data.end()) {
-          std::string s(it->second.begin(), it->second.end());
-          char* end = nullptr;
-          errno = 0;
-          long long v = std::strtoll(s.c_str(), &end, 10);
-          if (s.empty() || errno || *end)
-            return respond(id, req, kFailed,
-                           text("add: the value of key '" + key + "' is not an integer"));
-          cur = v;
-        }
-        cur = int64_t(uint64_t(cur) + uint64_t(delta));
-        std::string s = std::to_string(cur);
-        data[key] = Bytes(s.begin(), s.end());
-        std::vector<uint8_t> p;
-        put_u64(p, uint64_t(cur));
-        if (!respond(id, req, kOk, p)) return false;
-        notify(key);
-        return conns.count(id) > 0;
-      }
-      case kCompareSet: {
-        Bytes expected, desired;
-        if (!rd.str(&key, kMaxKey) || !rd.bytes(&expected, kMaxValue) ||
-            !rd.bytes(&desired, kMaxValue) || rd.left)
-          return malformed("compare_set");
-        auto it = data.find(key);
-        bool swap = it == data.end() ? expected.empty() : it->second == expected;
-        if (!swap) return respond(id, req, kOk, it == data.end() ? Bytes{} : it->second);
-        data[key] = desired;
-        if (!respond(id, req, kOk, desired)) return false;
-        notify(key);
-        return conns.count(id) > 0;
-      }
-      case kWait: {
-        uint32_t n = 0;
-        if (!rd.u32(&n) || n > kMaxWaitKeys) return malformed("wait");
-        std::vector<std::string> keys;
-        keys.reserve(std::min<size_t>(n, rd.left / 4));
-        for (uint32_t i = 0; i < n; ++i) {
-          if (!rd.str(&key, kMaxKey)) return malformed("wait");
-          keys.push_back(std::move(key));
-        }
-        int64_t timeout_ms = 0;
-        if (!rd.i64(&timeout_ms) || rd.left) return malformed("wait");
-        if (has_all(keys)) return respond(id, req, kOk, {});
-        return park(id, req, false, std::move(keys), timeout_ms);
-      }
-      case kRemove: {
-        if (!rd.str(&key, kMaxKey) || rd.left) return malformed("remove");
-        bool existed = data.erase(key) > 0;
-        return respond(id, req, kOk, {uint8_t(existed)});
-      }
-      case kCheck: {
-        if (!rd.str(&key, kMaxKey) || rd.left) return malformed("check");
-        return respond(id, req, kOk, {uint8_t(data.count(key) > 0)});
-      }
-      default:
-        drop(id, "unknown request type " + std::to_string(op));
-        return false;
-    }
-  }
-
-  bool park(uint64_t id, uint64_t req, bool is_get, std::vector<std::string> keys,
-            int64_t timeout_ms) {
-    Conn& c = conns.at(id);
-    if (c.waiters.size() >= kMaxWaitersPerConn) {
-      drop(id, "more than " + std::to_string(kMaxWaitersPerConn) + " blocked requests");
-      return false;
-    }
-    timeout_ms = std::clamp<int64_t>(timeout_ms, 0, int64_t(366) * 24 * 3600 * 1000);
-    uint64_t wid = next_waiter++;
-    Waiter& w = waiters[wid];
-    w.conn = id;
-    w.req = req;
-    w.is_get = is_get;
-    w.keys = std::move(keys);
-    w.timeout_ms = timeout_ms;
-    w.deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
-    for (auto& k : w.keys) key_waiters[k].insert(wid);
-    deadlines.insert({w.deadline, wid});
-    c.waiters.insert(wid);
-    return true;
-  }
-
-  void forget_waiter(uint64_t wid) {
-    auto it = waiters.find(wid);
-    if (it == waiters.end()) return;
-    Waiter& w = it->second;
-    for (auto& k : w.keys) {
-      auto kit = key_waiters.find(k);
-      if (kit == key_waiters.end()) continue;
-      kit->second.erase(wid);
-      if (kit->second.empty()) key_waiters.erase(kit);
-    }
-    deadlines.erase({w.deadline, wid});
-    auto cit = conns.find(w.conn);
-    if (cit != conns.end()) cit->second.waiters.erase(wid);
-    waiters.erase(it);
-  }
-
-  // A key was written: answer every waiter whose keys are now all present.
-  void notify(const std::string& key) {
-    auto kit = key_waiters.find(key);
-    if (kit == key_waiters.end()) return;
-    std::vector<uint64_t> ids(kit->second.begin(), kit->second.end());
-    for (uint64_t wid : ids) {
-      auto it = waiters.find(wid);
-      if (it == waiters.end() || !has_all(it->second.keys)) continue;
-      Waiter w = it->second;
-      forget_waiter(wid);
-      if (w.is_get)
-        respond(w.conn, w.req, kOk, data.at(w.keys[0]));
-      else
-        respond(w.conn, w.req, kOk, {});
-    }
-  }
-
-  void expire_waiters() {
-    uint64_t now = now_ns();
-    while (!deadlines.empty() && deadlines.begin()->first <= now) {
-      uint64_t wid = deadlines.begin()->second;
-      Waiter w = waiters.at(wid);
-      forget_waiter(wid);
-      std::string msg = "timed out after " + std::to_string(w.timeout_ms) +
-                        " ms waiting for keys: " + missing_of(w.keys);
-      respond(w.conn, w.req, kTimedOut, text(msg));
-    }
-  }
-
-  int next_timeout_ms() const {
-    if (deadlines.empty()) return 1000;
-    uint64_t now = now_ns(), d = deadlines.begin()->first;
-    if (d <= now) return 0;
-    return int(std::min<uint64_t>((d - now + 999999) / 1000000, 1000));
-  }
-
   void loop() {
     std::vector<epoll_event> evs(256);
     while (!stopping.load()) {
-      int n = ::epoll_wait(epfd, evs.data(), int(evs.size()), next_timeout_ms());
+      int n = ::epoll_wait(epfd, evs.data(), int(evs.size()), state.next_timeout_ms());
       if (n < 0) {
         if (errno == EINTR) continue;
         BRAID_LOG(kError, "store server: epoll_wait: " << std::strerror(errno));
@@ -584,7 +383,7 @@ struct TcpStoreServer::Impl {
         }
       }
       try {
-        expire_waiters();
+        state.expire();
       } catch (const std::exception& ex) {
         BRAID_LOG(kError, "store server: while expiring waiters: " << ex.what());
       }
