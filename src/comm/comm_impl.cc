@@ -169,10 +169,12 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
     }
   }
   fr_.start(fr_id, algo);
-  std::string what = describe_call(sig, algo);
   uint64_t deadline = now_ns() + uint64_t(timeout_.count()) * 1000000ull;
-  Context ctx(*tp_, rank_, size_, sig, deadline,
-              what + " after " + std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s");
+  auto describe = [&] {
+    return describe_call(sig, algo) + " after " +
+           std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
+  };
+  Context ctx(*tp_, rank_, size_, sig, deadline, describe);
   ctx.set_ring(&ring_);
   try {
     fn(ctx, algo);
@@ -181,7 +183,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
     fr_.finish(fr_id, false);
     std::string msg = e.code() == Errc::kTimeout ? std::string(e.what())
                                                  : "rank " + std::to_string(rank_) + ": " +
-                                                       what + ": " + e.what();
+                                                       describe_call(sig, algo) + ": " + e.what();
     if (e.code() != Errc::kInvalidArgument) {
       std::lock_guard<std::mutex> l(broken_mu_);
       broken_ = true;

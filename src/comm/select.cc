@@ -61,17 +61,20 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
       hosts_(hosts), max_local_(max_local),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {}
 
-std::vector<std::string> Selector::algorithms_for(CollOp op) {
+const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
+  static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier"};
+  static const std::vector<std::string> broadcast = {"tree", "chain"};
+  static const std::vector<std::string> reduce = {"tree", "direct"};
+  static const std::vector<std::string> gathers = {"ring", "direct"};
+  static const std::vector<std::string> direct = {"direct"};
+  static const std::vector<std::string> barrier = {"dissemination"};
   switch (op) {
-    case CollOp::kAllReduce: return {"ring", "hd", "rd", "direct", "hier"};
-    case CollOp::kBroadcast: return {"tree", "chain"};
-    case CollOp::kReduce: return {"tree", "direct"};
-    case CollOp::kAllGather: return {"ring", "direct"};
-    case CollOp::kReduceScatter: return {"ring", "direct"};
-    case CollOp::kGather: case CollOp::kScatter: case CollOp::kAllToAll:
-    case CollOp::kAllToAllV: return {"direct"};
-    case CollOp::kBarrier: return {"dissemination"};
-    default: return {"direct"};
+    case CollOp::kAllReduce: return all_reduce;
+    case CollOp::kBroadcast: return broadcast;
+    case CollOp::kReduce: return reduce;
+    case CollOp::kAllGather: case CollOp::kReduceScatter: return gathers;
+    case CollOp::kBarrier: return barrier;
+    default: return direct;
   }
 }
 
@@ -157,27 +160,31 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
   return kInf;
 }
 
-std::string Selector::choose(CollOp op, size_t bytes, DType t) const {
+const std::string& Selector::choose(CollOp op, size_t bytes, DType t) const {
+  static const std::string kDirect = "direct";
   const bool reduction =
       op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
   // Deterministic mode wins over any override: only rank-order folding is
   // bitwise identical across algorithms and sizes.
-  if (reduction && deterministic_) return "direct";
-  auto it = overrides_.find(op);
-  if (it != overrides_.end()) return it->second;
+  if (reduction && deterministic_) return kDirect;
+  if (!overrides_.empty()) {
+    auto it = overrides_.find(op);
+    if (it != overrides_.end()) return it->second;
+  }
   // Rank-order folding is also the only way f16/bf16 sums of more than two
   // ranks accumulate in f32 end to end.
-  if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return "direct";
-  std::string best;
+  if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return kDirect;
+  const auto& algos = algorithms_for(op);
+  size_t best = 0;
   double best_t = kInf;
-  for (auto& algo : algorithms_for(op)) {
-    double c = predict(op, algo, bytes);
+  for (size_t i = 0; i < algos.size(); ++i) {
+    double c = predict(op, algos[i], bytes);
     if (c < best_t) {
       best_t = c;
-      best = algo;
+      best = i;
     }
   }
-  return best;
+  return algos[best];
 }
 
 }  // namespace braid::comm

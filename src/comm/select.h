@@ -45,10 +45,10 @@ class Selector {
   // The algorithm to run for `op` moving `bytes` (the collective's natural
   // size: the buffer for all_reduce/broadcast/reduce, the whole output for
   // all_gather, the whole input for reduce_scatter).
-  std::string choose(CollOp op, size_t bytes, DType t) const;
+  const std::string& choose(CollOp op, size_t bytes, DType t) const;
   // Predicted seconds of `algo` for `op` (inf if it does not apply).
   double predict(CollOp op, const std::string& algo, size_t bytes) const;
-  static std::vector<std::string> algorithms_for(CollOp op);
+  static const std::vector<std::string>& algorithms_for(CollOp op);
   bool deterministic() const { return deterministic_; }
 
  private:

@@ -37,8 +37,8 @@ struct SegHeader {
   uint32_t nslots;
   uint32_t nrings;
   int32_t owner;
-  alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers; futex word
-  alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep
+  alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers of a sleeper; futex word
+  alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep on bell
   alignas(kLine) char end_[1];
 };
 
@@ -47,7 +47,6 @@ struct SegHeader {
 struct RingCtl {
   alignas(kLine) std::atomic<uint64_t> head;
   alignas(kLine) std::atomic<uint64_t> tail;
-  alignas(kLine) std::atomic<uint32_t> want_space;  // sender found the ring full
   alignas(kLine) char end_[1];
 };
 
@@ -107,7 +106,7 @@ class ShmWire final : public Wire {
   void wait_activity(std::chrono::microseconds timeout) override;
   std::string kind_to(int) const override { return "shm"; }
   bool busy() const override { return npending_ > 0; }
-  bool poll_ready() override { return my_->bell.load(std::memory_order_acquire) != seen_; }
+  bool poll_ready() override { return ready(); }
 
  private:
   struct Peer {
@@ -131,12 +130,28 @@ class ShmWire final : public Wire {
     ReqQueue sends, recvs;
   };
 
-  bool send_some(Peer& p);
-  bool recv_some(Peer& p);
-  void ring_bell(Peer& p) {
-    p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
-    if (p.seg->waiting.load(std::memory_order_seq_cst))
+  // Move at most `max_slots` slots; return the payload bytes + 1 per slot
+  // moved (0: nothing moved).
+  size_t send_some(Peer& p, int max_slots);
+  size_t recv_some(Peer& p, int max_slots);
+  // Called after a seq_cst store that publishes a slot (head) or frees one
+  // (tail): a peer that went to sleep before seeing it has raised its
+  // waiting flag, and the seq_cst pair (our store then load, its flag store
+  // then re-check) guarantees one side sees the other.
+  void wake_if_sleeping(Peer& p) {
+    if (p.seg->waiting.load(std::memory_order_seq_cst)) {
+      p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
       futex(&p.seg->bell, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+  }
+  // True if progress() would move something now (a slot to read for a
+  // posted recv, a free slot for a posted send).
+  bool ready() {
+    for (Peer& p : peers_local_) {
+      if (!p.recvs.empty() && p.in->head.load(std::memory_order_acquire) != p.in_tail) return true;
+      if (!p.sends.empty() && p.out_head - p.out->tail.load(std::memory_order_acquire) < p.out_nslots) return true;
+    }
+    return false;
   }
   bool check_liveness();  // true if a peer was newly found dead
   [[noreturn]] void fail_dead(Peer& p);
@@ -147,7 +162,6 @@ class ShmWire final : public Wire {
   std::vector<Peer> peers_local_;
   std::vector<int> index_;  // rank -> index in peers_local_, -1 if not shm
   size_t npending_ = 0;
-  uint32_t seen_ = 0;
   uint64_t spin_ns_ = 0;
   uint64_t last_check_ns_ = 0;
 };
@@ -270,21 +284,16 @@ void ShmWire::post(Request* r) {
   ++npending_;
 }
 
-bool ShmWire::send_some(Peer& p) {
-  bool moved = false;
+size_t ShmWire::send_some(Peer& p, int max_slots) {
+  size_t moved = 0;
   while (!p.sends.empty()) {
     Request* r = p.sends.front();
     const uint64_t bytes = r->sig.bytes;
     while (!p.send_started || r->done < bytes) {
+      if (max_slots-- == 0) return moved;
       if (p.out_head - p.out_tail_seen >= p.out_nslots) {
         p.out_tail_seen = p.out->tail.load(std::memory_order_acquire);
-        if (p.out_head - p.out_tail_seen >= p.out_nslots) {
-          // Full: ask the receiver to ring us when it frees a slot, then
-          // look once more (it may have freed one before seeing the flag).
-          p.out->want_space.store(1, std::memory_order_seq_cst);
-          p.out_tail_seen = p.out->tail.load(std::memory_order_seq_cst);
-          if (p.out_head - p.out_tail_seen >= p.out_nslots) return moved;
-        }
+        if (p.out_head - p.out_tail_seen >= p.out_nslots) return moved;
       }
       uint8_t* s = p.out_slots + (p.out_head % p.out_nslots) * p.out_stride;
       SlotHdr* h = reinterpret_cast<SlotHdr*>(s);
@@ -298,10 +307,10 @@ bool ShmWire::send_some(Peer& p) {
       }
       h->len = uint32_t(chunk);
       if (chunk) std::memcpy(s + payload_off(chunk), static_cast<const uint8_t*>(r->src) + r->done, chunk);
-      p.out->head.store(++p.out_head, std::memory_order_release);
+      p.out->head.store(++p.out_head, std::memory_order_seq_cst);
       r->done += chunk;
-      moved = true;
-      ring_bell(p);
+      moved += chunk + 1;
+      wake_if_sleeping(p);
     }
     r->complete = true;
     p.sends.pop();
@@ -311,13 +320,14 @@ bool ShmWire::send_some(Peer& p) {
   return moved;
 }
 
-bool ShmWire::recv_some(Peer& p) {
-  bool moved = false;
+size_t ShmWire::recv_some(Peer& p, int max_slots) {
+  size_t moved = 0;
   const size_t nslots = layout_.nslots, slot_bytes = layout_.slot_bytes;
   while (!p.recvs.empty()) {
     Request* r = p.recvs.front();
     const uint64_t bytes = r->sig.bytes;
     while (!p.recv_started || r->done < bytes) {
+      if (max_slots-- == 0) return moved;
       if (p.in_tail == p.in_head_seen) {
         p.in_head_seen = p.in->head.load(std::memory_order_acquire);
         if (p.in_tail == p.in_head_seen) return moved;
@@ -350,10 +360,8 @@ bool ShmWire::recv_some(Peer& p) {
       }
       p.in->tail.store(++p.in_tail, std::memory_order_seq_cst);
       r->done += len;
-      moved = true;
-      if (p.in->want_space.load(std::memory_order_seq_cst) &&
-          p.in->want_space.exchange(0, std::memory_order_seq_cst))
-        ring_bell(p);
+      moved += len + 1;
+      wake_if_sleeping(p);
     }
     r->complete = true;
     p.recvs.pop();
@@ -390,19 +398,28 @@ void ShmWire::fail_dead(Peer& p) {
 }
 
 bool ShmWire::progress() {
-  seen_ = my_->bell.load(std::memory_order_acquire);
   if (npending_ == 0) return false;
-  bool moved = false;
-  for (Peer& p : peers_local_) {
-    if (p.sends.empty() && p.recvs.empty()) continue;
-    bool pm = false;
-    if (!p.sends.empty()) pm |= send_some(p);
-    if (!p.recvs.empty()) pm |= recv_some(p);
-    moved |= pm;
-    // A dead peer's last messages are still in the ring: fail only once
-    // nothing more can move.
-    if (p.dead && !pm && (!p.sends.empty() || !p.recvs.empty())) fail_dead(p);
+  // Round robin, one slot per peer and direction per turn: the peers'
+  // rings drain while ours fill, so neither side stalls on a full ring
+  // while the other copies a whole ring's worth. A call returns after
+  // ~4 MiB so the caller can post more work.
+  size_t total = 0;
+  for (;;) {
+    size_t round = 0;
+    for (Peer& p : peers_local_) {
+      if (p.sends.empty() && p.recvs.empty()) continue;
+      size_t pm = 0;
+      if (!p.sends.empty()) pm += send_some(p, 1);
+      if (!p.recvs.empty()) pm += recv_some(p, 1);
+      round += pm;
+      // A dead peer's last messages are still in the ring: fail only once
+      // nothing more can move.
+      if (p.dead && pm == 0 && (!p.sends.empty() || !p.recvs.empty())) fail_dead(p);
+    }
+    total += round;
+    if (round == 0 || npending_ == 0 || total >= (size_t(4) << 20)) break;
   }
+  const bool moved = total > 0;
   if (!moved && npending_ > 0 && now_ns() - last_check_ns_ > kLivenessEveryNs) {
     if (check_liveness()) return true;  // let the caller call progress() again
   }
@@ -414,9 +431,11 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
   const uint64_t deadline = t0 + tmo;
   const uint64_t spin_end = t0 + std::min(spin_ns_, tmo);
+  // Spin on the rings themselves: no doorbell traffic while both sides are
+  // awake.
   do {
-    for (int i = 0; i < 32; ++i) {
-      if (my_->bell.load(std::memory_order_acquire) != seen_) return;
+    for (int i = 0; i < 16; ++i) {
+      if (ready()) return;
       cpu_relax();
     }
   } while (now_ns() < spin_end);
@@ -424,15 +443,16 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
     uint64_t now = now_ns();
     if (now >= deadline) return;
     uint64_t slice = std::min(deadline - now, kSleepSliceNs);
+    const uint32_t seen = my_->bell.load(std::memory_order_seq_cst);
     my_->waiting.store(1, std::memory_order_seq_cst);
-    if (my_->bell.load(std::memory_order_seq_cst) != seen_) {
+    if (ready()) {
       my_->waiting.store(0, std::memory_order_relaxed);
       return;
     }
     timespec ts{time_t(slice / 1'000'000'000), long(slice % 1'000'000'000)};
-    futex(&my_->bell, FUTEX_WAIT, seen_, &ts);
+    futex(&my_->bell, FUTEX_WAIT, seen, &ts);
     my_->waiting.store(0, std::memory_order_relaxed);
-    if (my_->bell.load(std::memory_order_acquire) != seen_) return;
+    if (ready()) return;
     if (npending_ > 0 && check_liveness()) return;
   }
 }

@@ -8,9 +8,9 @@
 namespace braid::comm {
 
 Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
-                 std::string what)
+                 std::function<std::string()> describe)
     : tp_(tp), rank_(rank), size_(size), call_(call), deadline_(deadline_ns),
-      what_(std::move(what)), ring_pos_(rank) {}
+      describe_(std::move(describe)), ring_pos_(rank) {}
 
 void Context::set_ring(const std::vector<int>* ring) {
   ring_ = ring;
@@ -90,7 +90,7 @@ void* Context::scratch(size_t bytes) {
 
 void Context::timeout_error() {
   std::ostringstream os;
-  os << "rank " << rank_ << ": " << what_ << " timed out; waiting on ";
+  os << "rank " << rank_ << ": " << describe_() << " timed out; waiting on ";
   size_t done = 0, total = 0;
   std::vector<std::string> open;
   for (auto& r : reqs_) {

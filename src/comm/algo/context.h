@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@ namespace braid::comm {
 
 class Context {
  public:
+  // `describe` renders the call for error messages; it is only invoked when
+  // something fails, so the fast path formats nothing.
   Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
-          std::string what);
+          std::function<std::string()> describe);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -64,7 +67,7 @@ class Context {
   int ring_pos_ = 0;
   MsgSig call_;
   uint64_t deadline_;
-  std::string what_;
+  std::function<std::string()> describe_;
   std::deque<Request> reqs_;
   size_t first_open_ = 0;
   unsigned spins_ = 0;
