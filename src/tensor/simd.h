@@ -23,9 +23,9 @@ namespace braid::simd {
 
 // exp(x) via 2^(x·log2 e): split into integer n and fraction f in
 // [-0.5, 0.5], a degree-6 polynomial for 2^f, and n added to the exponent
-// bits. Branch-free so loops using it vectorise. Clamped to [-87.3, 88.7].
+// bits. Branch-free so loops using it vectorise. Clamped to [-87.3, 88.3].
 inline float exp_approx(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
   float t = x * 1.44269504088896341f;
   // Round to nearest by the 1.5·2^23 trick (vectorises without SSE4.1).
   float n = (t + 12582912.0f) - 12582912.0f;

@@ -1,0 +1,110 @@
+// Tensor: ownership, views, buffer reuse, bf16 conversion, shape errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/tensor.h"
+
+using namespace braid;
+
+TEST(Tensor, OwningZeroedAndShape) {
+  Tensor t({2, 3, 4});
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.dim(-1), 4);
+  EXPECT_TRUE(t.owning());
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(t.f32()[i], 0.0f);
+}
+
+TEST(Tensor, ViewDoesNotOwnAndCopyIsDeep) {
+  float buf[6] = {1, 2, 3, 4, 5, 6};
+  Tensor v = Tensor::view(buf, {2, 3});
+  EXPECT_FALSE(v.owning());
+  v.f32()[0] = 9;
+  EXPECT_EQ(buf[0], 9);
+  Tensor c = v;
+  c.f32()[1] = 7;
+  EXPECT_EQ(buf[1], 2);
+  EXPECT_THROW(v.resize({4, 4}), Error);
+}
+
+TEST(Tensor, ResizeReusesCapacity) {
+  Tensor t({16, 16});
+  const void* p = t.raw();
+  t.resize({8, 8});
+  EXPECT_EQ(t.raw(), p);
+  t.resize({16, 16});
+  EXPECT_EQ(t.raw(), p);
+}
+
+TEST(Tensor, Bf16RoundTrip) {
+  Tensor t({5});
+  float vals[5] = {1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f};
+  for (int i = 0; i < 5; ++i) t.f32()[i] = vals[i];
+  Tensor b = t.to(DType::kBF16);
+  EXPECT_EQ(b.dtype(), DType::kBF16);
+  Tensor back = b.to(DType::kF32);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(back.f32()[i], vals[i], std::fabs(vals[i]) * 4e-3);
+  EXPECT_EQ(back.f32()[0], 1.0f);
+}
+
+TEST(Tensor, ShapeErrorsNameBothShapes) {
+  Tensor a({2, 3}), b({3, 2});
+  try {
+    check_same_shape(a, b, "add");
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[2, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[3, 2]"), std::string::npos) << m;
+  }
+  try {
+    a.check_shape({-1, 4}, "linear");
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[2, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[*, 4]"), std::string::npos) << m;
+  }
+  EXPECT_THROW(a.i32(), Error);
+  EXPECT_THROW(a.reshape({5}), Error);
+}
+
+TEST(Kernels, GemmTransposesMatchReference) {
+  // C = op(A) op(B) for all four transpose combinations, 3x4 · 4x2.
+  float A[12], B[8];
+  for (int i = 0; i < 12; ++i) A[i] = float(i + 1);
+  for (int i = 0; i < 8; ++i) B[i] = float(i % 3) - 1.0f;
+  float ref[6] = {};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 4; ++k) ref[i * 2 + j] += A[i * 4 + k] * B[k * 2 + j];
+  float At[12], Bt[8];
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 4; ++k) At[k * 3 + i] = A[i * 4 + k];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 2; ++j) Bt[j * 4 + k] = B[k * 2 + j];
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      float C[6] = {};
+      gemm(ta, tb, 3, 2, 4, 1.0f, ta ? At : A, ta ? 3 : 4, tb ? Bt : B, tb ? 4 : 2, 0.0f, C, 2);
+      for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(C[i], ref[i]) << ta << tb;
+    }
+}
+
+TEST(Kernels, ExpApproxAccurate) {
+  std::vector<float> x, y(2001);
+  for (int i = 0; i <= 2000; ++i) x.push_back(-80.0f + 0.084f * float(i));
+  vexp(x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(y[i], std::exp(x[i]), 3e-7 * std::exp(x[i])) << x[i];
+}
+
+TEST(Kernels, ThreadCountIsSettable) {
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  EXPECT_THROW(set_num_threads(0), Error);
+}
