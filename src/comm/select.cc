@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -33,12 +34,23 @@ CollOp parse_coll_op(const std::string& name) {
   throw Error(Errc::kInvalidArgument, "unknown collective '" + name + "'");
 }
 
+std::string default_tuning_path() {
+  if (auto v = env_str("BRAID_TUNING")) return *v;
+  if (auto x = env_str("XDG_CACHE_HOME")) return *x + "/braid/tuning.json";
+  if (auto h = env_str("HOME")) return *h + "/.cache/braid/tuning.json";
+  return "";
+}
+
 CostParams load_cost_params() {
   CostParams p;
-  auto path = env_str("BRAID_TUNING");
-  if (!path) return p;
+  const bool explicit_path = env_str("BRAID_TUNING").has_value();
+  auto path = std::optional<std::string>(default_tuning_path());
+  if (path->empty()) return p;
   std::ifstream f(*path);
-  if (!f) throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + *path);
+  if (!f) {
+    if (explicit_path) throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + *path);
+    return p;  // no cached probe yet: built-in defaults
+  }
   try {
     nlohmann::json j = nlohmann::json::parse(f);
     auto link = [&](const char* key, LinkCost& l) {

@@ -5,9 +5,8 @@
 // cheapest wins. α (latency per message), β (seconds per byte) and γ
 // (reduction seconds per byte) depend on the transport kind; they come from
 // defaults measured on this project's machines, from a tuning file
-// (BRAID_TUNING=path, JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...},
-// "reduce_gbps":..}), or from `braid bench --probe`, which measures them and
-// writes that file. Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
+// (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...}, "reduce_gbps":..})
+// that `braid bench --probe` measures and caches (see load_cost_params). Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
 // Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the direct
 // algorithms for reductions, over any override (rank-order folding, bitwise
 // reproducible).
@@ -32,8 +31,11 @@ struct CostParams {
   double gamma_s_per_b = 1.0 / 10e9;  // reduction
 };
 
-// Loads BRAID_TUNING if set (else the built-in defaults).
+// Loads the tuning file: BRAID_TUNING if set (an error if unreadable), else
+// the cache written by `braid bench --probe` ($XDG_CACHE_HOME or
+// ~/.cache/braid/tuning.json) if present, else the built-in defaults.
 CostParams load_cost_params();
+std::string default_tuning_path();
 
 class Selector {
  public:

@@ -22,6 +22,8 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
+#include "comm/select.h"
+#include <fstream>
 #include "subcommands.h"
 
 namespace braid::tool {
@@ -39,6 +41,8 @@ struct Opts {
   int iters = 20, warmup = 5;
   bool json = false;
   bool check = true;
+  bool probe = false;
+  std::string probe_out;
 };
 
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -256,6 +260,71 @@ int run_rank(Communicator& comm, const Opts& o) {
   return total_wrong ? 1 : 0;
 }
 
+
+// Measures the α-β-γ parameters of the link between ranks 0 and 1 (the
+// transport this job uses) and merges them into the tuning file that
+// communicators read at creation.
+int run_probe(Communicator& comm, const Opts& o) {
+  if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
+  const int r = comm.rank();
+  const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
+  auto pingpong = [&](size_t bytes, int iters) {
+    std::vector<uint8_t> buf(std::max<size_t>(bytes, 1));
+    comm.barrier();
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) {
+      if (r == 0) {
+        comm.send(buf.data(), bytes, DType::kU8, 1);
+        comm.recv(buf.data(), bytes, DType::kU8, 1);
+      } else if (r == 1) {
+        comm.recv(buf.data(), bytes, DType::kU8, 0);
+        comm.send(buf.data(), bytes, DType::kU8, 0);
+      }
+    }
+    return (now_s() - t0) / iters / 2;  // one way
+  };
+  pingpong(8, 200);
+  double alpha = pingpong(8, 2000);
+  const size_t big = 16 << 20;
+  pingpong(big, 2);
+  double t_big = pingpong(big, 6);
+  double gbps = double(big) / std::max(t_big - alpha, 1e-9) / 1e9;
+  std::vector<float> a(big / 4, 1.0f), b(big / 4, 2.0f);
+  reduce2(a.data(), a.data(), b.data(), a.size(), DType::kF32, ReduceOp::kSum);
+  double t0 = now_s();
+  for (int i = 0; i < 5; ++i)
+    reduce2(a.data(), a.data(), b.data(), a.size(), DType::kF32, ReduceOp::kSum);
+  double reduce_gbps = double(big) * 5 / (now_s() - t0) / 1e9;
+  comm.barrier();
+  if (r != 0) return 0;
+  std::string path = o.probe_out.empty() ? comm::default_tuning_path() : o.probe_out;
+  if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
+  nlohmann::json j = nlohmann::json::object();
+  {
+    std::ifstream in(path);
+    if (in) {
+      try {
+        j = nlohmann::json::parse(in);
+      } catch (const std::exception&) {
+        j = nlohmann::json::object();
+      }
+    }
+  }
+  j[kind] = {{"alpha_us", alpha * 1e6}, {"gbps", gbps}};
+  j["reduce_gbps"] = reduce_gbps;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) throw Error(Errc::kIo, "--probe: cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
+              kind.c_str(), alpha * 1e6, gbps, reduce_gbps, path.c_str());
+  return 0;
+}
+
 // Forks n ranks that meet through a private file store.
 int fork_ranks(const Opts& o) {
   std::string dir = "/tmp/braid_bench_XXXXXX";
@@ -273,7 +342,7 @@ int fork_ranks(const Opts& o) {
         co.secret = secret;
         co.transport = o.transport == "auto" ? "" : o.transport;
         auto comm = Communicator::create(r, o.n, make_file_store(dir), co);
-        code = run_rank(*comm, o);
+        code = o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "braid bench: rank %d: %s\n", r, e.what());
         code = 1;
@@ -330,6 +399,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--warmup,-w", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--json", o.json, "one JSON object per row");
   app.add_flag("!--no-check", o.check, "skip the correctness check");
+  app.add_flag("--probe", o.probe,
+               "measure alpha/beta/gamma of this transport and cache them for the cost model");
+  app.add_option("--probe-out", o.probe_out, "tuning file to write (default ~/.cache/braid/tuning.json)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -344,7 +416,7 @@ int bench_main(int argc, char** argv) {
     CommOptions co;
     co.transport = o.transport == "auto" ? "" : o.transport;
     auto comm = Communicator::from_env(co);
-    return run_rank(*comm, o);
+    return o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
   }
   return fork_ranks(o);
 }
