@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -272,4 +274,26 @@ TEST(CommHierarchy, TwoPretendHostsInterleaved) {
     c->all_gather(out.data(), g.data(), 777, DType::kI32);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(g[size_t(j) * 777 + 5], 4 * int32_t(j * 777 + 5) + 6);
   }, std::chrono::seconds(120));
+}
+
+TEST(CommFlightRecorder, Sigusr1DumpsRecentOperations) {
+  std::string path = braid::testing::temp_dir("fr") + "/stderr.txt";
+  expect_all_pass(2, [path](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    install_flight_recorder_signal();
+    std::vector<float> v(1000, 1.0f);
+    c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    c->broadcast(v.data(), v.size(), DType::kF32, 1);
+    if (rank != 0) return;
+    FILE* f = std::freopen(path.c_str(), "w", stderr);
+    ASSERT_NE(f, nullptr);
+    ::raise(SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::fflush(stderr);
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(contains(text, "flight recorder of rank 0") && contains(text, "all_reduce") &&
+                contains(text, "broadcast") && contains(text, "done"))
+        << text;
+  });
 }
