@@ -1,8 +1,7 @@
 // Shared-memory wire between the processes of one host.
 //
 // Every rank owns one POSIX shm segment holding its doorbell (a futex word
-// peers bump when they write it a slot or free one of its slots) and one
-// inbound ring per same-host peer: `BRAID_SHM_SLOTS` slots (default 8) of
+// plus a "waiting" flag) and one inbound ring per same-host peer: `BRAID_SHM_SLOTS` slots (default 8) of
 // `BRAID_SHM_SLOT_BYTES` payload bytes (default 128 KiB), head/tail counters
 // on their own cache lines. A sender memcpys a chunk into a free slot and
 // publishes it (release store of head); the receiver copies it out (kRecv)
@@ -10,9 +9,13 @@
 // messages stream through the ring chunk by chunk, so sender and receiver
 // copy concurrently and the data in flight stays in the shared cache.
 //
-// Waiting spins on the doorbell for BRAID_SPIN_US, then FUTEX_WAITs on it
-// (shared, with a timeout) after raising a waiter flag; peers FUTEX_WAKE only
-// when the flag is up. Peer death is seen through pidfds (kill(pid,0) where
+// Waiting spins on the rings themselves (head of each ring with a posted
+// recv, tail of each ring with a posted send) for BRAID_SPIN_US (default 20
+// µs, 2 µs when the host has more ranks than cores), then raises its waiting
+// flag, re-checks the rings and FUTEX_WAITs on its doorbell (shared futex,
+// 50 ms slices). A peer that publishes or frees a slot (seq_cst store) and
+// then sees the flag up bumps the doorbell and FUTEX_WAKEs; while both sides
+// are awake no doorbell traffic happens at all. Peer death is seen through pidfds (kill(pid,0) where
 // pidfd_open is missing) checked during waits and every ~50 ms in progress().
 //
 // Segments are named /braid.<communicator token>.<rank> and unlinked as

@@ -181,8 +181,6 @@ class CompositeTransport final : public Transport {
   }
 
   bool progress() override {
-    // Every wire, busy or not: an idle shm wire still takes its doorbell
-    // snapshot, which wait_activity compares against.
     bool moved = false;
     for (Wire* w : wires_) moved |= w->progress();
     return moved;
@@ -204,7 +202,7 @@ class CompositeTransport final : public Transport {
     // to the caller, which calls progress() again. Each wire's wait ends
     // early on its own activity; one that ends because of activity consumes
     // it (epoll), so this must not loop here. shm (whose poll_ready only
-    // compares its doorbell) comes first, so its activity is seen at once.
+    // looks at its rings) comes first, so its activity is seen at once.
     for (int i = 0; i < n; ++i)
       if (active[i]->poll_ready()) return;
     auto slice = std::min(timeout, std::chrono::microseconds(50));
