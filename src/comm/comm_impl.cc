@@ -137,6 +137,25 @@ CommImpl::~CommImpl() {
   if (worker_.joinable()) worker_.join();
 }
 
+const std::string& CommImpl::choose(CollOp op, size_t bytes, DType t) {
+  LastChoice& lc = last_choice_;
+  if (lc.algo && lc.op == op && lc.bytes == bytes && lc.t == t) return *lc.algo;
+  const std::string& a = selector_->choose(op, bytes, t);
+  lc = LastChoice{op, bytes, t, &a};
+  return a;
+}
+
+namespace {
+std::shared_ptr<WorkState> completed_work() {
+  static const std::shared_ptr<WorkState> done = [] {
+    auto w = std::make_shared<WorkState>();
+    w->done = true;
+    return w;
+  }();
+  return done;
+}
+}  // namespace
+
 Work CommImpl::launch(CollOp op, size_t count, DType t, ReduceOp rop, int root,
                       size_t model_bytes, bool async, AlgoFn fn, int64_t explicit_seq) {
   MsgSig sig;
@@ -146,11 +165,35 @@ Work CommImpl::launch(CollOp op, size_t count, DType t, ReduceOp rop, int root,
   sig.dtype = t;
   sig.rop = rop;
   sig.root = root;
-  std::string algo = selector_->choose(op, model_bytes, t);
+  const std::string& algo = choose(op, model_bytes, t);
   uint64_t id = fr_.record(sig);
+  if (!async) {
+    // Fast path: nothing queued, so run right here without a WorkState.
+    std::unique_lock<std::mutex> l(qmu_);
+    if (queue_.empty() && !worker_busy_) {
+      inline_busy_ = true;
+      l.unlock();
+      auto release = [&] {
+        l.lock();
+        inline_busy_ = false;
+        l.unlock();
+        if (worker_.joinable()) qcv_.notify_all();
+      };
+      try {
+        execute(sig, algo, fn, id);
+      } catch (...) {
+        release();
+        throw;
+      }
+      release();
+      return Work(completed_work());
+    }
+  }
   auto w = std::make_shared<WorkState>();
   w->timeout = timeout_;
-  w->run = [this, sig, algo, fn = std::move(fn), id] { execute(sig, algo, fn, id); };
+  w->run = [this, sig, algo = std::string(algo), fn = std::move(fn), id] {
+    execute(sig, algo, fn, id);
+  };
   if (async) enqueue(w);
   else run_blocking(w);
   return Work(w);
@@ -170,11 +213,18 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
   }
   fr_.start(fr_id, algo);
   uint64_t deadline = now_ns() + uint64_t(timeout_.count()) * 1000000ull;
-  auto describe = [&] {
-    return describe_call(sig, algo) + " after " +
-           std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
-  };
-  Context ctx(*tp_, rank_, size_, sig, deadline, describe);
+  struct Call {
+    const MsgSig& sig;
+    const std::string& algo;
+    std::chrono::milliseconds timeout;
+  } call{sig, algo, timeout_};
+  const Call* cp = &call;  // one pointer: fits std::function's inline storage
+  Context ctx(*tp_, rank_, size_, sig, deadline,
+              [cp] {
+                return describe_call(cp->sig, cp->algo) + " after " +
+                       std::to_string(cp->timeout.count() / 1000.0).substr(0, 6) + " s";
+              },
+              pool_);
   ctx.set_ring(&ring_);
   try {
     fn(ctx, algo);

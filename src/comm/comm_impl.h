@@ -58,7 +58,10 @@ class CommImpl {
 
   std::unique_ptr<CommImpl> split(int color, int key);
 
-  Selector& selector() { return *selector_; }
+  Selector& selector() {
+    last_choice_ = LastChoice{};  // overrides may change
+    return *selector_;
+  }
   const Selector& selector() const { return *selector_; }
   std::string flight_record() const;
   std::string transport_to(int peer) const { return tp_->kind_to(peer); }
@@ -76,6 +79,7 @@ class CommImpl {
  private:
   void build_topology(Store& pstore, bool flat);
   void execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn, uint64_t fr_id);
+  const std::string& choose(CollOp op, size_t bytes, DType t);
   void run_blocking(const std::shared_ptr<WorkState>& w);
   void enqueue(const std::shared_ptr<WorkState>& w);
   void worker_loop();
@@ -93,6 +97,14 @@ class CommImpl {
   std::vector<int> ring_;
   std::unique_ptr<CommImpl> local_, leaders_;
   FlightRecorder fr_;
+  ContextPool pool_;
+  // The last selection, reused while calls repeat (op, size, dtype).
+  struct LastChoice {
+    CollOp op = CollOp::kProbe;
+    size_t bytes = ~size_t(0);
+    DType t = DType::kU8;
+    const std::string* algo = nullptr;
+  } last_choice_;
   uint64_t seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::shared_ptr<void> keepalive_;  // e.g. a store server hosted by this rank

@@ -8,9 +8,11 @@
 namespace braid::comm {
 
 Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
-                 std::function<std::string()> describe)
+                 std::function<std::string()> describe, ContextPool& pool)
     : tp_(tp), rank_(rank), size_(size), call_(call), deadline_(deadline_ns),
-      describe_(std::move(describe)), ring_pos_(rank) {}
+      describe_(std::move(describe)), ring_pos_(rank), pool_(pool), reqs_(pool.reqs) {
+  reqs_.clear();
+}
 
 void Context::set_ring(const std::vector<int>* ring) {
   ring_ = ring;
@@ -84,8 +86,14 @@ void Context::wait_all() {
 }
 
 void* Context::scratch(size_t bytes) {
-  scratch_.emplace_back(bytes);
-  return scratch_.back().data();
+  if (bytes > ContextPool::kPooled) {
+    large_.emplace_back(bytes);
+    return large_.back().data();
+  }
+  if (small_used_ == pool_.small.size()) pool_.small.emplace_back();
+  auto& b = pool_.small[small_used_++];
+  if (b.size() < bytes) b.resize(std::max<size_t>(bytes, 256));
+  return b.data();
 }
 
 void Context::timeout_error() {

@@ -18,12 +18,21 @@
 
 namespace braid::comm {
 
+// Memory a communicator lends its contexts, reused from call to call (one
+// operation runs at a time per communicator), so a small collective
+// allocates nothing.
+struct ContextPool {
+  std::deque<Request> reqs;
+  std::vector<std::vector<uint8_t>> small;  // scratch buffers up to kPooled bytes
+  static constexpr size_t kPooled = 1 << 20;
+};
+
 class Context {
  public:
   // `describe` renders the call for error messages; it is only invoked when
   // something fails, so the fast path formats nothing.
   Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
-          std::function<std::string()> describe);
+          std::function<std::string()> describe, ContextPool& pool);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -68,10 +77,12 @@ class Context {
   MsgSig call_;
   uint64_t deadline_;
   std::function<std::string()> describe_;
-  std::deque<Request> reqs_;
+  ContextPool& pool_;
+  std::deque<Request>& reqs_;
   size_t first_open_ = 0;
+  size_t small_used_ = 0;
   unsigned spins_ = 0;
-  std::vector<std::vector<uint8_t>> scratch_;
+  std::vector<std::vector<uint8_t>> large_;
 };
 
 // Splits `count` elements into `parts` nearly equal blocks; block i covers
