@@ -64,7 +64,7 @@ std::string describe_sig(const MsgSig& s) {
   os << ' ';
   if (uint8_t(s.rop) < kNumReduceOps) os << reduce_op_name(s.rop);
   else os << "rop#" << int(s.rop);
-  os << " root " << s.root << " (" << s.bytes << " bytes, step " << s.step << ")";
+  os << " root " << s.root << " (" << s.bytes << " bytes)";
   return os.str();
 }
 
