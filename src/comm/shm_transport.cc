@@ -247,8 +247,10 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
     p.seg = static_cast<SegHeader*>(qb);
     p.seg_len = size_t(st.st_size);
     const SegHeader& h = *p.seg;
+    if (size_t(st.st_size) < sizeof(SegHeader) || h.slot_bytes > (size_t(64) << 20) || h.nslots > 4096)
+      throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) + " is malformed");
     Layout ql(h.slot_bytes, h.nslots, h.nrings);
-    if (size_t(st.st_size) < sizeof(SegHeader) || h.magic != kMagic || h.owner != q ||
+    if (h.magic != kMagic || h.owner != q ||
         h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != size_t(st.st_size) ||
         h.slot_bytes % kLine != 0 || h.slot_bytes == 0 || h.nslots < 2)
       throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) +

@@ -339,6 +339,34 @@ TEST_P(TransportPair, EightRanksOversubscribed) {
 
 INSTANTIATE_TEST_SUITE_P(All, TransportPair, ::testing::Values("auto", "tcp"));
 
+// A communicator of one: only the self wire.
+TEST(Transport, SingleRank) {
+  expect_all_pass(1, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, "auto");
+    EXPECT_EQ(t->kind_to(0), "self");
+    std::vector<int32_t> a(1000, 3), acc(1000, 4), out(1000, 0);
+    Request s, r;
+    s.kind = Request::Kind::kSend;
+    s.peer = 0;
+    s.sig = sig_of(CollOp::kAllReduce, 0, 1000, 4000, DType::kI32);
+    s.src = a.data();
+    r = s;
+    r.kind = Request::Kind::kRecvReduce;
+    r.dst = out.data();
+    r.acc = acc.data();
+    r.dtype = DType::kI32;
+    r.rop = ReduceOp::kMax;
+    t->post(&s);
+    t->post(&r);
+    drive(*t, {&s, &r});
+    EXPECT_EQ(out[999], 4);
+    // Invalid requests are refused at post().
+    Request bad = s;
+    bad.peer = 1;
+    EXPECT_THROW(t->post(&bad), Error);
+  }, 30s);
+}
+
 // A peer that never shows up: set-up fails with kTimeout naming it.
 TEST(Transport, SetupTimeoutNamesMissingPeer) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
