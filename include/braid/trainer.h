@@ -43,7 +43,7 @@ struct StepStats {
   int64_t step = 0;         // the step just taken (from 0)
   double loss = 0;          // mean over the global batch
   float lr = 0;
-  double grad_norm = 0;     // before clipping
+  double grad_norm = 0;     // before clipping (0 when not clipping)
   int64_t correct = 0;      // argmax hits over the global batch
   int64_t rows = 0;         // loss rows over the global batch
 };
