@@ -325,6 +325,26 @@ int run_probe(Communicator& comm, const Opts& o) {
   return 0;
 }
 
+// "64M" -> 67108864; K, M, G are powers of 1024.
+size_t parse_size(const std::string& s, const char* flag) {
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0) throw Error(Errc::kInvalidArgument, std::string(flag) + ": not a size: '" + s + "'");
+  std::string suf = s.substr(pos);
+  unsigned long long mult = 1;
+  if (suf == "K" || suf == "k" || suf == "KiB") mult = 1ull << 10;
+  else if (suf == "M" || suf == "MiB") mult = 1ull << 20;
+  else if (suf == "G" || suf == "GiB") mult = 1ull << 30;
+  else if (!suf.empty())
+    throw Error(Errc::kInvalidArgument, std::string(flag) + ": unknown suffix in '" + s + "'");
+  return size_t(v * mult);
+}
+
 // Forks n ranks that meet through a private file store.
 int fork_ranks(const Opts& o) {
   std::string dir = "/tmp/braid_bench_XXXXXX";
@@ -386,8 +406,9 @@ int bench_main(int argc, char** argv) {
     v.push_back("all");
     return v;
   }()));
-  app.add_option("--min-bytes,-b", o.min_bytes, "smallest size in bytes");
-  app.add_option("--max-bytes,-e", o.max_bytes, "largest size in bytes");
+  std::string min_s = "8", max_s = "64M";
+  app.add_option("--min-bytes,-b", min_s, "smallest size in bytes (K, M, G suffixes: powers of 1024)");
+  app.add_option("--max-bytes,-e", max_s, "largest size in bytes");
   app.add_option("--step-factor,-f", o.factor, "size multiplier between rows")
       ->check(CLI::Range(1.01, 1024.0));
   app.add_option("--dtype", o.dtype, "f32 f64 f16 bf16 i8 u8 i32 i64");
@@ -407,6 +428,8 @@ int bench_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.min_bytes = parse_size(min_s, "--min-bytes");
+  o.max_bytes = parse_size(max_s, "--max-bytes");
   if (o.min_bytes > o.max_bytes)
     throw Error(Errc::kInvalidArgument, "--min-bytes is larger than --max-bytes");
   parse_dtype(o.dtype);

@@ -1,0 +1,72 @@
+// braid bench as a user runs it: every collective at 3 ranks reports zero
+// wrong elements; JSON rows carry nccl-tests' fields; bad flags are errors.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string bin() {
+  const char* b = std::getenv("BRAID_BIN");
+  return b ? b : "";
+}
+
+int run(const std::string& cmd, std::string* out) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST(BenchTool, EveryCollectiveAtThreeRanksIsCorrect) {
+  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
+  std::string out;
+  int rc = run(bin() + " bench -n 3 --op all -b 8 -e 1M -f 32 --iters 2 --warmup 1 --json", &out);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream is(out);
+  std::string line;
+  std::set<std::string> ops;
+  int rows = 0;
+  while (std::getline(is, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line);
+    for (const char* k : {"op", "bytes", "count", "dtype", "time_us", "algbw_gbs", "busbw_gbs", "wrong"})
+      ASSERT_TRUE(j.contains(k)) << k << " missing in " << line;
+    EXPECT_EQ(j["wrong"].get<int64_t>(), 0) << line;
+    EXPECT_GT(j["time_us"].get<double>(), 0.0) << line;
+    ops.insert(j["op"].get<std::string>());
+    ++rows;
+  }
+  EXPECT_EQ(ops.size(), 8u) << out;
+  EXPECT_GE(rows, 8 * 3);
+}
+
+TEST(BenchTool, HalfPrecisionAndTcpAreChecked) {
+  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
+  std::string out;
+  ASSERT_EQ(run(bin() + " bench -n 4 --op all_reduce --dtype bf16 -b 2 -e 4M -f 64 --iters 2", &out), 0) << out;
+  EXPECT_NE(out.find("# OK: 0 wrong"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run(bin() + " bench -n 2 --transport tcp --op reduce_scatter -b 64 -e 1M -f 64 --iters 2", &out), 0) << out;
+  EXPECT_NE(out.find("# OK: 0 wrong"), std::string::npos) << out;
+}
+
+TEST(BenchTool, BadFlagsAreClearErrors) {
+  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
+  std::string out;
+  EXPECT_NE(run(bin() + " bench -n 2 --dtype f8", &out), 0);
+  EXPECT_NE(out.find("f8"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(run(bin() + " bench -n 2 -b 1X", &out), 0);
+  EXPECT_NE(out.find("1X"), std::string::npos) << out;
+}
