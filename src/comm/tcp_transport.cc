@@ -465,6 +465,13 @@ bool TcpWire::recv_some(Conn& c) {
     // partial element waits there for the rest of its bytes.
     const size_t esz = dtype_size(r->dtype);
     size_t n = std::min(avail, remaining) / esz * esz;
+    if (n > 0 && (reinterpret_cast<uintptr_t>(c.rx.get() + c.rpos) & (esz - 1)) != 0) {
+      // Odd-sized earlier messages left this payload misaligned: realign
+      // (rare; the kernels want naturally aligned elements).
+      std::memmove(c.rx.get(), c.rx.get() + c.rpos, avail);
+      c.rpos = 0;
+      c.rend = avail;
+    }
     if (n > 0) {
       const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
       reduce2(dst, acc, c.rx.get() + c.rpos, n / esz, r->dtype, r->rop);
