@@ -1,13 +1,9 @@
 // TCP wire: see tcp_transport.h for the connection protocol and tuning.
 #include "comm/tcp_transport.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -16,67 +12,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <set>
-#include <thread>
 
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
-#include "comm/auth.h"
+#include "comm/tcp_connect.h"
 
 namespace braid::comm {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x54647262;  // "brdT"
 constexpr size_t kHdr = sizeof(MsgSig);
 constexpr size_t kDirectRecvMin = 64 << 10;  // kRecv reads at least this straight into dst
-
-struct Hello {
-  uint32_t magic;
-  int32_t rank;
-  int32_t size;
-  int32_t pad;
-  char token[32];
-};
-struct Ack {
-  uint32_t magic;
-  int32_t rank;
-};
-
-void copy_token(char (&out)[32], const std::string& t) {
-  std::memset(out, 0, sizeof out);
-  std::memcpy(out, t.data(), std::min(t.size(), sizeof out));
-}
-
-void set_buffers(int fd, int bytes) {
-  if (bytes <= 0) return;  // kernel autotuning
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
-}
-
-// The IPv4 address peers on other hosts can reach this rank at.
-std::string local_address(bool all_local) {
-  if (auto a = env_str("BRAID_TCP_ADDR")) return *a;
-  if (all_local) return "127.0.0.1";
-  std::string best = "127.0.0.1";
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) == 0) {
-    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
-      char buf[INET_ADDRSTRLEN];
-      auto* sin = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
-      if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf)) {
-        best = buf;
-        break;
-      }
-    }
-    ::freeifaddrs(ifs);
-  }
-  return best;
-}
 
 class TcpWire final : public Wire {
  public:
@@ -107,8 +54,6 @@ class TcpWire final : public Wire {
     std::string eof_how;
   };
 
-  void connect_to(const WireContext& ctx, int q, int buf_bytes);
-  void accept_all(const WireContext& ctx, int listener, const std::vector<int>& expect);
   bool send_some(Conn& c);
   bool recv_some(Conn& c);
   bool fill(Conn& c);
@@ -138,32 +83,24 @@ TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(c
   }
 
   // Listen, publish, connect to the lower ranks, accept the higher ones.
-  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (lfd < 0) throw_errno("tcp: socket");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } lclose{lfd};
-  int one = 1;
-  ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  set_buffers(lfd, buf_bytes);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(all_local ? INADDR_LOOPBACK : INADDR_ANY);
-  sa.sin_port = 0;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw_errno("tcp: bind");
-  if (::listen(lfd, SOMAXCONN) != 0) throw_errno("tcp: listen");
-  socklen_t sl = sizeof sa;
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl);
-  ctx.store->set_str("tcp/addr/" + std::to_string(ctx.rank),
-                     local_address(all_local) + " " + std::to_string(ntohs(sa.sin_port)));
-
-  std::vector<int> higher;
-  for (int q : peers) {
-    if (q < ctx.rank) connect_to(ctx, q, buf_bytes);
-    else higher.push_back(q);
+  std::vector<int> fds(size_t(ctx.size), -1);
+  int lfd = tcp_listen(ctx, all_local, buf_bytes);
+  try {
+    std::vector<int> higher;
+    for (int q : peers) {
+      if (q < ctx.rank) fds[size_t(q)] = tcp_connect(ctx, q, buf_bytes);
+      else higher.push_back(q);
+    }
+    if (!higher.empty()) tcp_accept(ctx, lfd, higher, fds);
+  } catch (...) {
+    ::close(lfd);
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    throw;
   }
-  if (!higher.empty()) accept_all(ctx, lfd, higher);
+  ::close(lfd);
+  for (Conn& c : conns_) c.fd = fds[size_t(c.rank)];
+  int one = 1;
 
   epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epfd_ < 0) throw_errno("tcp: epoll_create1");
@@ -183,143 +120,6 @@ TcpWire::~TcpWire() {
   if (epfd_ >= 0) ::close(epfd_);
 }
 
-void TcpWire::connect_to(const WireContext& ctx, int q, int buf_bytes) {
-  const PeerInfo& pi = ctx.peers[size_t(q)];
-  std::string key = "tcp/addr/" + std::to_string(q);
-  try {
-    ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
-  } catch (const Error& e) {
-    if (e.code() != Errc::kTimeout) throw;
-    throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for " +
-                                    describe_peer_info(pi) + " to publish its address");
-  }
-  std::string v = ctx.store->get_str(key);
-  auto sp = v.find(' ');
-  std::string host = v.substr(0, sp);
-  int port = sp == std::string::npos ? 0 : std::atoi(v.c_str() + sp + 1);
-  if (pi.host_id == ctx.peers[size_t(rank_)].host_id) host = "127.0.0.1";
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(uint16_t(port));
-  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
-    throw Error(Errc::kProtocol, "tcp: " + describe_peer_info(pi) + " published a bad address '" + v + "'");
-
-  int fd = -1;
-  for (;;) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) throw_errno("tcp: socket");
-    set_buffers(fd, buf_bytes);
-    int err = 0;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int64_t left = ctx.ms_left();
-        int r = left > 0 ? ::poll(&p, 1, int(std::min<int64_t>(left, 1000))) : 0;
-        socklen_t el = sizeof err;
-        if (r > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-        else err = ETIMEDOUT;
-      }
-    }
-    if (err == 0) break;
-    ::close(fd);
-    if (ctx.ms_left() <= 0)
-      throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": could not connect to " +
-                                      describe_peer_info(pi) + " at " + v + ": " + std::strerror(err));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  try {
-    auto left = std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1));
-    authenticate_connect(fd, ctx.opt->secret, left);
-    Hello h{};
-    h.magic = kHelloMagic;
-    h.rank = rank_;
-    h.size = ctx.size;
-    copy_token(h.token, ctx.token);
-    write_full(fd, &h, sizeof h, ctx.deadline_ns, "tcp hello");
-    Ack a{};
-    read_full(fd, &a, sizeof a, ctx.deadline_ns, "tcp hello ack");
-    if (a.magic != kHelloMagic || a.rank != q)
-      throw Error(Errc::kProtocol, "tcp: the listener at " + v + " is not " + describe_peer_info(pi));
-  } catch (const Error& e) {
-    ::close(fd);
-    throw Error(e.code(), "rank " + std::to_string(rank_) + ": connecting to " + describe_peer_info(pi) +
-                              ": " + e.what());
-  }
-  conns_[size_t(index_[size_t(q)])].fd = fd;
-}
-
-void TcpWire::accept_all(const WireContext& ctx, int lfd, const std::vector<int>& expect) {
-  std::mutex mu;
-  std::set<int> inflight;  // fds whose handshake thread is running
-  std::vector<std::thread> hs;
-  size_t got = 0;
-  auto handshake = [&](int fd, std::string from) {
-    try {
-      auto left = std::chrono::milliseconds(std::clamp<int64_t>(ctx.ms_left(), 1, 10000));
-      authenticate_accept(fd, ctx.opt->secret, left);
-      Hello h{};
-      read_full(fd, &h, sizeof h, now_ns() + uint64_t(left.count()) * 1000000, "tcp hello");
-      char tok[32];
-      copy_token(tok, ctx.token);
-      if (h.magic != kHelloMagic || h.size != ctx.size || std::memcmp(tok, h.token, sizeof tok) != 0)
-        throw Error(Errc::kProtocol, "hello from another job or communicator");
-      if (h.rank <= rank_ || h.rank >= ctx.size || index_[size_t(h.rank)] < 0)
-        throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
-      {
-        std::lock_guard<std::mutex> g(mu);
-        Conn& c = conns_[size_t(index_[size_t(h.rank)])];
-        if (c.fd >= 0) throw Error(Errc::kProtocol, "rank " + std::to_string(h.rank) + " connected twice");
-        Ack a{kHelloMagic, rank_};
-        write_full(fd, &a, sizeof a, now_ns() + 1000000000ull, "tcp hello ack");
-        c.fd = fd;
-        inflight.erase(fd);
-        ++got;
-      }
-      return;
-    } catch (const std::exception& e) {
-      BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what());
-    }
-    std::lock_guard<std::mutex> g(mu);
-    inflight.erase(fd);
-    ::close(fd);
-  };
-
-  std::string failure;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      if (got == expect.size()) break;
-    }
-    if (ctx.ms_left() <= 0) {
-      std::lock_guard<std::mutex> g(mu);
-      std::string missing;
-      for (int q : expect)
-        if (conns_[size_t(index_[size_t(q)])].fd < 0) missing += (missing.empty() ? "" : ", ") + describe_peer(q);
-      failure = "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for connections from " + missing;
-      break;
-    }
-    pollfd p{lfd, POLLIN, 0};
-    if (::poll(&p, 1, 20) <= 0) continue;
-    sockaddr_in from{};
-    socklen_t fl = sizeof from;
-    int fd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&from), &fl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    char buf[INET_ADDRSTRLEN] = "?";
-    ::inet_ntop(AF_INET, &from.sin_addr, buf, sizeof buf);
-    std::string who = std::string(buf) + ":" + std::to_string(ntohs(from.sin_port));
-    std::lock_guard<std::mutex> g(mu);
-    inflight.insert(fd);
-    hs.emplace_back(handshake, fd, who);
-  }
-  {
-    // Unblock handshakes still running (slow or hostile connections).
-    std::lock_guard<std::mutex> g(mu);
-    for (int fd : inflight) ::shutdown(fd, SHUT_RDWR);
-  }
-  for (auto& t : hs) t.join();
-  if (!failure.empty()) throw Error(Errc::kTimeout, failure);
-}
 
 void TcpWire::post(Request* r) {
   Conn& c = conns_[size_t(index_[size_t(r->peer)])];

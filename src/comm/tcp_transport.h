@@ -1,11 +1,11 @@
 // TCP wire between ranks (other hosts, or every peer with BRAID_TRANSPORT=tcp).
 //
-// Each rank listens on one socket whose address it publishes in the store;
-// the higher rank of a pair connects to the lower one. Every connection
-// proves the job secret (authenticate_connect/accept) and then sends a hello
-// naming its rank and the communicator token before anything else is read;
-// connections that fail either are logged and dropped without disturbing
-// set-up. After set-up the listener is closed.
+// Set-up (tcp_connect.h): each rank listens on one socket whose address it
+// publishes in the store; the higher rank of a pair connects to the lower
+// one. Every connection proves the job secret (authenticate_connect/accept)
+// and then sends a hello naming its rank and the communicator token before
+// anything else is read; connections that fail either are logged and
+// dropped without disturbing set-up. After set-up the listener is closed.
 //
 // Data: non-blocking sockets with TCP_NODELAY, epoll (edge triggered).
 // A message is its 40-byte MsgSig followed by sig.bytes payload bytes, sent

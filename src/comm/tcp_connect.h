@@ -1,0 +1,33 @@
+// Set-up of the TCP wire's connections (used by tcp_transport.cc).
+//
+// Each rank listens on one socket and publishes "tcp/addr/<rank>" = "ip port"
+// in the store; the higher rank of a pair connects to the lower one. A new
+// connection first proves the job secret (authenticate_connect/accept), then
+// the connector sends a fixed-size hello (magic, rank, size, communicator
+// token) and the acceptor answers with its own rank. Connections that fail
+// any step are logged and dropped; handshakes run on their own threads so a
+// slow or silent stranger cannot hold up the real peers.
+#pragma once
+
+#include <vector>
+
+#include "comm/transport_wire.h"
+
+namespace braid::comm {
+
+// SO_SNDBUF/SO_RCVBUF (bytes <= 0: leave the kernel's autotuning).
+void tcp_set_buffers(int fd, int bytes);
+
+// Creates the listening socket (loopback only when every TCP peer is on
+// this host) and publishes its address. Returns the fd.
+int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes);
+
+// Connects to rank q, authenticates and exchanges hellos. Returns the fd.
+// Throws Error(kTimeout) naming q when it cannot be reached in time.
+int tcp_connect(const WireContext& ctx, int q, int buf_bytes);
+
+// Accepts until every rank in `expect` has connected; fds[rank] receives
+// each connection. Throws Error(kTimeout) naming the ranks still missing.
+void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds);
+
+}  // namespace braid::comm
