@@ -68,7 +68,7 @@ class TcpWire final : public Wire {
 };
 
 TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(ctx) {
-  const int buf_bytes = int(std::clamp<int64_t>(env_int("BRAID_TCP_BUF_BYTES", 4 << 20), 0, 1 << 30));
+  const int buf_bytes = int(std::clamp<int64_t>(env_int("BRAID_TCP_BUF_BYTES", 0), 0, 1 << 30));
   rx_cap_ = size_t(std::clamp<int64_t>(env_int("BRAID_TCP_RXBUF_BYTES", 256 << 10), 4096, int64_t(64) << 20));
   int local = 0;  // ranks on this host, whatever wire reaches them
   for (const PeerInfo& pi : ctx.peers) local += pi.host_id == ctx.peers[size_t(ctx.rank)].host_id;
