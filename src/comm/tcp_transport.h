@@ -16,9 +16,10 @@
 // destination. BRAID_TCP_BUF_BYTES sets SO_SNDBUF/SO_RCVBUF; the default 0
 // keeps the kernel's autotuning, which measured better on loopback than
 // fixed 256 KiB-16 MiB buffers (bidirectional 64 MiB: 3.2-3.6 vs 2.2-3.0
-// GB/s), and fixed sizes are capped by net.core.{w,r}mem_max anyway. BRAID_TCP_ADDR overrides the published
-// address (default: 127.0.0.1 when every TCP peer is on this host, else this
-// host's first non-loopback IPv4 address).
+// GB/s), and fixed sizes are capped by net.core.{w,r}mem_max anyway.
+// BRAID_TCP_ADDR overrides the published address (default: 127.0.0.1 when
+// every TCP peer is on this host, else this host's first non-loopback IPv4
+// address).
 #pragma once
 
 #include <memory>
