@@ -151,9 +151,11 @@ Work Communicator::reduce_async(const void* send, void* recv, size_t count, DTyp
   check_rank(op, root, size(), "root");
   check_ptr(op, send, count, "send");
   if (rank() == root) check_ptr(op, recv, count, "recv");
+  size_t chunk = impl_->chunk_bytes();
   return impl_->launch(op, count, t, rop, root, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
                          if (a == "direct") algo::reduce_direct(c, send, recv, count, root);
+                         else if (a == "ring") algo::reduce_ring(c, send, recv, count, root, chunk);
                          else algo::reduce_tree(c, send, recv, count, root);
                        });
 }

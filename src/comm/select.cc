@@ -76,7 +76,7 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
 const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
   static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier"};
   static const std::vector<std::string> broadcast = {"tree", "chain"};
-  static const std::vector<std::string> reduce = {"tree", "direct"};
+  static const std::vector<std::string> reduce = {"tree", "ring", "direct"};
   static const std::vector<std::string> gathers = {"ring", "direct"};
   static const std::vector<std::string> direct = {"direct"};
   static const std::vector<std::string> barrier = {"dissemination"};
@@ -156,6 +156,8 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
       break;
     case CollOp::kReduce:
       if (algo == "tree") return log2c(n_) * (a + N * b + N * g);
+      if (algo == "ring")
+        return (2 * (n - 1) + chunks - 1) * a + (n - 1) / n * N * (2 * b + g);
       if (algo == "direct") return (n - 1) * (a + N * b) + (n - 1) * N * g;
       break;
     case CollOp::kAllGather:

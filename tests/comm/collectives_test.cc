@@ -120,7 +120,7 @@ void run_matrix(Communicator& c, const Matrix& m) {
           compare(out.data(), want.data(), count, t, op, "reduce_scatter " + std::string(algo) + " " + tag);
         }
         // reduce to a rotating root
-        for (const char* algo : {"tree", "direct"}) {
+        for (const char* algo : {"tree", "ring", "direct"}) {
           c.set_algorithm("reduce", algo);
           int root = salt % n;
           std::vector<uint8_t> in(count * es), out(count * es, 0xAB);

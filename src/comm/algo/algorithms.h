@@ -16,6 +16,11 @@ namespace braid::comm::algo {
 
 // ring.cc
 void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes);
+// Reduce = the ring's reduce-scatter phase, then every rank hands its reduced
+// segment to the root: (n−1)α + (n−1)/n·N(2β + γ) at the root's links —
+// independent of log n, unlike the tree.
+void reduce_ring(Context& c, const void* send, void* recv, size_t count, int root,
+                 size_t chunk_bytes);
 void all_gather_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes);
 void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
                          size_t chunk_bytes);

@@ -74,17 +74,18 @@ std::vector<size_t> even_segments(size_t count, int n) {
 
 }  // namespace
 
-void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes) {
+namespace {
+
+// The ring all-reduce, optionally stopping after the reduce-scatter phase
+// (then rank at ring position p holds the reduced segment p+1 in `out`).
+void ring_reduce_phases(Context& c, const void* send, uint8_t* out, size_t count,
+                        size_t chunk_bytes, bool with_gather, Layout* layout_out) {
   const int n = c.size(), r = c.ring_pos();
   const size_t es = c.esize();
   auto* in = static_cast<const uint8_t*>(send);
-  auto* out = static_cast<uint8_t*>(recv);
-  if (n == 1) {
-    copy_if_distinct(recv, send, count * es);
-    return;
-  }
   Layout L = make_layout(c, even_segments(count, n), es, chunk_bytes);
-  const int C = L.chunks, S = 2 * (n - 1);
+  if (layout_out) *layout_out = L;
+  const int C = L.chunks, S = with_gather ? 2 * (n - 1) : n - 1;
   const int next = c.ring_at(mod(r + 1, n)), prev = c.ring_at(mod(r - 1, n));
   // Segment sent and received at global step s.
   auto send_seg = [&](int s) { return s < n - 1 ? mod(r - s, n) : mod(r + 1 - (s - (n - 1)), n); };
@@ -118,6 +119,48 @@ void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, siz
     if (s == n - 2) finish_avg(c, out + L.chunk_off(j, k) * es, L.chunk_len(j, k));
     if (s + 1 < S) c.send(next, out + L.chunk_off(j, k) * es, L.chunk_len(j, k) * es, uint32_t(s + 1));
     ++cursor;
+  }
+  c.wait_all();
+}
+
+}  // namespace
+
+void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes) {
+  if (c.size() == 1) {
+    copy_if_distinct(recv, send, count * c.esize());
+    return;
+  }
+  ring_reduce_phases(c, send, static_cast<uint8_t*>(recv), count, chunk_bytes, true, nullptr);
+}
+
+void reduce_ring(Context& c, const void* send, void* recv, size_t count, int root,
+                 size_t chunk_bytes) {
+  const int n = c.size(), me = c.rank();
+  const size_t es = c.esize();
+  if (n == 1) {
+    copy_if_distinct(recv, send, count * es);
+    return;
+  }
+  auto* buf = static_cast<uint8_t*>(me == root ? recv : c.scratch(count * es));
+  Layout L;
+  ring_reduce_phases(c, send, buf, count, chunk_bytes, false, &L);
+  // Position p now owns segment p+1; everyone hands its segment to the root.
+  auto seg_range = [&](int j, size_t* off, size_t* len) {
+    int b = L.blk[size_t(j)];
+    *off = L.seg[b];
+    *len = L.seg[b + 1] - L.seg[b];
+  };
+  size_t off, len;
+  if (me != root) {
+    seg_range(mod(c.ring_pos() + 1, n), &off, &len);
+    c.send(root, buf + off * es, len * es, uint32_t(2 * n));
+  } else {
+    for (int p = 0; p < n; ++p) {
+      int owner = c.ring_at(p);
+      if (owner == root) continue;
+      seg_range(mod(p + 1, n), &off, &len);
+      c.recv(owner, buf + off * es, len * es, uint32_t(2 * n));
+    }
   }
   c.wait_all();
 }
