@@ -131,11 +131,14 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
     case CollOp::kAllReduce:
       if (algo == "ring")
         return (2 * (n - 1) + chunks - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g;
+      // hd and rd work in place in recv: an out-of-place call first copies
+      // the input (priced like a reduction pass, γ per byte).
       if (algo == "hd")
         return 2 * std::log2(p) * a + 2 * (p - 1.0) / p * N * b + (p - 1.0) / p * N * g +
-               (folded ? 2 * (a + N * b) + N * g : 0);
+               N * g + (folded ? 2 * (a + N * b) + N * g : 0);
       if (algo == "rd")
-        return std::log2(p) * (a + N * b + N * g) + (folded ? 2 * (a + N * b) + N * g : 0);
+        return std::log2(p) * (a + N * b + 2 * N * g) + N * g +
+               (folded ? 2 * (a + N * b) + N * g : 0);
       if (algo == "direct")
         return 2 * (n - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g * 1.2;
       if (algo == "hier") {
