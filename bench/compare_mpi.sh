@@ -12,10 +12,12 @@
 #   QUICK=1        one round and fewer sizes/iterations (a smoke pass, ~2 min)
 #   ROUNDS=N       rounds (default 3; QUICK sets 1)
 #   KEEPMEM=0      skip the third column, "MPI*" (see below)
+#   BRAID=0        skip braid (Open MPI's numbers alone)
 #   RUN_TIMEOUT=S  seconds before one run is killed (default 300)
-#   QUIET_WAIT=S   before each run, wait up to S seconds (default 60) for the
-#                  machine to be idle (< 25% of the CPUs busy over 1 s); a run
-#                  that starts on a busy machine is counted in the report
+#   QUIET_WAIT=S   before each run, wait up to S seconds (default 60; at most
+#                  QUIET_BUDGET=300 s over the whole script) for the machine
+#                  to be idle (< 25% of the CPUs busy over 1 s); runs that
+#                  start on a busy machine are counted in the report
 #
 # Open MPI is run as `mpirun -n N --bind-to none` (braid does not pin its
 # ranks either; --oversubscribe when N exceeds the cores), with the defaults
@@ -52,6 +54,7 @@ rounds=${ROUNDS:-3}
 keepmem=${KEEPMEM:-1}
 run_timeout=${RUN_TIMEOUT:-300}
 quiet_wait=${QUIET_WAIT:-60}
+quiet_budget=${QUIET_BUDGET:-300}
 cores=$(nproc)
 
 py=/usr/bin/python3
@@ -74,7 +77,9 @@ results="$work/results.jsonl"
 
 braid="$build/braid"
 have_braid=1
-if [[ ! -x "$braid" ]]; then
+if [[ ${BRAID:-1} == 0 ]]; then
+  have_braid=0
+elif [[ ! -x "$braid" ]]; then
   echo "compare_mpi.sh: $braid not found; the braid column stays empty" >&2
   have_braid=0
 elif ! "$braid" bench -n 2 --op all_reduce --min-bytes 8 --max-bytes 8 --dtype f32 \
@@ -138,9 +143,10 @@ busy=0
 wait_quiet() {
   local waited=0
   busy=$(cpu_busy)
-  while ((busy >= 25 && waited < quiet_wait)); do
+  while ((busy >= 25 && waited < quiet_wait && quiet_budget > 0)); do
     sleep 2
     waited=$((waited + 3))
+    quiet_budget=$((quiet_budget - 3))
     busy=$(cpu_busy)
   done
   ((busy >= 25)) && echo "  machine busy (${busy}% CPU) before $1; running anyway" >&2
@@ -150,7 +156,9 @@ wait_quiet() {
 # One run of one tool; its JSON rows go to $results tagged with the config,
 # the tool and the round. A failed run leaves an "error" line instead.
 run_one() {
-  local tool=$1 round=$2 config=$3 n=$4 op=$5 lo=$6 hi=$7 iters=$8 warmup=$9 transport=${10}
+  local tool=$1 round=$2 part=$3
+  shift
+  local config=$3 n=$4 op=$5 lo=$6 hi=$7 iters=$8 warmup=$9 transport=${10}
   local cmd=()
   local args=(--op "$op" --min-bytes "$lo" --max-bytes "$hi" --dtype f32 --iters "$iters"
               --warmup "$warmup" --json)
@@ -168,7 +176,7 @@ run_one() {
   wait_quiet "$tool $config"
   out=$(timeout -k 10 "$run_timeout" "${cmd[@]}" 2>"$work/last.err")
   rc=$?
-  local tag="\"config\":\"$config\",\"tool\":\"$tool\",\"round\":$round,\"n\":$n,\"busy\":$busy"
+  local tag="\"config\":\"$config\",\"tool\":\"$tool\",\"round\":$round,\"part\":$part,\"n\":$n,\"busy\":$busy"
   printf '%s\n' "$out" | grep '^{' | sed "s/^{/{$tag,/" >>"$results"
   if ((rc != 0)); then
     local why="exit $rc"
@@ -183,12 +191,12 @@ run_one() {
 start=$SECONDS
 echo "compare_mpi.sh: $rounds round(s), tools: ${tools[*]}, work dir $work" >&2
 for ((r = 1; r <= rounds; ++r)); do
-  for p in "${parts[@]}"; do
-    set -- $p
+  for pi in "${!parts[@]}"; do
+    set -- ${parts[pi]}
     # Alternate the order each round so that drift does not favour one side.
     if ((r % 2)); then order=("${tools[@]}"); else order=(); for ((i = ${#tools[@]} - 1; i >= 0; --i)); do order+=("${tools[i]}"); done; fi
     for t in "${order[@]}"; do
-      run_one "$t" "$r" "$@"
+      run_one "$t" "$r" "$pi" "$@"
     done
   done
   echo "  round $r done at $((SECONDS - start)) s" >&2

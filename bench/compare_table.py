@@ -52,7 +52,7 @@ class Cell:
 
 def load(path):
     cells = collections.defaultdict(list)   # (config, tool, bytes) -> rows
-    runs, busy = set(), set()               # (config, tool, round, busy)
+    runs, busy = set(), set()               # (config, tool, round, part)
     errors = collections.defaultdict(list)  # (config, tool) -> messages
     with open(path) as f:
         for line in f:
@@ -63,7 +63,7 @@ def load(path):
                 r = json.loads(line)
             except ValueError:
                 continue
-            key = (r.get("config"), r.get("tool"), r.get("round"), r.get("busy"))
+            key = (r.get("config"), r.get("tool"), r.get("round"), r.get("part"))
             runs.add(key)
             if r.get("busy", 0) >= 25:
                 busy.add(key)
@@ -245,7 +245,7 @@ def main():
     model, cores, ver = machine()
     out = ["# braid vs Open MPI — collectives", ""]
     out.append("- command: `%s`" % a.command)
-    out.append("- date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M %Z").strip())
+    out.append("- date: %s" % datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"))
     out.append("- machine: %s cores, %s (Debian 12); %s" % (cores, model, ver))
     out.append("- every number is the median of %s alternating rounds (braid, MPI, MPI* "
                "one after another in each round)" % a.rounds)
