@@ -44,9 +44,26 @@ struct SegHeader {
 
 // head: slots published by the sender; tail: slots freed by the receiver.
 // Each on its own line so the two sides do not false-share.
+// Fast box: small messages (up to kFastBytes, zero included) skip the slot
+// ring. A box is two cache lines; the receiver polls the stamp in the first,
+// so a small message costs one line transfer instead of head + slot. The
+// stamp (the message's 1-based index on this pair) is written last.
+constexpr size_t kFastBoxes = 4;
+struct FastBox {
+  std::atomic<uint64_t> stamp;
+  uint32_t len;
+  uint32_t pad;
+  MsgSig sig;
+  uint8_t data[2 * kLine - 56];
+};
+constexpr size_t kFastBytes = sizeof(FastBox::data);
+static_assert(sizeof(FastBox) == 2 * kLine);
+
 struct RingCtl {
   alignas(kLine) std::atomic<uint64_t> head;
   alignas(kLine) std::atomic<uint64_t> tail;
+  alignas(kLine) std::atomic<uint64_t> fb_tail;  // fast boxes consumed
+  alignas(kLine) FastBox fb[kFastBoxes];
   alignas(kLine) char end_[1];
 };
 
@@ -121,11 +138,13 @@ class ShmWire final : public Wire {
     uint8_t* out_slots = nullptr;
     size_t out_nslots = 0, out_slot_bytes = 0, out_stride = 0;
     uint64_t out_head = 0, out_tail_seen = 0;
+    uint64_t fb_head = 0, fb_tail_seen = 0;  // fast boxes sent / known consumed
     bool send_started = false;
     // Inbound ring (in my segment, my geometry).
     RingCtl* in = nullptr;
     uint8_t* in_slots = nullptr;
     uint64_t in_tail = 0, in_head_seen = 0;
+    uint64_t fb_in = 0;  // fast boxes received
     bool recv_started = false;
     ReqQueue sends, recvs;
   };
@@ -148,10 +167,32 @@ class ShmWire final : public Wire {
   // posted recv, a free slot for a posted send).
   bool ready() {
     for (Peer& p : peers_local_) {
-      if (!p.recvs.empty() && p.in->head.load(std::memory_order_acquire) != p.in_tail) return true;
-      if (!p.sends.empty() && p.out_head - p.out->tail.load(std::memory_order_acquire) < p.out_nslots) return true;
+      if (!p.recvs.empty()) {
+        if (is_fast(p.recvs.front(), p.recv_started)) {
+          if (p.in->fb[p.fb_in % kFastBoxes].stamp.load(std::memory_order_acquire) == p.fb_in + 1)
+            return true;
+        } else if (p.in->head.load(std::memory_order_acquire) != p.in_tail) {
+          return true;
+        }
+      }
+      if (!p.sends.empty()) {
+        if (is_fast(p.sends.front(), p.send_started)) {
+          if (p.fb_head - p.out->fb_tail.load(std::memory_order_acquire) < kFastBoxes) return true;
+        } else if (p.out_head - p.out->tail.load(std::memory_order_acquire) < p.out_nslots) {
+          return true;
+        }
+      }
     }
     return false;
+  }
+  static bool is_fast(const Request* r, bool started) {
+    return !started && r->sig.bytes <= kFastBytes;
+  }
+  [[noreturn]] void mismatch_from_ring(Peer& p, const Request& r) {
+    const SlotHdr* h = reinterpret_cast<const SlotHdr*>(p.in_slots + (p.in_tail % layout_.nslots) * layout_.stride);
+    MsgSig got;
+    std::memcpy(&got, &h->sig, sizeof got);
+    throw_mismatch(r, got, "shm");
   }
   bool check_liveness();  // true if a peer was newly found dead
   [[noreturn]] void fail_dead(Peer& p);
@@ -294,6 +335,25 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
   while (!p.sends.empty()) {
     Request* r = p.sends.front();
     const uint64_t bytes = r->sig.bytes;
+    if (is_fast(r, p.send_started)) {
+      if (max_slots-- == 0) return moved;
+      if (p.fb_head - p.fb_tail_seen >= kFastBoxes) {
+        p.fb_tail_seen = p.out->fb_tail.load(std::memory_order_acquire);
+        if (p.fb_head - p.fb_tail_seen >= kFastBoxes) return moved;
+      }
+      FastBox& b = p.out->fb[p.fb_head % kFastBoxes];
+      b.len = uint32_t(bytes);
+      b.sig = r->sig;
+      if (bytes) std::memcpy(b.data, r->src, bytes);
+      b.stamp.store(++p.fb_head, std::memory_order_seq_cst);
+      wake_if_sleeping(p);
+      r->done = bytes;
+      r->complete = true;
+      p.sends.pop();
+      --npending_;
+      moved += bytes + 1;
+      continue;
+    }
     while (!p.send_started || r->done < bytes) {
       if (max_slots-- == 0) return moved;
       if (p.out_head - p.out_tail_seen >= p.out_nslots) {
@@ -331,11 +391,56 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
   while (!p.recvs.empty()) {
     Request* r = p.recvs.front();
     const uint64_t bytes = r->sig.bytes;
+    if (is_fast(r, p.recv_started)) {
+      if (max_slots-- == 0) return moved;
+      const FastBox& b = p.in->fb[p.fb_in % kFastBoxes];
+      if (b.stamp.load(std::memory_order_acquire) != p.fb_in + 1) {
+        // Messages leave a sender in order on one channel or the other. A
+        // ring message published while our fast box is still empty (checked
+        // again after seeing it) means the sender's next message is large
+        // where ours is small: the two sides called different collectives.
+        if (p.in->head.load(std::memory_order_acquire) != p.in_tail &&
+            b.stamp.load(std::memory_order_acquire) != p.fb_in + 1)
+          mismatch_from_ring(p, *r);
+        return moved;
+      }
+      MsgSig got;
+      std::memcpy(&got, &b.sig, sizeof got);
+      if (!sig_matches(got, r->sig)) throw_mismatch(*r, got, "shm");
+      if (b.len != bytes)
+        throw_protocol(p.rank, "shm fast box carries " + std::to_string(b.len) + " bytes, expected " +
+                                   std::to_string(bytes));
+      if (bytes) {
+        if (r->kind == Request::Kind::kRecv) std::memcpy(r->dst, b.data, bytes);
+        else reduce2(r->dst, r->acc, b.data, bytes / dtype_size(r->dtype), r->dtype, r->rop);
+      }
+      p.in->fb_tail.store(++p.fb_in, std::memory_order_seq_cst);
+      wake_if_sleeping(p);
+      r->done = bytes;
+      r->complete = true;
+      p.recvs.pop();
+      --npending_;
+      moved += bytes + 1;
+      continue;
+    }
     while (!p.recv_started || r->done < bytes) {
       if (max_slots-- == 0) return moved;
       if (p.in_tail == p.in_head_seen) {
         p.in_head_seen = p.in->head.load(std::memory_order_acquire);
-        if (p.in_tail == p.in_head_seen) return moved;
+        if (p.in_tail == p.in_head_seen) {
+          // The mirror case: a small message in the fast box while we wait
+          // for a large one on the ring.
+          if (!p.recv_started) {
+            const FastBox& b = p.in->fb[p.fb_in % kFastBoxes];
+            if (b.stamp.load(std::memory_order_acquire) == p.fb_in + 1 &&
+                p.in->head.load(std::memory_order_acquire) == p.in_tail) {
+              MsgSig got;
+              std::memcpy(&got, &b.sig, sizeof got);
+              throw_mismatch(*r, got, "shm");
+            }
+          }
+          return moved;
+        }
       }
       const uint8_t* s = p.in_slots + (p.in_tail % nslots) * layout_.stride;
       const SlotHdr* h = reinterpret_cast<const SlotHdr*>(s);

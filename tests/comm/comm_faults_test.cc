@@ -78,6 +78,20 @@ TEST(CommFaults, MismatchedCountsNameBothSides) {
   });
 }
 
+TEST(CommFaults, MismatchedSmallAndLargeMessagesNameBothSides) {
+  // Small messages travel through shared-memory fast boxes, large ones
+  // through the slot ring; a mismatch across the two must still be named.
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 20);
+    c->set_algorithm("all_reduce", "rd");
+    std::vector<float> v(1000, 1.0f);
+    size_t count = rank == 0 ? 4 : 1000;
+    auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), count, DType::kF32, ReduceOp::kSum); });
+    EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+    EXPECT_TRUE(contains(e.what(), "count 4") && contains(e.what(), "count 1000")) << e.what();
+  });
+}
+
 TEST(CommFaults, MismatchedCollectivesNameBothSides) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = make(rank, size, store, 20);
