@@ -229,7 +229,7 @@ def main():
             order, order_epoch = torch.tensor(epoch_order(n, a.seed, e)), e
         idx = order[(s % spe) * batch:(s % spe + 1) * batch]
         if mlp:
-            x = xtr[idx].float().div_(255.0)
+            x = xtr[idx].float().div_(255.0).sub_(0.2860).div_(0.3530)
             y = ytr[idx]
         else:
             pos = idx[:, None] + offs[None, :]
@@ -256,7 +256,7 @@ def main():
         correct = 0
         with torch.no_grad():  # in batches, as braid evaluates
             for i in range(0, xte.shape[0], batch):
-                pred = model(xte[i:i + batch].float().div_(255.0)).argmax(1)
+                pred = model(xte[i:i + batch].float().div_(255.0).sub_(0.2860).div_(0.3530)).argmax(1)
                 correct += (pred == yte[i:i + batch]).sum().item()
         done["test_accuracy"] = correct / xte.shape[0]
     done["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

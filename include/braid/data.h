@@ -28,8 +28,8 @@ class Dataset {
 };
 
 // Fashion-MNIST from idx files (gzip-compressed or not). Images are kept
-// as bytes (47 MB for train) and scaled to [0, 1] f32 in gather: x [n, 784],
-// y i32 [n].
+// as bytes (47 MB for train) and standardised to f32 in gather,
+// x = (pixel/255 − kMean) / kStd: x [n, 784], y i32 [n].
 class FashionMnist : public Dataset {
  public:
   // Where Debian's dataset-fashion-mnist package puts the files; the
@@ -46,6 +46,7 @@ class FashionMnist : public Dataset {
   void gather(const int64_t* idx, int64_t n, Tensor& x, Tensor& y) const override;
   static constexpr int64_t kPixels = 784;
   static constexpr int64_t kClasses = 10;
+  static constexpr float kMean = 0.2860f, kStd = 0.3530f;
   const uint8_t* image(int64_t i) const { return images_.data() + i * kPixels; }
   int label(int64_t i) const { return labels_[size_t(i)]; }
 

@@ -78,10 +78,14 @@ TEST(FashionMnist, LoadsDebianPackageOrNamesIt) {
     EXPECT_EQ(x.shape(), (Shape{3, 784}));
     EXPECT_EQ(y.shape(), (Shape{3}));
     EXPECT_EQ(y.i32()[0], 9);  // the first test image is an ankle boot
-    float mx = 0;
-    for (int i = 0; i < 784; ++i) mx = std::max(mx, x.f32()[i]);
-    EXPECT_LE(mx, 1.0f);
-    EXPECT_GT(mx, 0.5f);
+    float mx = -9, mn = 9;  // standardised: 0 maps to -mean/std, 255 to (1-mean)/std
+    for (int i = 0; i < 784; ++i) {
+      mx = std::max(mx, x.f32()[i]);
+      mn = std::min(mn, x.f32()[i]);
+    }
+    EXPECT_NEAR(mn, -FashionMnist::kMean / FashionMnist::kStd, 1e-5);
+    EXPECT_LE(mx, (1.0f - FashionMnist::kMean) / FashionMnist::kStd + 1e-5f);
+    EXPECT_GT(mx, 1.0f);
   } catch (const Error& e) {
     GTEST_SKIP() << "Fashion-MNIST not installed: " << e.what();
   }
