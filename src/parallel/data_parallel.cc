@@ -207,6 +207,16 @@ void DataParallel::begin_step() {
 
 void DataParallel::gather_params_async(Bucket& b) {
   if (b.gather_pending || (opts_.zero == 3 && b.params_live)) return;
+  if (world_ == 1) {  // the shard is the whole bucket
+    if (opts_.zero == 3) {
+      b.param.resize({b.padded});
+      track(b.padded * 4);
+      point_params(b);
+      std::memcpy(b.param.f32(), b.param_shard.f32(), size_t(b.padded) * 4);
+      b.params_live = true;
+    }
+    return;
+  }
   if (opts_.zero == 3) {
     b.param.resize({b.padded});
     track(b.padded * 4);
@@ -311,6 +321,10 @@ void DataParallel::launch(Bucket& b) {
   if (b.launched) return;
   ensure_grads(b);  // a bucket whose parameters backward never touched
   b.launched = true;
+  if (world_ == 1) {  // nothing to exchange: the shard is the whole bucket
+    if (opts_.zero >= 2) std::memcpy(b.grad_shard.f32(), b.grad.f32(), size_t(b.padded) * 4);
+    return;
+  }
   const size_t n = size_t(b.padded), shard = size_t(b.shard);
   if (opts_.bf16_grads) {
     b.send16.resize({b.padded}, DType::kBF16);
@@ -336,7 +350,7 @@ void DataParallel::complete(Bucket& b) {
   if (b.reduced) return;
   wait(b.reduce_work);
   b.reduced = true;
-  if (opts_.bf16_grads) {
+  if (opts_.bf16_grads && world_ > 1) {
     if (opts_.zero <= 1) {
       convert_bf16_to_f32(b.send16.bf16(), b.grad.f32(), size_t(b.padded));
     } else {
@@ -359,7 +373,7 @@ void DataParallel::poll_done() {
 }
 
 void DataParallel::finish_gradients() {
-  if (!opts_.overlap) {
+  if (!opts_.overlap && world_ > 1) {
     // The plain scheme: one blocking all_reduce per parameter, in
     // grad-ready order, after the whole backward.
     double t0 = now_s();
@@ -379,9 +393,11 @@ double DataParallel::clip_grad_norm(double max_norm) {
   if (opts_.zero == 0) return nn::clip_grad_norm(params_, max_norm);
   double ss = 0;
   for (auto& b : buckets_) ss += sum_squares(b->shard_grads_ptr(rank_), b->shard);
-  double t0 = now_s();
-  comm_->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum);
-  comm_wait_s_ += now_s() - t0;
+  if (world_ > 1) {
+    double t0 = now_s();
+    comm_->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum);
+    comm_wait_s_ += now_s() - t0;
+  }
   double norm = std::sqrt(ss);
   if (max_norm > 0 && norm > max_norm) {
     float s = float(max_norm / (norm + 1e-6));

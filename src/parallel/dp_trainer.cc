@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "braid/checkpoint.h"
@@ -101,7 +102,10 @@ nn::StepStats DpTrainer::step() {
                     t_idle};
   std::vector<double> all(6 * size_t(opts_.world));
   double t0 = now_s();
-  comm_->all_gather(mine, all.data(), 6, DType::kF64);
+  if (opts_.world > 1)
+    comm_->all_gather(mine, all.data(), 6, DType::kF64);
+  else
+    std::copy(mine, mine + 6, all.begin());
   carried_comm_s_ = now_s() - t0;
   double tot[3] = {0, 0, 0};
   for (int r = 0; r < opts_.world; ++r) {

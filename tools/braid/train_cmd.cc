@@ -65,6 +65,7 @@ std::string eta_str(double s) {
 }  // namespace
 
 int train_main(int argc, char** argv) {
+  if (dp_requested(argc, argv)) return train_dp_main(argc, argv);  // data parallel: train_dp.cc
   CLI::App app{"braid train: train a model in one process", "braid train"};
   Flags f;
   app.add_option("model", f.model, "mlp (784-512-512-10 on Fashion-MNIST) or gpt (byte-level)")

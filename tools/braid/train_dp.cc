@@ -1,0 +1,459 @@
+// braid train mlp|gpt --dp N — data-parallel training.
+//
+// train_cmd.cc hands over here when --dp/--zero (or another data-parallel
+// flag) is given, or when this process is a rank of a job started by braid
+// run, torchrun, mpirun or srun. Started plainly with --dp N, it forks N
+// ranks itself (they meet through a private file store) and supervises
+// them: when one dies, the others are stopped and one line names it. Under
+// a launcher it joins the job it is given (Communicator::from_env).
+//
+// Rank 0 shows the progress bar and writes the JSON log; each step's loss
+// is over the whole global batch; step records carry every rank's
+// compute_s / exposed_comm_s / idle_s (arrays indexed by rank).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "braid/checkpoint.h"
+#include "braid/comm.h"
+#include "braid/dp_trainer.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/models.h"
+#include "subcommands.h"
+
+namespace braid::tool {
+
+namespace {
+
+struct DpFlags {
+  std::string model;
+  int64_t steps = 0, epochs = 0, batch = 0;
+  double lr = -1;
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string json_log;
+  std::string optimizer;
+  double momentum = 0.9, weight_decay = -1, clip = 0;
+  int64_t warmup = 0;
+  bool cosine = false;
+  int accum = 1;
+  std::string checkpoint, resume, init_from, save_init;
+  int64_t checkpoint_every = 0;
+  std::string data_dir, data;
+  int64_t layers = 4, d_model = 256, heads = 4, context = 128;
+  float dropout = 0;
+  bool recompute = false;
+  int64_t log_every = 0;
+  bool quiet = false;
+  // data parallel
+  int dp = 0;
+  int zero = 0;
+  double bucket_mb = 25, first_bucket_mb = 1;
+  bool no_overlap = false, bf16_grads = false;
+  double ref_throughput = 0;
+  std::string transport;
+};
+
+// World size of the job this process was started in (1 when none).
+int job_world_from_env() {
+  for (const char* v : {"BRAID_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"})
+    if (auto s = env_str(v)) return std::max(1, std::atoi(s->c_str()));
+  if (env_str("SLURM_PROCID"))
+    if (auto s = env_str("SLURM_NTASKS")) return std::max(1, std::atoi(s->c_str()));
+  return 1;
+}
+
+std::string human(double v) {
+  char b[32];
+  if (v >= 1e6) std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
+  else std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+std::string eta_str(double s) {
+  char b[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(s) % 60);
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
+
+int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
+  const int rank = comm->rank(), world = comm->size();
+  const bool mlp = f.model == "mlp";
+  set_num_threads(f.threads);
+  if (f.batch <= 0) f.batch = mlp ? 256 : 16;
+  if (f.lr < 0) f.lr = mlp ? 0.05 : 1e-3;
+  if (f.optimizer.empty()) f.optimizer = mlp ? "sgd" : "adamw";
+  if (f.weight_decay < 0) f.weight_decay = f.optimizer == "adamw" ? 0.01 : 0.0;
+
+  std::unique_ptr<nn::Dataset> train, test;
+  std::unique_ptr<nn::Sequential> model;
+  if (mlp) {
+    std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
+    train = std::make_unique<nn::FashionMnist>("train", dir);
+    test = std::make_unique<nn::FashionMnist>("test", dir);
+    model = nn::make_mlp({784, 512, 512, 10}, f.seed);
+  } else {
+    std::string path = f.data.empty() ? nn::ByteText::default_path() : f.data;
+    train = std::make_unique<nn::ByteText>(path, f.context);
+    nn::GptConfig c;
+    c.layers = f.layers;
+    c.dim = f.d_model;
+    c.heads = f.heads;
+    c.context = f.context;
+    c.dropout = f.dropout;
+    c.recompute = f.recompute;
+    model = nn::make_gpt(c, f.seed);
+  }
+  const int64_t nparams = nn::count_parameters(model->parameters());
+  if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), model->parameters());
+  if (!f.save_init.empty() && rank == 0) {
+    Checkpoint ck;
+    add_parameters(ck, model->parameters());
+    ck.meta["seed"] = std::to_string(f.seed);
+    save_checkpoint(f.save_init, ck);
+  }
+
+  nn::TrainOptions opts;
+  opts.global_batch = f.batch;
+  opts.accum = f.accum;
+  opts.clip = f.clip;
+  opts.seed = f.seed;
+  nn::Sampler probe(train->size(), f.batch, f.seed);
+  int64_t steps = f.steps;
+  if (steps <= 0) steps = (f.epochs > 0 ? f.epochs : (mlp ? 2 : 0)) * probe.steps_per_epoch();
+  if (steps <= 0) steps = 200;
+  nn::LrSchedule sched;
+  sched.base = float(f.lr);
+  sched.warmup = f.warmup;
+  sched.cosine = f.cosine;
+  sched.total = steps;
+  std::unique_ptr<nn::Optimizer> opt;
+  if (f.optimizer == "sgd")
+    opt = std::make_unique<nn::Sgd>(float(f.momentum), float(f.weight_decay));
+  else
+    opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-8f, float(f.weight_decay));
+  parallel::DpOptions dpo;
+  dpo.zero = f.zero;
+  dpo.bucket_bytes = size_t(f.bucket_mb * 1048576.0);
+  dpo.first_bucket_bytes = size_t(f.first_bucket_mb * 1048576.0);
+  dpo.overlap = !f.no_overlap;
+  dpo.bf16_grads = f.bf16_grads;
+  parallel::DpTrainer trainer(comm, *model, *train, *opt, sched, opts, dpo);
+  if (!f.resume.empty()) trainer.load(f.resume);
+
+  const bool logger = rank == 0;
+  std::ofstream jlog;
+  if (logger && !f.json_log.empty()) {
+    jlog.open(f.json_log);
+    if (!jlog) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
+  }
+  const bool tty = logger && ::isatty(STDERR_FILENO) && !f.quiet;
+  const int64_t log_every = f.log_every > 0 ? f.log_every : std::max<int64_t>(1, steps / 20);
+  const int64_t units_per_sample = mlp ? 1 : f.context;
+  const char* unit = mlp ? "samples/s" : "tokens/s";
+  const int64_t kWarm = std::min<int64_t>(20, steps / 5);
+
+  if (logger && !f.quiet)
+    std::fprintf(stderr,
+                 "braid train %s: %lld parameters, %lld steps, global batch %lld, %s lr %g, "
+                 "dp %d x %d thread%s, ZeRO-%d%s%s\n",
+                 f.model.c_str(), (long long)nparams, (long long)steps, (long long)f.batch,
+                 f.optimizer.c_str(), f.lr, world, f.threads, f.threads > 1 ? "s" : "", f.zero,
+                 f.no_overlap ? ", plain all-reduce (no buckets, no overlap)" : "",
+                 f.bf16_grads ? ", bf16 gradients" : "");
+
+  const int64_t first = trainer.next_step();
+  double t0 = now_s(), t_warm = t0;
+  int64_t warm_step = first;
+  nn::StepStats st;
+  double last_loss = 0;
+  std::vector<double> comm_sum(size_t(world), 0), step_sum(size_t(world), 0);
+  for (int64_t s = first; s < steps; ++s) {
+    st = trainer.step();
+    last_loss = st.loss;
+    if (!std::isfinite(st.loss))
+      throw Error(Errc::kInvalidArgument, "loss became " + std::to_string(st.loss) + " at step " +
+                                              std::to_string(st.step) + " (lower --lr?)");
+    double now = now_s();
+    const auto& times = trainer.rank_times();
+    if (s + 1 - first > kWarm)
+      for (int r = 0; r < world; ++r) {
+        comm_sum[size_t(r)] += times[size_t(r)].exposed_comm_s;
+        step_sum[size_t(r)] += times[size_t(r)].step_s();
+      }
+    if (s + 1 - first == kWarm) {
+      t_warm = now;
+      warm_step = s + 1;
+    }
+    if (logger) {
+      if (jlog.is_open()) {
+        nlohmann::json c = nlohmann::json::array(), e = nlohmann::json::array(),
+                       i = nlohmann::json::array();
+        for (auto& t : times) {
+          c.push_back(t.compute_s);
+          e.push_back(t.exposed_comm_s);
+          i.push_back(t.idle_s);
+        }
+        jlog << nlohmann::json{{"step", st.step},       {"loss", st.loss},
+                               {"lr", st.lr},           {"grad_norm", st.grad_norm},
+                               {"compute_s", c},        {"exposed_comm_s", e},
+                               {"idle_s", i}}
+                    .dump()
+             << '\n';
+      }
+      int64_t done = s + 1 - first;
+      double rate = double(done) * double(f.batch * units_per_sample) / (now - t0);
+      double eta = double(steps - s - 1) * (now - t0) / double(done);
+      if (tty) {
+        int width = 24, fill = int(double(s + 1) / double(steps) * width);
+        std::string bar(size_t(fill), '=');
+        if (fill < width) bar += '>' + std::string(size_t(width - fill - 1), ' ');
+        std::fprintf(stderr, "\r  step %lld/%lld [%s] loss %.4f | %s %s | comm %.0f%% | ETA %s   ",
+                     (long long)(s + 1), (long long)steps, bar.c_str(), st.loss,
+                     human(rate).c_str(), unit,
+                     100.0 * times[0].exposed_comm_s / std::max(1e-12, times[0].step_s()),
+                     eta_str(eta).c_str());
+        std::fflush(stderr);
+      } else if (!f.quiet && ((s + 1) % log_every == 0 || s + 1 == steps)) {
+        std::printf("step %lld/%lld loss %.4f lr %.4g %s %s eta %s\n", (long long)(s + 1),
+                    (long long)steps, st.loss, st.lr, human(rate).c_str(), unit,
+                    eta_str(eta).c_str());
+        std::fflush(stdout);
+      }
+    }
+    if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
+      trainer.save(f.checkpoint);
+  }
+  double t_end = now_s();
+  if (tty) std::fprintf(stderr, "\n");
+  int64_t measured = steps - warm_step;
+  double secs = t_end - t_warm;
+  if (measured <= 0) {
+    measured = steps - first;
+    secs = t_end - t0;
+  }
+  double throughput = secs > 0 ? double(measured * f.batch * units_per_sample) / secs : 0;
+  if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
+
+  auto mem = trainer.memory();
+  nlohmann::json done{{"event", "done"},
+                      {"model", f.model},
+                      {"steps", steps},
+                      {"final_loss", last_loss},
+                      {"train_seconds", t_end - t0},
+                      {"threads", f.threads},
+                      {"dp", world},
+                      {"zero", f.zero},
+                      {"overlap", !f.no_overlap},
+                      {"bf16_grads", f.bf16_grads},
+                      {"buckets", trainer.dp().num_buckets()},
+                      {"param_bytes", mem.param_bytes},
+                      {"grad_bytes", mem.grad_bytes},
+                      {"optim_bytes", mem.optim_bytes},
+                      {"state_bytes", mem.total()},
+                      {"peak_transient_bytes", mem.peak_transient_bytes},
+                      {"single_process_state_bytes",
+                       nparams * 4 * (2 + (f.optimizer == "adamw" ? 2 : (f.momentum != 0 ? 1 : 0)))}};
+  done[mlp ? "samples_per_s" : "tokens_per_s"] = throughput;
+  nlohmann::json frac = nlohmann::json::array();
+  double frac_max = 0;
+  for (int r = 0; r < world; ++r) {
+    double v = step_sum[size_t(r)] > 0 ? comm_sum[size_t(r)] / step_sum[size_t(r)] : 0;
+    frac.push_back(v);
+    frac_max = std::max(frac_max, v);
+  }
+  done["exposed_comm_fraction"] = frac;
+  if (f.ref_throughput > 0) done["scaling_factor"] = throughput / (double(world) * f.ref_throughput);
+  double acc = -1;
+  if (mlp) {
+    acc = trainer.evaluate(*test, 1000).accuracy;
+    done["test_accuracy"] = acc;
+  }
+  done["peak_rss_bytes"] = peak_rss_bytes();
+  if (logger) {
+    if (jlog.is_open()) jlog << done.dump() << '\n';
+    std::printf("done: %s %lld steps on %d rank%s (ZeRO-%d), final loss %.4f, %s %s",
+                f.model.c_str(), (long long)steps, world, world > 1 ? "s" : "", f.zero, last_loss,
+                human(throughput).c_str(), unit);
+    if (mlp) std::printf(", test accuracy %.4f", acc);
+    std::printf(", exposed comm %.1f%%", 100.0 * frac_max);
+    if (f.ref_throughput > 0)
+      std::printf(", speed-up %.2fx over 1 rank (scaling factor %.2f)",
+                  throughput / f.ref_throughput, throughput / (double(world) * f.ref_throughput));
+    std::printf(", %.1fs\n", t_end - t0);
+    std::fflush(stdout);
+  }
+  comm->barrier();
+  return 0;
+}
+
+// Forks n ranks meeting through a private file store; returns the job's
+// status. The first rank to fail is named, and the others are stopped.
+int fork_and_supervise(const DpFlags& f) {
+  std::string dir = "/tmp/braid_train_XXXXXX";
+  if (!::mkdtemp(dir.data())) throw_errno("braid train: mkdtemp");
+  const std::string secret = make_job_secret();
+  std::vector<pid_t> pids;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int r = 0; r < f.dp; ++r) {
+    pid_t pid = ::fork();
+    if (pid < 0) throw_errno("braid train: fork");
+    if (pid == 0) {
+      int code = 1;
+      try {
+        CommOptions co;
+        co.secret = secret;
+        co.transport = f.transport;
+        auto comm = Communicator::create(r, f.dp, make_file_store(dir), co);
+        code = run_rank(comm, f);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "braid train: rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int status_out = 0, alive = f.dp;
+  bool stopping = false;
+  double stop_at = 0;
+  while (alive > 0) {
+    int st = 0;
+    pid_t pid = ::waitpid(-1, &st, stopping ? WNOHANG : 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pid == 0) {  // stopping: give them 3 s, then SIGKILL
+      if (now_s() - stop_at > 3)
+        for (pid_t p : pids)
+          if (p > 0) ::kill(p, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    int r = int(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+    if (r >= int(pids.size())) continue;
+    pids[size_t(r)] = -1;
+    --alive;
+    bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (failed && !stopping) {
+      std::string how = WIFSIGNALED(st)
+                            ? std::string("was killed by signal ") + std::to_string(WTERMSIG(st)) +
+                                  " (" + strsignal(WTERMSIG(st)) + ")"
+                            : "exited with status " + std::to_string(WEXITSTATUS(st));
+      std::fprintf(stderr, "braid train: rank %d (pid %d) %s; stopping the other %d rank%s\n", r,
+                   int(pid), how.c_str(), alive, alive == 1 ? "" : "s");
+      status_out = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+      stopping = true;
+      stop_at = now_s();
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return status_out;
+}
+
+}  // namespace
+
+bool dp_requested(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    for (const char* flag : {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--bucket-mb",
+                             "--first-bucket-mb", "--ref-throughput"})
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
+  }
+  return job_world_from_env() > 1;
+}
+
+int train_dp_main(int argc, char** argv) {
+  CLI::App app{"braid train: train a model, data parallel", "braid train"};
+  DpFlags f;
+  app.add_option("model", f.model, "mlp (784-512-512-10 on Fashion-MNIST) or gpt (byte-level)")
+      ->required()
+      ->check(CLI::IsMember({"mlp", "gpt"}));
+  app.add_option("--steps", f.steps, "optimizer steps (overrides --epochs)");
+  app.add_option("--epochs", f.epochs, "passes over the training set (mlp default 2)");
+  app.add_option("--batch", f.batch, "GLOBAL batch in samples, split across ranks (mlp 256, gpt 16)");
+  app.add_option("--lr", f.lr, "peak learning rate (mlp 0.05, gpt 1e-3)");
+  app.add_option("--seed", f.seed, "seed for initialisation, data order and dropout");
+  app.add_option("--threads", f.threads, "compute threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--json-log", f.json_log, "rank 0 writes one JSON object per step to FILE");
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw (mlp sgd, gpt adamw)")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--momentum", f.momentum, "SGD momentum (0.9)");
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (sgd 0, adamw 0.01)");
+  app.add_option("--warmup", f.warmup, "linear warmup steps");
+  app.add_flag("--cosine", f.cosine, "cosine decay to 10% of --lr at the last step");
+  app.add_option("--clip", f.clip, "clip gradients to this global norm (0: off)");
+  app.add_option("--accum", f.accum, "micro-batches per rank per step (gradient accumulation)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here at the end");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "and every N steps");
+  app.add_option("--resume", f.resume, "resume from a checkpoint (any dp size / ZeRO stage)");
+  app.add_option("--init-from", f.init_from, "load initial weights (model/*) from a checkpoint");
+  app.add_option("--save-init", f.save_init, "write the initial weights to a checkpoint");
+  app.add_option("--data-dir", f.data_dir, "Fashion-MNIST idx directory (mlp)");
+  app.add_option("--data", f.data, "text file to train on (gpt)");
+  app.add_option("--layers", f.layers, "gpt: transformer blocks (4)");
+  app.add_option("--d-model", f.d_model, "gpt: model width (256)");
+  app.add_option("--heads", f.heads, "gpt: attention heads (4)");
+  app.add_option("--context", f.context, "gpt: context length in bytes (128)");
+  app.add_option("--dropout", f.dropout, "gpt: dropout probability (0)");
+  app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
+  app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
+  app.add_flag("-q,--quiet", f.quiet, "only the summary line");
+  app.add_option("--dp", f.dp, "data-parallel ranks to start (under a launcher: the job's size)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--zero", f.zero, "ZeRO stage: 0 none, 1 optimizer state, 2 +gradients, "
+                                   "3 +parameters sharded")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket size in MiB (25)");
+  app.add_option("--first-bucket-mb", f.first_bucket_mb, "first bucket size in MiB (1)");
+  app.add_flag("--no-overlap", f.no_overlap,
+               "plain scheme: one all_reduce per parameter after backward (ZeRO 0)");
+  app.add_flag("--bf16-grads", f.bf16_grads, "communicate gradients in bf16");
+  app.add_option("--ref-throughput", f.ref_throughput,
+                 "1-rank samples/s (tokens/s) to report the scaling factor against");
+  app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const int job = job_world_from_env();
+  if (job > 1) {
+    if (f.dp > 0 && f.dp != job)
+      throw Error(Errc::kInvalidArgument, "--dp " + std::to_string(f.dp) +
+                                              " but the launcher started " + std::to_string(job) +
+                                              " ranks");
+    return run_rank(Communicator::from_env(), f);
+  }
+  if (f.dp <= 1) return run_rank(Communicator::from_env(), f);
+  return fork_and_supervise(f);
+}
+
+}  // namespace braid::tool
