@@ -145,19 +145,18 @@ const std::string& CommImpl::choose(CollOp op, size_t bytes, DType t) {
   return a;
 }
 
-namespace {
-std::shared_ptr<WorkState> completed_work() {
+std::shared_ptr<WorkState> CommImpl::completed_work() {
   static const std::shared_ptr<WorkState> done = [] {
     auto w = std::make_shared<WorkState>();
     w->done = true;
+    w->done_flag.store(true);
     return w;
   }();
   return done;
 }
-}  // namespace
 
-Work CommImpl::launch(CollOp op, size_t count, DType t, ReduceOp rop, int root,
-                      size_t model_bytes, bool async, AlgoFn fn, int64_t explicit_seq) {
+MsgSig CommImpl::next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root,
+                          int64_t explicit_seq) {
   MsgSig sig;
   sig.seq = explicit_seq >= 0 ? uint64_t(explicit_seq) : ++seq_;
   sig.op = op;
@@ -165,45 +164,53 @@ Work CommImpl::launch(CollOp op, size_t count, DType t, ReduceOp rop, int root,
   sig.dtype = t;
   sig.rop = rop;
   sig.root = root;
-  const std::string& algo = choose(op, model_bytes, t);
-  uint64_t id = fr_.record(sig);
-  if (!async) {
-    // Fast path: nothing queued, so run right here without a WorkState.
-    std::unique_lock<std::mutex> l(qmu_);
-    if (queue_.empty() && !worker_busy_) {
-      inline_busy_ = true;
-      l.unlock();
-      auto release = [&] {
-        l.lock();
-        inline_busy_ = false;
-        l.unlock();
-        if (worker_.joinable()) qcv_.notify_all();
-      };
-      try {
-        execute(sig, algo, fn, id);
-      } catch (...) {
-        release();
-        throw;
-      }
-      release();
-      return Work(completed_work());
+  return sig;
+}
+
+bool CommImpl::inline_begin() {
+  // Without a worker thread nothing else touches the queue (a communicator
+  // is used by one thread at a time), so no lock is needed.
+  if (!worker_started_.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> l(qmu_);
+  if (!queue_.empty() || worker_busy_) return false;
+  inline_busy_ = true;
+  return true;
+}
+
+void CommImpl::run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t id) {
+  auto release = [&] {
+    if (!worker_started_.load(std::memory_order_acquire)) return;
+    {
+      std::lock_guard<std::mutex> l(qmu_);
+      inline_busy_ = false;
     }
+    qcv_.notify_all();
+  };
+  try {
+    execute(sig, algo, fn, id);
+  } catch (...) {
+    release();
+    throw;
   }
+  release();
+}
+
+Work CommImpl::launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn fn, uint64_t id,
+                             bool async) {
   auto w = std::make_shared<WorkState>();
   w->timeout = timeout_;
   w->run = [this, sig, algo = std::string(algo), fn = std::move(fn), id] {
-    execute(sig, algo, fn, id);
+    execute(sig, algo, AlgoRef(fn), id);
   };
   if (async) enqueue(w);
   else run_blocking(w);
   return Work(w);
 }
 
-void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn,
-                       uint64_t fr_id) {
-  {
+void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id) {
+  if (broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> l(broken_mu_);
-    if (broken_) {
+    {
       fr_.finish(fr_id, false);
       throw Error(broken_code_, "rank " + std::to_string(rank_) + ": " +
                                     describe_call(sig, algo) +
@@ -212,14 +219,13 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
     }
   }
   fr_.start(fr_id, algo);
-  uint64_t deadline = now_ns() + uint64_t(timeout_.count()) * 1000000ull;
   struct Call {
     const MsgSig& sig;
     const std::string& algo;
     std::chrono::milliseconds timeout;
   } call{sig, algo, timeout_};
   const Call* cp = &call;  // one pointer: fits std::function's inline storage
-  Context ctx(*tp_, rank_, size_, sig, deadline,
+  Context ctx(*tp_, rank_, size_, sig, uint64_t(timeout_.count()) * 1000000ull,
               [cp] {
                 return describe_call(cp->sig, cp->algo) + " after " +
                        std::to_string(cp->timeout.count() / 1000.0).substr(0, 6) + " s";
@@ -236,9 +242,9 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, const AlgoFn&
                                                        describe_call(sig, algo) + ": " + e.what();
     if (e.code() != Errc::kInvalidArgument) {
       std::lock_guard<std::mutex> l(broken_mu_);
-      broken_ = true;
       broken_code_ = e.code();
       broken_msg_ = msg;
+      broken_.store(true, std::memory_order_release);
       std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
       std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
     }
@@ -250,6 +256,7 @@ void CommImpl::complete(WorkState& w, std::exception_ptr err) {
   std::lock_guard<std::mutex> l(w.mu);
   w.error = err;
   w.done = true;
+  w.done_flag.store(true, std::memory_order_release);
   w.cv.notify_all();
 }
 
@@ -284,7 +291,10 @@ void CommImpl::enqueue(const std::shared_ptr<WorkState>& w) {
   {
     std::lock_guard<std::mutex> l(qmu_);
     queue_.push_back(w);
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    if (!worker_.joinable()) {
+      worker_ = std::thread([this] { worker_loop(); });
+      worker_started_.store(true, std::memory_order_release);
+    }
   }
   qcv_.notify_all();
 }

@@ -8,6 +8,7 @@
 // communicator): later calls fail at once with the original reason.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -28,10 +29,26 @@ namespace braid::comm {
 struct WorkState {
   std::mutex mu;
   std::condition_variable cv;
+  std::atomic<bool> done_flag{false};  // set with `done`; read without the lock
   bool done = false;
   std::exception_ptr error;
   std::function<void()> run;
   std::chrono::milliseconds timeout{0};
+};
+
+// A non-owning reference to an algorithm callable: no allocation, one
+// indirect call.
+class AlgoRef {
+ public:
+  template <class F>
+  AlgoRef(F& f)  // NOLINT: implicit on purpose
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, Context& c, const std::string& a) { (*static_cast<F*>(o))(c, a); }) {}
+  void operator()(Context& c, const std::string& a) const { call_(obj_, c, a); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, Context&, const std::string&);
 };
 
 class CommImpl {
@@ -52,8 +69,20 @@ class CommImpl {
   // async=false runs it to completion (rethrowing its error).
   // Point-to-point messages carry a per-(peer, direction) sequence number
   // (explicit_seq) instead of the collective one.
+  template <class F>
   Work launch(CollOp op, size_t count, DType t, ReduceOp rop, int root, size_t model_bytes,
-              bool async, AlgoFn fn, int64_t explicit_seq = -1);
+              bool async, F&& fn, int64_t explicit_seq = -1) {
+    MsgSig sig = next_sig(op, count, t, rop, root, explicit_seq);
+    const std::string& algo = choose(op, model_bytes, t);
+    uint64_t id = fr_.record(sig);
+    // Fast path: a blocking call with nothing queued runs right here, with
+    // no WorkState, no std::function and no thread hand-off.
+    if (!async && inline_begin()) {
+      run_inline(sig, algo, AlgoRef(fn), id);
+      return Work(completed_work());
+    }
+    return launch_queued(sig, algo, AlgoFn(std::forward<F>(fn)), id, async);
+  }
   uint64_t next_p2p_seq(int peer, bool sending);
 
   std::unique_ptr<CommImpl> split(int color, int key);
@@ -78,7 +107,13 @@ class CommImpl {
 
  private:
   void build_topology(Store& pstore, bool flat);
-  void execute(const MsgSig& sig, const std::string& algo, const AlgoFn& fn, uint64_t fr_id);
+  void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
+  MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);
+  bool inline_begin();
+  void run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t id);
+  Work launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn fn, uint64_t id,
+                     bool async);
+  static std::shared_ptr<WorkState> completed_work();
   const std::string& choose(CollOp op, size_t bytes, DType t);
   void run_blocking(const std::shared_ptr<WorkState>& w);
   void enqueue(const std::shared_ptr<WorkState>& w);
@@ -115,10 +150,11 @@ class CommImpl {
   std::deque<std::shared_ptr<WorkState>> queue_;
   bool worker_busy_ = false, inline_busy_ = false, stop_ = false;
   std::thread worker_;
+  std::atomic<bool> worker_started_{false};
 
   // Set once an operation failed.
   std::mutex broken_mu_;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};
   Errc broken_code_ = Errc::kInternal;
   std::string broken_msg_;
 };

@@ -17,6 +17,10 @@ namespace algo = comm::algo;
 
 void Work::wait() {
   BRAID_CHECK_ARG(s_ != nullptr, "Work::wait on an empty handle");
+  if (s_->done_flag.load(std::memory_order_acquire)) {
+    if (s_->error) std::rethrow_exception(s_->error);
+    return;
+  }
   std::unique_lock<std::mutex> l(s_->mu);
   s_->cv.wait(l, [&] { return s_->done; });
   if (s_->error) std::rethrow_exception(s_->error);

@@ -1,56 +1,86 @@
 #include "comm/flight_recorder.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "braid/env.h"
 
 namespace braid::comm {
+namespace {
+#if defined(__x86_64__) || defined(__i386__)
+inline uint64_t ticks() { return __rdtsc(); }
+#else
+inline uint64_t ticks() { return now_ns(); }
+#endif
+}  // namespace
+
+FlightRecorder::FlightRecorder(size_t capacity)
+    : ring_(capacity), tsc0_(ticks()), ns0_(now_ns()) {}
 
 uint64_t FlightRecorder::record(const MsgSig& sig) {
-  std::lock_guard<std::mutex> l(mu_);
-  uint64_t id = next_++;
-  Entry& e = ring_[id % ring_.size()];
-  e = Entry{};
-  e.sig = sig;
-  e.t_queued = now_ns();
+  uint64_t id = next_.fetch_add(1, std::memory_order_relaxed);
+  Entry& e = at(id);
+  e.state.store(uint8_t(State::kQueued), std::memory_order_relaxed);
+  e.seq.store(sig.seq, std::memory_order_relaxed);
+  e.count.store(sig.count, std::memory_order_relaxed);
+  e.root.store(sig.root, std::memory_order_relaxed);
+  e.op.store(uint8_t(sig.op), std::memory_order_relaxed);
+  e.dtype.store(uint8_t(sig.dtype), std::memory_order_relaxed);
+  e.rop.store(uint8_t(sig.rop), std::memory_order_relaxed);
+  e.t_start.store(0, std::memory_order_relaxed);
+  e.t_end.store(0, std::memory_order_relaxed);
   return id;
 }
 
 void FlightRecorder::start(uint64_t id, const std::string& algo) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (id + ring_.size() < next_) return;  // overwritten already
-  Entry& e = ring_[id % ring_.size()];
-  e.state = State::kRunning;
-  e.algo = algo;
-  e.t_start = now_ns();
+  Entry& e = at(id);
+  size_t n = std::min(algo.size(), sizeof e.algo - 1);
+  std::memcpy(e.algo, algo.data(), n);
+  e.algo[n] = 0;
+  e.t_start.store(ticks(), std::memory_order_relaxed);
+  e.state.store(uint8_t(State::kRunning), std::memory_order_release);
 }
 
 void FlightRecorder::finish(uint64_t id, bool ok) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (id + ring_.size() < next_) return;
-  Entry& e = ring_[id % ring_.size()];
-  e.state = ok ? State::kDone : State::kFailed;
-  e.t_end = now_ns();
+  Entry& e = at(id);
+  e.t_end.store(ticks(), std::memory_order_relaxed);
+  e.state.store(uint8_t(ok ? State::kDone : State::kFailed), std::memory_order_release);
 }
 
 std::string FlightRecorder::dump(const std::string& header) const {
   static const char* states[] = {"queued", "running", "done", "FAILED"};
-  std::lock_guard<std::mutex> l(mu_);
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  const uint64_t tnow = ticks(), nnow = now_ns();
+  const double ns_per_tick =
+      tnow > tsc0_ && nnow > ns0_ ? double(nnow - ns0_) / double(tnow - tsc0_) : 1.0;
   std::ostringstream os;
-  os << header << " — last " << std::min<uint64_t>(next_, ring_.size()) << " operations:\n";
-  uint64_t now = now_ns();
-  uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 0;
-  for (uint64_t id = first; id < next_; ++id) {
+  os << header << " — last " << std::min<uint64_t>(next, ring_.size()) << " operations:\n";
+  uint64_t first = next > ring_.size() ? next - ring_.size() : 0;
+  for (uint64_t id = first; id < next; ++id) {
     const Entry& e = ring_[id % ring_.size()];
+    auto state = State(e.state.load(std::memory_order_acquire) & 3);
+    uint64_t t0 = e.t_start.load(std::memory_order_relaxed);
+    uint64_t t1 = e.t_end.load(std::memory_order_relaxed);
+    double run_us = t0 ? double((state == State::kRunning ? tnow : t1) - t0) * ns_per_tick / 1e3 : 0.0;
+    int32_t root = e.root.load(std::memory_order_relaxed);
+    char algo[sizeof e.algo];
+    std::memcpy(algo, e.algo, sizeof algo);
+    algo[sizeof algo - 1] = 0;
     char line[320];
-    double run_us = e.t_start ? double((e.t_end ? e.t_end : now) - e.t_start) / 1e3 : 0.0;
-    std::snprintf(line, sizeof line, "  seq %-6llu %-14s %-5s count %-10llu %-4s %s %-6s %-8s %10.1f us%s\n",
-                  (unsigned long long)e.sig.seq, coll_op_name(e.sig.op), dtype_name(e.sig.dtype),
-                  (unsigned long long)e.sig.count, reduce_op_name(e.sig.rop),
-                  e.sig.root >= 0 ? ("root/peer " + std::to_string(e.sig.root)).c_str() : "",
-                  e.algo.c_str(), states[int(e.state)], run_us,
-                  e.state == State::kRunning ? "  <- in progress" : "");
+    std::snprintf(line, sizeof line,
+                  "  seq %-6llu %-14s %-5s count %-10llu %-4s %s %-6s %-8s %10.1f us%s\n",
+                  (unsigned long long)e.seq.load(std::memory_order_relaxed),
+                  coll_op_name(CollOp(e.op.load(std::memory_order_relaxed))),
+                  dtype_name(DType(e.dtype.load(std::memory_order_relaxed))),
+                  (unsigned long long)e.count.load(std::memory_order_relaxed),
+                  reduce_op_name(ReduceOp(e.rop.load(std::memory_order_relaxed))),
+                  root >= 0 ? ("root/peer " + std::to_string(root)).c_str() : "", algo,
+                  states[int(state)], run_us, state == State::kRunning ? "  <- in progress" : "");
     os << line;
   }
   return os.str();

@@ -1,9 +1,16 @@
 // Flight recorder: the last operations of one communicator, for post-mortems.
 // Printed on timeout or error, on SIGUSR1, and by Communicator::flight_record.
+//
+// Recording is on the hot path of every collective, so it takes no lock and
+// reads no system clock: entries are written by the issuing/executing thread
+// with relaxed atomics and time-stamped with the CPU's time-stamp counter,
+// converted to microseconds only when dumped. A dump taken while operations
+// run may show an entry mid-update; it is a diagnostic, never a source of
+// truth for the algorithms.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,14 +21,8 @@ namespace braid::comm {
 class FlightRecorder {
  public:
   enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
-  struct Entry {
-    MsgSig sig;
-    std::string algo;
-    State state = State::kQueued;
-    uint64_t t_queued = 0, t_start = 0, t_end = 0;  // ns, monotonic
-  };
 
-  explicit FlightRecorder(size_t capacity = 64) : ring_(capacity) {}
+  explicit FlightRecorder(size_t capacity = 64);
   // Returns a slot id for later updates.
   uint64_t record(const MsgSig& sig);
   void start(uint64_t id, const std::string& algo);
@@ -29,9 +30,18 @@ class FlightRecorder {
   std::string dump(const std::string& header) const;
 
  private:
-  mutable std::mutex mu_;
+  struct Entry {
+    std::atomic<uint64_t> seq{0}, count{0};
+    std::atomic<int32_t> root{-1};
+    std::atomic<uint8_t> op{0}, dtype{0}, rop{0}, state{0};
+    std::atomic<uint64_t> t_start{0}, t_end{0};  // TSC ticks
+    char algo[16] = {0};
+  };
+  Entry& at(uint64_t id) { return ring_[id % ring_.size()]; }
+
   std::vector<Entry> ring_;
-  uint64_t next_ = 0;
+  std::atomic<uint64_t> next_{0};
+  uint64_t tsc0_, ns0_;  // for converting ticks at dump time
 };
 
 }  // namespace braid::comm

@@ -7,9 +7,9 @@
 
 namespace braid::comm {
 
-Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
+Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t timeout_ns,
                  std::function<std::string()> describe, ContextPool& pool)
-    : tp_(tp), rank_(rank), size_(size), call_(call), deadline_(deadline_ns),
+    : tp_(tp), rank_(rank), size_(size), call_(call), timeout_ns_(timeout_ns),
       describe_(std::move(describe)), ring_pos_(rank), pool_(pool), reqs_(pool.reqs) {
   reqs_.clear();
 }
@@ -64,6 +64,7 @@ void Context::idle() {
   if (++spins_ < 64) return;
   spins_ = 0;
   uint64_t now = now_ns();
+  if (deadline_ == 0) deadline_ = now + timeout_ns_;
   if (now > deadline_) timeout_error();
   uint64_t left_us = (deadline_ - now) / 1000;
   tp_.wait_activity(std::chrono::microseconds(std::min<uint64_t>(left_us, 20000)));

@@ -31,7 +31,10 @@ class Context {
  public:
   // `describe` renders the call for error messages; it is only invoked when
   // something fails, so the fast path formats nothing.
-  Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t deadline_ns,
+  // The deadline is `timeout_ns` after the first time the call has to wait
+  // (reading the clock costs tens of ns under a hypervisor; a call that
+  // never waits never reads it).
+  Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t timeout_ns,
           std::function<std::string()> describe, ContextPool& pool);
 
   int rank() const { return rank_; }
@@ -75,7 +78,8 @@ class Context {
   const std::vector<int>* ring_ = nullptr;
   int ring_pos_ = 0;
   MsgSig call_;
-  uint64_t deadline_;
+  uint64_t timeout_ns_;
+  uint64_t deadline_ = 0;
   std::function<std::string()> describe_;
   ContextPool& pool_;
   std::deque<Request>& reqs_;
