@@ -4,7 +4,7 @@
 # one dpkg query. Usage: scripts/deps.sh [build|bench]
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libssl-dev libopenblas-dev
+want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3)
 if [[ "${1:-build}" == bench ]]; then

@@ -1,5 +1,4 @@
-// Internal: a small gzip (RFC 1952) / DEFLATE (RFC 1951) decoder, so the
-// data sets can read Debian's .gz files without another library.
+// Internal: gzip decoding (zlib) for the data sets' .gz files.
 #pragma once
 
 #include <cstdint>
