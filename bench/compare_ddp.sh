@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# braid data parallel vs PyTorch DistributedDataParallel (gloo), side by side
+# in one run: same model, initial weights (braid writes them, PyTorch loads
+# them), data order, global batch, optimizer and threads per rank (1 thread
+# x N ranks). Both use the OpenMP build of OpenBLAS. Runs alternate
+# braid / PyTorch; each figure is the median of REPS runs.
+#
+# Prints markdown tables:
+#   1. throughput at dp=2 and the 1-rank references, ratios, scaling factors,
+#      braid's exposed communication (bucketed+overlapped vs plain scheme);
+#   2. per-rank bytes of parameters + gradients + optimizer state for ZeRO
+#      0/1/2/3 at dp=2 and 4 (GPT, AdamW) against one process;
+#   3. bf16 gradient communication: step time and the loss after 200 steps.
+#
+# Usage: bench/compare_ddp.sh [BUILD_DIR]
+#   env: REPS=3 MLP_STEPS=300 GPT_STEPS=40 BF16_STEPS=200 SECTIONS="speed memory bf16"
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+braid=$build/braid
+reps=${REPS:-3}
+mlp_steps=${MLP_STEPS:-300}
+gpt_steps=${GPT_STEPS:-40}
+bf16_steps=${BF16_STEPS:-200}
+sections=${SECTIONS:-"speed memory bf16"}
+py=/usr/bin/python3
+
+if ! $py -c "import torch" 2>/dev/null || [[ ! -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]]; then
+  apt-get install -y python3-torch libopenblas0-openmp >/dev/null
+fi
+export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMP_NUM_THREADS=1
+[[ -x $braid ]] || { echo "build braid first: cmake --build $build --target braid_tool" >&2; exit 2; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+field() { $py -c "import json,sys; d=json.loads(open(sys.argv[1]).read().splitlines()[-1]); v=d.get(sys.argv[2], 0); print(max(v) if isinstance(v, list) else v)" "$1" "$2"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+calc() { $py -c "print($1)"; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+gpt_args=(--layers 4 --d-model 256 --heads 4 --context 128 --batch 16)
+$braid train mlp --steps 1 --save-init "$tmp/mlp.ckpt" -q >/dev/null
+$braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev/null
+
+echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)   $(nproc --all) cores   load at start: $(load)"
+
+if [[ " $sections " == *" speed "* ]]; then
+  declare -A res
+  runs=0
+  for model in mlp gpt; do
+    if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
+    init=$tmp/$model.ckpt
+    declare -a b2=() b2p=() b1=() t2=() t1=() e2=() e2p=()
+    for ((r = 0; r < reps; r++)); do
+      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b2.jsonl" "${extra[@]}" >/dev/null
+      $py "$here/bench/torch_ddp.py" $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t2.jsonl" "${extra[@]}" >/dev/null
+      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --no-overlap --json-log "$tmp/b2p.jsonl" "${extra[@]}" >/dev/null
+      $braid train $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b1.jsonl" "${extra[@]}" >/dev/null
+      $py "$here/bench/torch_ddp.py" $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t1.jsonl" "${extra[@]}" >/dev/null
+      b2+=("$(field "$tmp/b2.jsonl" $key)"); t2+=("$(field "$tmp/t2.jsonl" $key)")
+      b2p+=("$(field "$tmp/b2p.jsonl" $key)"); b1+=("$(field "$tmp/b1.jsonl" $key)")
+      t1+=("$(field "$tmp/t1.jsonl" $key)")
+      e2+=("$(field "$tmp/b2.jsonl" exposed_comm_fraction)"); e2p+=("$(field "$tmp/b2p.jsonl" exposed_comm_fraction)")
+    done
+    res[$model]="$(median "${b2[@]}") $(median "${t2[@]}") $(median "${b2p[@]}") $(median "${b1[@]}") $(median "${t1[@]}") $(median "${e2[@]}") $(median "${e2p[@]}")"
+    unset b2 b2p b1 t2 t1 e2 e2p
+  done
+  echo
+  echo "### Throughput, 2 ranks x 1 thread (load at end: $(load))"
+  echo
+  echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets+overlap) | braid plain scheme dp=2 | plain exposed comm |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for model in mlp gpt; do
+    read -r b2 t2 b2p b1 t1 e2 e2p <<<"${res[$model]}"
+    unit=$([[ $model == mlp ]] && echo samples/s || echo tokens/s)
+    printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% | %.0f | %.1f%% |\n' \
+      "$model" "$unit" "$b2" "$t2" "$(calc "$b2/$t2")" "$b1" "$t1" "$(calc "$b2/(2*$b1)")" \
+      "$(calc "$t2/(2*$t1)")" "$(calc "100*$e2")" "$b2p" "$(calc "100*$e2p")"
+  done
+fi
+
+if [[ " $sections " == *" memory "* ]]; then
+  echo
+  echo "### Per-rank training state (GPT 4x256, AdamW): parameters + gradients + optimizer state"
+  echo
+  echo "| dp | ZeRO | params MiB | grads MiB | optimizer MiB | total MiB | single process MiB | total / (single/dp) | peak transient MiB |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for dp in 2 4; do
+    for z in 0 1 2 3; do
+      $braid train gpt --dp $dp --zero $z --threads 1 --steps 2 --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/m.jsonl" "${gpt_args[@]}" >/dev/null
+      p=$(field "$tmp/m.jsonl" param_bytes); g=$(field "$tmp/m.jsonl" grad_bytes); o=$(field "$tmp/m.jsonl" optim_bytes)
+      s=$(field "$tmp/m.jsonl" single_process_state_bytes); tr=$(field "$tmp/m.jsonl" peak_transient_bytes)
+      printf '| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f |\n' $dp $z \
+        "$(calc "$p/2**20")" "$(calc "$g/2**20")" "$(calc "$o/2**20")" "$(calc "($p+$g+$o)/2**20")" \
+        "$(calc "$s/2**20")" "$(calc "($p+$g+$o)/($s/$dp)")" "$(calc "$tr/2**20")"
+    done
+  done
+fi
+
+if [[ " $sections " == *" bf16 "* ]]; then
+  echo
+  echo "### bf16 gradient communication, GPT dp=2, $bf16_steps steps (load: $(load))"
+  echo
+  echo "| gradients on the wire | ZeRO | bytes per step per rank (all-reduce payload) | tokens/s | exposed comm | loss after $bf16_steps steps |"
+  echo "|---|---|---|---|---|---|"
+  for z in 0 2; do
+    for mode in f32 bf16; do
+      flag=(); [[ $mode == bf16 ]] && flag=(--bf16-grads)
+      $braid train gpt --dp 2 --zero $z --threads 1 --steps "$bf16_steps" --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/bf.jsonl" "${gpt_args[@]}" "${flag[@]}" >/dev/null
+      g=$(field "$tmp/bf.jsonl" single_process_state_bytes)
+      tok=$(field "$tmp/bf.jsonl" tokens_per_s); ex=$(field "$tmp/bf.jsonl" exposed_comm_fraction); l=$(field "$tmp/bf.jsonl" final_loss)
+      # gradient payload: one parameter-sized buffer, 4 or 2 bytes per element
+      pb=$(calc "$g/4/4*$([[ $mode == bf16 ]] && echo 2 || echo 4)/2**20")
+      printf '| %s | %d | %.2f MiB | %.0f | %.1f%% | %.4f |\n' $mode $z "$pb" "$tok" "$(calc "100*$ex")" "$l"
+    done
+  done
+fi
