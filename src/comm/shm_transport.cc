@@ -63,6 +63,10 @@ struct RingCtl {
   alignas(kLine) std::atomic<uint64_t> head;
   alignas(kLine) std::atomic<uint64_t> tail;
   alignas(kLine) std::atomic<uint64_t> fb_tail;  // fast boxes consumed
+  // Raised by a sender that found every fast box full: only then does the
+  // receiver pay for a wake-up check after consuming one (checking the
+  // sender's doorbell on every small message measured ~0.3 µs per call).
+  alignas(kLine) std::atomic<uint32_t> fb_blocked;
   alignas(kLine) FastBox fb[kFastBoxes];
   alignas(kLine) char end_[1];
 };
@@ -339,7 +343,15 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       if (max_slots-- == 0) return moved;
       if (p.fb_head - p.fb_tail_seen >= kFastBoxes) {
         p.fb_tail_seen = p.out->fb_tail.load(std::memory_order_acquire);
-        if (p.fb_head - p.fb_tail_seen >= kFastBoxes) return moved;
+        if (p.fb_head - p.fb_tail_seen >= kFastBoxes) {
+          // Full: ask the receiver to wake us, then look once more (the
+          // seq_cst pair guarantees one side sees the other).
+          p.out->fb_blocked.store(1, std::memory_order_seq_cst);
+          p.fb_tail_seen = p.out->fb_tail.load(std::memory_order_seq_cst);
+          if (p.fb_head - p.fb_tail_seen >= kFastBoxes) return moved;
+        }
+        if (p.out->fb_blocked.load(std::memory_order_relaxed))
+          p.out->fb_blocked.store(0, std::memory_order_relaxed);
       }
       FastBox& b = p.out->fb[p.fb_head % kFastBoxes];
       b.len = uint32_t(bytes);
@@ -415,7 +427,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         else reduce2(r->dst, r->acc, b.data, bytes / dtype_size(r->dtype), r->dtype, r->rop);
       }
       p.in->fb_tail.store(++p.fb_in, std::memory_order_seq_cst);
-      wake_if_sleeping(p);
+      if (p.in->fb_blocked.load(std::memory_order_seq_cst)) wake_if_sleeping(p);
       r->done = bytes;
       r->complete = true;
       p.recvs.pop();

@@ -311,3 +311,33 @@ TEST(CommFlightRecorder, Sigusr1DumpsRecentOperations) {
         << text;
   });
 }
+
+TEST(CommP2P, ManySmallMessagesToASlowReceiverAllArrive) {
+  // Fills the shared-memory fast boxes while the receiver is asleep; the
+  // sender must be woken when boxes free up, not stall on its sleep slice.
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    const int n = 300;
+    if (rank == 0) {
+      std::vector<int64_t> v(n);
+      std::vector<Work> ws;
+      for (int i = 0; i < n; ++i) {
+        v[i] = 1000 + i;
+        ws.push_back(c->send_async(&v[i], 1, DType::kI64, 1, uint32_t(i)));
+      }
+      double t0 = now_s();
+      for (auto& w : ws) w.wait();
+      EXPECT_LT(now_s() - t0, 5.0);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      double t0 = now_s();
+      for (int i = 0; i < n; ++i) {
+        int64_t x = -1;
+        c->recv(&x, 1, DType::kI64, 0, uint32_t(i));
+        ASSERT_EQ(x, 1000 + i);
+      }
+      EXPECT_LT(now_s() - t0, 2.0);
+    }
+    c->barrier();
+  });
+}
