@@ -37,11 +37,11 @@
 // blocking all_reduce per parameter after backward, for comparison.
 //
 // bf16 gradients (bf16_grads): buckets are rounded to bf16 before they are
-// sent, halving bytes on the wire. ZeRO 2/3 use all_to_all and sum the
-// received bf16 chunks in f32; ZeRO 0/1 use the communicator's bf16
-// all_reduce (each reduction step adds in f32 and rounds to bf16, so with
-// more than 2 ranks partial sums are rounded once per ring step) and widen
-// the result to f32.
+// sent, halving bytes on the wire. An all_to_all sends chunk j of every
+// rank's bucket to rank j, which sums the contributions in f32 (one rounding
+// per contribution, none per hop); ZeRO 2/3 keep that f32 sum as the shard,
+// ZeRO 0/1 round it to bf16 once more and all_gather it, and every rank
+// widens the same bf16 values to f32.
 //
 // ZeRO-3 parameters: before_forward/before_backward(u) wait for unit u's
 // all_gather (issuing it if it was not prefetched) and start the gather of
@@ -150,6 +150,7 @@ class DataParallel {
   void release_grads(Bucket& b);
   void launch(Bucket& b);
   void complete(Bucket& b);
+  void sum_bf16_chunk(Bucket& b);
   void wait(Work& w);
   void poll_done();
   void point_params(Bucket& b);

@@ -15,8 +15,8 @@ struct DataParallel::Bucket {
   std::vector<int64_t> offsets;        // of each parameter in the flat buffer
   int64_t numel = 0, padded = 0, shard = 0;
   size_t ready = 0;
-  bool launched = false, reduced = false;
-  Work reduce_work, gather_work;
+  bool launched = false, reduced = false, summed = false;
+  Work reduce_work, gather_work, gather16_work;
   bool gather_pending = false;
   bool params_live = true, grads_live = true;
   Tensor grad;         // full [padded]: ZeRO 0/1 always; 2/3 while backward needs it

@@ -140,7 +140,7 @@ DataParallel::~DataParallel() {
   // Async work may still reference our buffers (after an error, say): let it
   // end before they are freed. Errors here were already reported.
   for (auto& b : buckets_) {
-    for (Work* w : {&b->reduce_work, &b->gather_work}) {
+    for (Work* w : {&b->reduce_work, &b->gather_work, &b->gather16_work}) {
       if (!w->valid()) continue;
       try {
         w->wait();
@@ -197,7 +197,7 @@ nn::GradReadyHook DataParallel::hook() {
 void DataParallel::begin_step() {
   for (auto& b : buckets_) {
     b->ready = 0;
-    b->launched = b->reduced = false;
+    b->launched = b->reduced = b->summed = false;
     if (opts_.zero <= 1) b->grad.zero();
   }
 }
@@ -327,15 +327,12 @@ void DataParallel::launch(Bucket& b) {
   }
   const size_t n = size_t(b.padded), shard = size_t(b.shard);
   if (opts_.bf16_grads) {
+    // Every rank sends chunk j of its bf16 gradients to rank j, which sums
+    // them in f32 (complete()); ZeRO 0/1 then all_gather the bf16 sums.
     b.send16.resize({b.padded}, DType::kBF16);
+    b.recv16.resize({b.padded}, DType::kBF16);
     convert_f32_to_bf16(b.grad.f32(), b.send16.bf16(), n);
-    if (opts_.zero <= 1) {
-      b.reduce_work =
-          comm_->all_reduce_async(b.send16.raw(), b.send16.raw(), n, DType::kBF16, ReduceOp::kSum);
-    } else {
-      b.recv16.resize({b.padded}, DType::kBF16);
-      b.reduce_work = comm_->all_to_all_async(b.send16.raw(), b.recv16.raw(), shard, DType::kBF16);
-    }
+    b.reduce_work = comm_->all_to_all_async(b.send16.raw(), b.recv16.raw(), shard, DType::kBF16);
     return;
   }
   if (opts_.zero <= 1)
@@ -348,26 +345,45 @@ void DataParallel::launch(Bucket& b) {
 
 void DataParallel::complete(Bucket& b) {
   if (b.reduced) return;
-  wait(b.reduce_work);
-  b.reduced = true;
   if (opts_.bf16_grads && world_ > 1) {
+    sum_bf16_chunk(b);
     if (opts_.zero <= 1) {
+      wait(b.gather16_work);
       convert_bf16_to_f32(b.send16.bf16(), b.grad.f32(), size_t(b.padded));
-    } else {
-      // Sum the ranks' bf16 contributions to this chunk in f32.
-      float* out = b.grad_shard.f32();
-      const uint16_t* in = b.recv16.bf16();
-      convert_bf16_to_f32(in, out, size_t(b.shard));
-      for (int r = 1; r < world_; ++r) {
-        const uint16_t* src = in + int64_t(r) * b.shard;
-        for (int64_t i = 0; i < b.shard; ++i) out[i] += bf16_to_f32(src[i]);
-      }
     }
+  } else {
+    wait(b.reduce_work);
   }
+  b.reduced = true;
   release_grads(b);
 }
 
+// bf16 phase 1: this rank's chunk summed in f32 from every rank's bf16
+// contribution; for ZeRO 0/1 also starts the all_gather of the bf16 sums
+// (every rank then widens the same bf16 values, so replicas stay equal).
+void DataParallel::sum_bf16_chunk(Bucket& b) {
+  if (b.summed) return;
+  wait(b.reduce_work);
+  b.summed = true;
+  float* out = b.shard_grads_ptr(rank_);
+  const uint16_t* in = b.recv16.bf16();
+  convert_bf16_to_f32(in, out, size_t(b.shard));
+  for (int r = 1; r < world_; ++r) {
+    const uint16_t* src = in + int64_t(r) * b.shard;
+    for (int64_t i = 0; i < b.shard; ++i) out[i] += bf16_to_f32(src[i]);
+  }
+  if (opts_.zero <= 1) {
+    uint16_t* mine = b.send16.bf16() + int64_t(rank_) * b.shard;
+    convert_f32_to_bf16(out, mine, size_t(b.shard));
+    b.gather16_work = comm_->all_gather_async(mine, b.send16.raw(), size_t(b.shard), DType::kBF16);
+  }
+}
+
 void DataParallel::poll_done() {
+  // Only completions that start no new collective: whether test() says done
+  // differs between ranks, and collectives must be issued in the same order
+  // everywhere.
+  if (opts_.zero < 2) return;
   for (auto& b : buckets_)
     if (b->launched && !b->reduced && b->reduce_work.valid() && b->reduce_work.test()) complete(*b);
 }
@@ -386,6 +402,8 @@ void DataParallel::finish_gradients() {
     return;
   }
   for (auto& b : buckets_) launch(*b);  // buckets the hook did not complete
+  if (opts_.bf16_grads && world_ > 1)
+    for (auto& b : buckets_) sum_bf16_chunk(*b);  // start every all_gather before waiting
   for (auto& b : buckets_) complete(*b);
 }
 

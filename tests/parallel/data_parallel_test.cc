@@ -204,14 +204,14 @@ TEST(DataParallel, EquivalenceDp4) { equivalence_matrix(4); }
 TEST(DataParallel, PlainSchemeAndBf16Gradients) {
   const Trace& ref = reference("mlp");
   const Trace& gref = reference("gpt");
-  testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
+  testing::expect_all_pass(3, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto comm = Communicator::create(rank, n, store);
     DpOptions plain = small_buckets(0);
     plain.overlap = false;
     Trace r = dp_run(comm, "mlp", 1, plain);
     expect_close(r.losses, ref.losses, 1e-5, "plain loss");
     expect_params_close(r.params, ref.params, 1e-5, "plain params");
-    for (int zero : {0, 2}) {
+    for (int zero : {0, 1, 2, 3}) {
       DpOptions o = small_buckets(zero);
       o.bf16_grads = true;
       Trace b = dp_run(comm, "gpt", 1, o);
