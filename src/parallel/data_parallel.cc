@@ -286,7 +286,21 @@ void DataParallel::before_backward(size_t u) {
 void DataParallel::after_backward(size_t u) {
   if (opts_.zero == 3)
     for (size_t bi : unit_buckets_[u]) release_params(*buckets_[bi]);
-  if (opts_.zero >= 2) poll_done();
+  if (opts_.zero >= 2) {
+    poll_done();
+    // Bound the full-size gradient buffers still waiting for their
+    // reduce_scatter: beyond two, wait for the oldest (that is the memory
+    // ZeRO 2/3 exist to save; waiting issues nothing, so ranks stay in step).
+    int live = 0;
+    for (auto& b : buckets_) live += b->launched && !b->reduced;
+    for (auto& b : buckets_) {
+      if (live <= 2) break;
+      if (b->launched && !b->reduced) {
+        complete(*b);
+        --live;
+      }
+    }
+  }
 }
 
 void DataParallel::gather_all_params() {
