@@ -87,13 +87,18 @@ void Context::wait_all() {
 }
 
 void* Context::scratch(size_t bytes) {
-  if (bytes > ContextPool::kPooled) {
-    large_.emplace_back(bytes);
-    return large_.back().data();
+  if (bufs_used_ == pool_.bufs.size()) pool_.bufs.emplace_back();
+  auto& b = pool_.bufs[bufs_used_];
+  if (b.size() < bytes) {
+    const size_t old = b.size(), want = std::max<size_t>(bytes, 256);
+    if (pool_.kept + (want - old) > ContextPool::kKeepBytes) {
+      large_.emplace_back(bytes);  // over the budget: this call only
+      return large_.back().data();
+    }
+    b.resize(want);
+    pool_.kept += want - old;
   }
-  if (small_used_ == pool_.small.size()) pool_.small.emplace_back();
-  auto& b = pool_.small[small_used_++];
-  if (b.size() < bytes) b.resize(std::max<size_t>(bytes, 256));
+  ++bufs_used_;
   return b.data();
 }
 
