@@ -23,7 +23,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t ldc);
 
 // RAII: OpenBLAS runs single-threaded while alive (for GEMMs issued from
-// inside an OpenMP parallel loop); restores the previous count after.
+// inside an OpenMP parallel loop); restores the previous count after. A
+// no-op with the OpenMP build of OpenBLAS, which is single-threaded inside
+// parallel regions anyway (and whose thread setter would also shrink the
+// OpenMP team of the region that follows).
 class BlasSingleThreaded {
  public:
   BlasSingleThreaded();
@@ -41,6 +44,8 @@ void vexp(const float* x, float* y, int64_t n);
 
 // out[i] += a[i] over n elements.
 void vadd_inplace(float* out, const float* a, int64_t n);
+// out[i] = a[i] + b[i] (one pass; out may alias a or b). Both threads when large.
+void vadd(const float* a, const float* b, float* out, int64_t n);
 // Σ over rows of a [rows, cols] matrix into out[cols] (out += ...).
 void col_sum_acc(const float* a, int64_t rows, int64_t cols, float* out);
 

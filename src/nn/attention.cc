@@ -6,8 +6,10 @@
 //             o_h = P v
 //   backward: dP = do_h vᵀ;  dv = Pᵀ do_h;  dS = P ⊙ (dP − rowsum(dP ⊙ P));
 //             dq = dS k/√d;  dk = dSᵀ q/√d
-// The (b, h) pairs run in parallel, each GEMM single-threaded.
+// The (b, h) pairs run in parallel, each GEMM single-threaded. The GEMMs
+// skip the blocks above the diagonal (all zeros in P and dS).
 #include "../tensor/simd.h"  // first: sets vectorisation options
+#include <algorithm>
 #include <cmath>
 
 #include "braid/error.h"
@@ -30,6 +32,11 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
 }
 
 namespace {
+// Rows (and columns) per block of the causal GEMMs: blocks above the
+// diagonal are skipped, so the score GEMMs do (1 + T/kBlock)/2 of the full
+// work, at T/kBlock calls each.
+constexpr int64_t kBlock = 32;
+
 // Row t of a causal score matrix: softmax over [0, t], zeros after.
 BRAID_SIMD_FN void softmax_causal(float* s, int64_t T) {
   for (int64_t t = 0; t < T; ++t) {
@@ -80,9 +87,18 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* s = att + bh * T * T;
-    gemm(false, true, T, T, D, scale, q, 3 * C, k, 3 * C, 0.0f, s, T);
+    float* oh = o + b * T * C + h * D;
+    // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
+    for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+      int64_t i1 = std::min(T, i0 + kBlock);
+      gemm(false, true, i1 - i0, i1, D, scale, q + i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, s + i0 * T,
+           T);
+    }
     softmax_causal(s, T);
-    gemm(false, false, T, D, T, 1.0f, s, T, v, 3 * C, 0.0f, o + b * T * C + h * D, C);
+    for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+      int64_t i1 = std::min(T, i0 + kBlock);
+      gemm(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
+    }
   };
   if (num_threads() > 1 && B * H > 1) {
     BlasSingleThreaded one;
@@ -119,11 +135,28 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
     const float* p = att + bh * T * T;
     float* dp = datt + bh * T * T;
     const float* doh = dop + b * T * C + h * D;
-    gemm(false, true, T, T, D, 1.0f, doh, C, v, 3 * C, 0.0f, dp, T);
-    gemm(true, false, T, D, T, 1.0f, p, T, doh, C, 0.0f, dv, 3 * C);
+    // Causal blocks only: row block [i0, i1) of dP/dS spans columns [0, i1);
+    // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
+    for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+      int64_t i1 = std::min(T, i0 + kBlock);
+      gemm(false, true, i1 - i0, i1, D, 1.0f, doh + i0 * C, C, v, 3 * C, 0.0f, dp + i0 * T, T);
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
+      int64_t j1 = std::min(T, j0 + kBlock);
+      gemm(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
+           dv + j0 * 3 * C, 3 * C);
+    }
     softmax_bwd_causal(p, dp, T);
-    gemm(false, false, T, D, T, scale, dp, T, k, 3 * C, 0.0f, dq, 3 * C);
-    gemm(true, false, T, D, T, scale, dp, T, q, 3 * C, 0.0f, dk, 3 * C);
+    for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+      int64_t i1 = std::min(T, i0 + kBlock);
+      gemm(false, false, i1 - i0, D, i1, scale, dp + i0 * T, T, k, 3 * C, 0.0f, dq + i0 * 3 * C,
+           3 * C);
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
+      int64_t j1 = std::min(T, j0 + kBlock);
+      gemm(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
+           0.0f, dk + j0 * 3 * C, 3 * C);
+    }
   };
   if (num_threads() > 1 && B * H > 1) {
     BlasSingleThreaded one;

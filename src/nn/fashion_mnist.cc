@@ -1,4 +1,5 @@
 // Fashion-MNIST idx reader (big-endian headers, optional gzip).
+#include "../tensor/simd.h"  // first: sets vectorisation options
 #include <sys/stat.h>
 
 #include "braid/data.h"
@@ -9,6 +10,10 @@
 namespace braid::nn {
 
 namespace {
+BRAID_SIMD_FN void standardise_row(const uint8_t* src, float* dst, int64_t n, float s, float o) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = float(src[j]) * s + o;
+}
+
 bool exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
@@ -71,7 +76,7 @@ void FashionMnist::gather(const int64_t* idx, int64_t n, Tensor& x, Tensor& y) c
     BRAID_CHECK_ARG(k >= 0 && k < n_, "Fashion-MNIST index " + std::to_string(k) + " out of range");
     const uint8_t* src = images_.data() + k * kPixels;
     float* dst = xp + i * kPixels;
-    for (int64_t j = 0; j < kPixels; ++j) dst[j] = float(src[j]) * s + o;
+    standardise_row(src, dst, kPixels, s, o);
     yp[i] = labels_[size_t(k)];
   }
 }

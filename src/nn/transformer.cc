@@ -57,13 +57,11 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
 void TransformerBlock::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
   h_.resize(x.shape(), DType::kF32);
-  h_.copy_from(x);
-  vadd_inplace(h_.f32(), a.f32(), h_.numel());
+  vadd(x.f32(), a.f32(), h_.f32(), h_.numel());
   const Tensor& m = mlp_.forward(ln2_.forward(h_, ctx), ctx);
   if (!need_y) return;
   y_.resize(x.shape(), DType::kF32);
-  y_.copy_from(h_);
-  vadd_inplace(y_.f32(), m.f32(), y_.numel());
+  vadd(h_.f32(), m.f32(), y_.f32(), y_.numel());
 }
 
 const Tensor& TransformerBlock::forward(const Tensor& x, Context& ctx) {
@@ -89,14 +87,12 @@ const Tensor& TransformerBlock::backward(const Tensor& dy, Context& ctx) {
   const Tensor& dm = mlp_.backward(dy, ctx);
   const Tensor& dln2 = ln2_.backward(dm, ctx);
   dh_.resize(dy.shape(), DType::kF32);
-  dh_.copy_from(dy);
-  vadd_inplace(dh_.f32(), dln2.f32(), dh_.numel());
+  vadd(dy.f32(), dln2.f32(), dh_.f32(), dh_.numel());
   // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh))
   const Tensor& da = attn_.backward(dh_, ctx);
   const Tensor& dln1 = ln1_.backward(da, ctx);
   dx_.resize(dy.shape(), DType::kF32);
-  dx_.copy_from(dh_);
-  vadd_inplace(dx_.f32(), dln1.f32(), dx_.numel());
+  vadd(dh_.f32(), dln1.f32(), dx_.f32(), dx_.numel());
   return dx_;
 }
 

@@ -27,7 +27,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
 }
 
-BlasSingleThreaded::BlasSingleThreaded() : saved_(openblas_get_num_threads()) {
+// The OpenMP build of OpenBLAS (openblas_get_parallel() == 2) already runs
+// single-threaded inside a parallel region, and its openblas_set_num_threads
+// also calls omp_set_num_threads — which would make the caller's next
+// `omp parallel` region run on one thread. So only the pthreads build needs
+// (and gets) the switch.
+BlasSingleThreaded::BlasSingleThreaded() : saved_(1) {
+  if (openblas_get_parallel() == 2) return;
+  saved_ = openblas_get_num_threads();
   if (saved_ != 1) openblas_set_num_threads(1);
 }
 BlasSingleThreaded::~BlasSingleThreaded() {
@@ -40,6 +47,17 @@ BRAID_SIMD_FN void vexp(const float* x, float* y, int64_t n) {
 
 BRAID_SIMD_FN void vadd_inplace(float* out, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
+namespace {
+BRAID_SIMD_FN void vadd_range(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+}  // namespace
+
+void vadd(const float* a, const float* b, float* out, int64_t n) {
+  simd::parallel_ranges(n, int64_t(1) << 17,
+                        [&](int64_t s, int64_t e) { vadd_range(a + s, b + s, out + s, e - s); });
 }
 
 BRAID_SIMD_FN void col_sum_acc(const float* a, int64_t rows, int64_t cols, float* out) {
