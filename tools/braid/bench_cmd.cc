@@ -125,6 +125,8 @@ class Case {
     out_.assign(total * es_, 0);
   }
   size_t count() const { return count_; }
+  // Elements in `bytes` (nccl-tests' count column: the whole buffer).
+  size_t total_count() const { return bytes() / es_; }
   size_t bytes() const { return (blockwise_ ? count_ * size_t(n_) : count_) * es_; }
 
   void run() {
@@ -238,13 +240,13 @@ int run_rank(Communicator& comm, const Opts& o) {
         std::string algo = comm.chosen_algorithm(op, b);
         if (o.algo != "auto") algo = o.algo;
         if (o.json) {
-          nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.count()},
+          nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.total_count()},
                               {"dtype", o.dtype}, {"time_us", slowest * 1e6},
                               {"algbw_gbs", algbw}, {"busbw_gbs", busbw}, {"wrong", wrong_all},
                               {"ranks", comm.size()}, {"algo", algo}};
           std::printf("%s\n", j.dump().c_str());
         } else {
-          std::printf("%12zu %12zu %6s %12.2f %10.3f %10.3f %8llu  %s\n", b, cs.count(),
+          std::printf("%12zu %12zu %6s %12.2f %10.3f %10.3f %8llu  %s\n", b, cs.total_count(),
                       o.dtype.c_str(), slowest * 1e6, algbw, busbw,
                       (unsigned long long)wrong_all, algo.c_str());
         }
