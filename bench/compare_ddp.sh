@@ -14,6 +14,7 @@
 #
 # Usage: bench/compare_ddp.sh [BUILD_DIR]
 #   env: REPS=3 MLP_STEPS=300 GPT_STEPS=40 BF16_STEPS=200 SECTIONS="speed memory bf16"
+#        MODELS="mlp gpt"
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -23,6 +24,7 @@ mlp_steps=${MLP_STEPS:-300}
 gpt_steps=${GPT_STEPS:-40}
 bf16_steps=${BF16_STEPS:-200}
 sections=${SECTIONS:-"speed memory bf16"}
+models=${MODELS:-"mlp gpt"}
 py=/usr/bin/python3
 
 if ! $py -c "import torch" 2>/dev/null || [[ ! -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]]; then
@@ -48,7 +50,7 @@ echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)') 
 if [[ " $sections " == *" speed "* ]]; then
   declare -A res
   runs=0
-  for model in mlp gpt; do
+  for model in $models; do
     if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
     init=$tmp/$model.ckpt
     declare -a b2=() b2p=() b1=() t2=() t1=() e2=() e2p=()
@@ -71,7 +73,7 @@ if [[ " $sections " == *" speed "* ]]; then
   echo
   echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets+overlap) | braid plain scheme dp=2 | plain exposed comm |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-  for model in mlp gpt; do
+  for model in $models; do
     read -r b2 t2 b2p b1 t1 e2 e2p <<<"${res[$model]}"
     unit=$([[ $model == mlp ]] && echo samples/s || echo tokens/s)
     printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% | %.0f | %.1f%% |\n' \
@@ -102,14 +104,16 @@ if [[ " $sections " == *" bf16 "* ]]; then
   echo
   echo "### bf16 gradient communication, GPT dp=2, $bf16_steps steps (load: $(load))"
   echo
-  echo "| gradients on the wire | ZeRO | bytes per step per rank (all-reduce payload) | tokens/s | exposed comm | loss after $bf16_steps steps |"
+  echo "| gradients on the wire | ZeRO | gradient payload per step | tokens/s | exposed comm | mean loss of steps $((bf16_steps-19))–$bf16_steps |"
   echo "|---|---|---|---|---|---|"
   for z in 0 2; do
     for mode in f32 bf16; do
       flag=(); [[ $mode == bf16 ]] && flag=(--bf16-grads)
       $braid train gpt --dp 2 --zero $z --threads 1 --steps "$bf16_steps" --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/bf.jsonl" "${gpt_args[@]}" "${flag[@]}" >/dev/null
       g=$(field "$tmp/bf.jsonl" single_process_state_bytes)
-      tok=$(field "$tmp/bf.jsonl" tokens_per_s); ex=$(field "$tmp/bf.jsonl" exposed_comm_fraction); l=$(field "$tmp/bf.jsonl" final_loss)
+      tok=$(field "$tmp/bf.jsonl" tokens_per_s); ex=$(field "$tmp/bf.jsonl" exposed_comm_fraction)
+      # mean loss of the last 20 steps (one batch's loss is noisy)
+      l=$($py -c "import json,sys; L=[json.loads(x) for x in open(sys.argv[1])]; L=[d['loss'] for d in L if 'loss' in d][-20:]; print(sum(L)/len(L))" "$tmp/bf.jsonl")
       # gradient payload: one parameter-sized buffer, 4 or 2 bytes per element
       pb=$(calc "$g/4/4*$([[ $mode == bf16 ]] && echo 2 || echo 4)/2**20")
       printf '| %s | %d | %.2f MiB | %.0f | %.1f%% | %.4f |\n' $mode $z "$pb" "$tok" "$(calc "100*$ex")" "$l"

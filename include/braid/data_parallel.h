@@ -67,7 +67,10 @@
 
 namespace braid {
 struct Checkpoint;
+namespace nn {
+class Trainer;
 }
+}  // namespace braid
 
 namespace braid::parallel {
 
@@ -111,6 +114,14 @@ class DataParallel {
 
   // The grad-ready hook to put into nn::Context on the last micro-batch.
   nn::GradReadyHook hook();
+
+  // ZeRO 0 inside the engine's own loop: sets `trainer`'s hooks so that its
+  // step() fills and reduces buckets during backward (grad_ready), waits
+  // for them (reduce_gradients) and sums [loss, rows, correct] across ranks
+  // (reduce_sums). The trainer must have been built with this rank's
+  // TrainOptions::rank/world. Throws Error(kInvalidArgument) for ZeRO > 0
+  // (the sharded stages need DpTrainer's unit-by-unit loop).
+  void attach(nn::Trainer& trainer);
 
   void begin_step();
   void before_forward(size_t u);

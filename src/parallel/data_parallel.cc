@@ -10,6 +10,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
+#include "braid/trainer.h"
 #include "parallel/bucket.h"
 
 namespace braid::parallel {
@@ -191,6 +192,31 @@ nn::GradReadyHook DataParallel::hook() {
     if (it == bucket_of_.end()) return;  // not ours (a frozen extra, say)
     Bucket& b = *buckets_[it->second];
     if (++b.ready == b.params.size() && opts_.overlap) launch(b);
+  };
+}
+
+void DataParallel::attach(nn::Trainer& trainer) {
+  BRAID_CHECK_ARG(opts_.zero == 0, "DataParallel::attach: nn::Trainer runs ZeRO 0 only; use "
+                                   "DpTrainer for ZeRO " + std::to_string(opts_.zero));
+  BRAID_CHECK_ARG(trainer.options().rank == rank_ && trainer.options().world == world_,
+                  "DataParallel::attach: the trainer was built for rank " +
+                      std::to_string(trainer.options().rank) + " of " +
+                      std::to_string(trainer.options().world) + ", the communicator is rank " +
+                      std::to_string(rank_) + " of " + std::to_string(world_));
+  auto& h = trainer.hooks();
+  h.grad_ready = hook();
+  h.reduce_gradients = [this](const std::vector<nn::Parameter*>&) {
+    finish_gradients();
+    for (auto& b : buckets_) {  // the trainer zeroes the gradients itself
+      b->ready = 0;
+      b->launched = b->reduced = b->summed = false;
+    }
+  };
+  h.reduce_sums = [this](double* v, int n) {
+    if (world_ == 1) return;
+    double t0 = now_s();
+    comm_->all_reduce(v, v, size_t(n), DType::kF64, ReduceOp::kSum);
+    comm_wait_s_ += now_s() - t0;
   };
 }
 

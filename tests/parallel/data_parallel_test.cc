@@ -201,6 +201,25 @@ TEST(DataParallel, EquivalenceDp2) { equivalence_matrix(2); }
 TEST(DataParallel, EquivalenceDp3) { equivalence_matrix(3); }
 TEST(DataParallel, EquivalenceDp4) { equivalence_matrix(4); }
 
+// The hook path inside the engine's own nn::Trainer (ZeRO 0).
+TEST(DataParallel, AttachedToNnTrainer) {
+  const Trace& ref = reference("gpt");
+  testing::expect_all_pass(3, [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto comm = Communicator::create(rank, n, store);
+    Job s = make_setup("gpt", 1);
+    s.topts.rank = rank;
+    s.topts.world = n;
+    DataParallel dp(comm, *s.model, small_buckets(0));
+    nn::Trainer t(*s.model, *s.data, *s.opt, s.sched, s.topts);
+    dp.attach(t);
+    Trace r;
+    for (int i = 0; i < kSteps; ++i) r.losses.push_back(t.step().loss);
+    r.params = snapshot(t.parameters());
+    expect_close(r.losses, ref.losses, 1e-5, "nn::Trainer + attach loss");
+    expect_params_close(r.params, ref.params, 1e-5, "nn::Trainer + attach params");
+  });
+}
+
 TEST(DataParallel, PlainSchemeAndBf16Gradients) {
   const Trace& ref = reference("mlp");
   const Trace& gref = reference("gpt");
