@@ -54,10 +54,10 @@ struct FastBox {
   uint32_t len;
   uint32_t pad;
   MsgSig sig;
-  uint8_t data[2 * kLine - 56];
+  uint8_t data[8 * kLine - 56];
 };
 constexpr size_t kFastBytes = sizeof(FastBox::data);
-static_assert(sizeof(FastBox) == 2 * kLine);
+static_assert(sizeof(FastBox) == 8 * kLine);
 
 struct RingCtl {
   alignas(kLine) std::atomic<uint64_t> head;

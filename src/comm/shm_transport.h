@@ -9,9 +9,9 @@
 // messages stream through the ring chunk by chunk, so sender and receiver
 // copy concurrently and the data in flight stays in the shared cache.
 //
-// Messages of up to 72 bytes (zero included) skip the ring: each direction
-// also has 4 two-line "fast boxes" the receiver polls by stamp, so a small
-// message costs one cache-line transfer. A message on the unexpected
+// Messages of up to 456 bytes (zero included) skip the ring: each direction
+// also has 4 eight-line "fast boxes" the receiver polls by stamp, so a small
+// message costs one cache-line transfer (plus the lines its payload needs). A message on the unexpected
 // channel is reported as a mismatch.
 //
 // Waiting spins on the rings themselves (head of each ring with a posted
