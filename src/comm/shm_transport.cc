@@ -84,6 +84,16 @@ inline size_t payload_off(size_t len) { return len <= kInline ? sizeof(SlotHdr) 
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Bytes per slot for a message of `bytes`: whole slots for large messages
+// (fewer hand-offs, which is what oversubscribed ranks need), but at least
+// four pieces of >= 128 KiB for mid-sized ones, so that the sender's copy in
+// and the receiver's copy out overlap instead of taking turns. Both sides
+// compute it from the message length in the signature.
+uint64_t chunk_for(uint64_t slot_bytes, uint64_t bytes) {
+  uint64_t piece = std::max<uint64_t>(uint64_t(128) << 10, round_up(size_t(bytes / 4), kLine));
+  return std::min<uint64_t>(slot_bytes, piece);
+}
+
 struct Layout {
   size_t slot_bytes, nslots, nrings, hdr_len, ring_ctl, stride, ring_len, total;
   Layout(size_t slot_bytes_, size_t nslots_, size_t nrings_)
@@ -374,7 +384,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       }
       uint8_t* s = p.out_slots + (p.out_head % p.out_nslots) * p.out_stride;
       SlotHdr* h = reinterpret_cast<SlotHdr*>(s);
-      size_t chunk = size_t(std::min<uint64_t>(p.out_slot_bytes, bytes - r->done));
+      size_t chunk = size_t(std::min<uint64_t>(chunk_for(p.out_slot_bytes, bytes), bytes - r->done));
       if (!p.send_started) {
         h->sig = r->sig;
         h->first = 1;
@@ -466,7 +476,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
       } else if (h->first) {
         throw_protocol(p.rank, "shm message ended early (new message header inside a payload)");
       }
-      const uint64_t want = std::min<uint64_t>(slot_bytes, bytes - r->done);
+      const uint64_t want = std::min<uint64_t>(chunk_for(slot_bytes, bytes), bytes - r->done);
       if (len != want)
         throw_protocol(p.rank, "shm slot carries " + std::to_string(len) + " bytes, expected " +
                                    std::to_string(want));
