@@ -18,6 +18,7 @@
 #include "braid/models.h"
 #include "braid/trainer.h"
 #include "subcommands.h"
+#include "train_setup.h"
 
 namespace braid::tool {
 
@@ -112,39 +113,14 @@ int train_main(int argc, char** argv) {
 
   const bool mlp = f.model == "mlp";
   set_num_threads(f.threads);
-  if (f.batch <= 0) f.batch = mlp ? 256 : 16;
-  if (f.lr < 0) f.lr = mlp ? 0.05 : 1e-3;
-  if (f.optimizer.empty()) f.optimizer = mlp ? "sgd" : "adamw";
-  if (f.weight_decay < 0) f.weight_decay = f.optimizer == "adamw" ? 0.01 : 0.0;
+  apply_model_defaults(f);
 
   // Data and model.
-  std::unique_ptr<nn::Dataset> train, test;
-  std::unique_ptr<nn::Sequential> model;
-  if (mlp) {
-    std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
-    train = std::make_unique<nn::FashionMnist>("train", dir);
-    test = std::make_unique<nn::FashionMnist>("test", dir);
-    model = nn::make_mlp({784, 512, 512, 10}, f.seed);
-  } else {
-    std::string path = f.data.empty() ? nn::ByteText::default_path() : f.data;
-    train = std::make_unique<nn::ByteText>(path, f.context);
-    nn::GptConfig c;
-    c.layers = f.layers;
-    c.dim = f.d_model;
-    c.heads = f.heads;
-    c.context = f.context;
-    c.dropout = f.dropout;
-    c.recompute = f.recompute;
-    model = nn::make_gpt(c, f.seed);
-  }
+  TrainSetup setup = build_setup(f, true);
+  std::unique_ptr<nn::Dataset>& train = setup.train;
+  std::unique_ptr<nn::Dataset>& test = setup.test;
+  std::unique_ptr<nn::Sequential>& model = setup.model;
   auto params = model->parameters();
-  if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), params);
-  if (!f.save_init.empty()) {
-    Checkpoint ck;
-    add_parameters(ck, params);
-    ck.meta["seed"] = std::to_string(f.seed);
-    save_checkpoint(f.save_init, ck);
-  }
 
   nn::TrainOptions opts;
   opts.global_batch = f.batch;

@@ -35,6 +35,7 @@
 #include "braid/kernels.h"
 #include "braid/models.h"
 #include "subcommands.h"
+#include "train_setup.h"
 
 namespace braid::tool {
 
@@ -99,38 +100,13 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool mlp = f.model == "mlp";
   set_num_threads(f.threads);
-  if (f.batch <= 0) f.batch = mlp ? 256 : 16;
-  if (f.lr < 0) f.lr = mlp ? 0.05 : 1e-3;
-  if (f.optimizer.empty()) f.optimizer = mlp ? "sgd" : "adamw";
-  if (f.weight_decay < 0) f.weight_decay = f.optimizer == "adamw" ? 0.01 : 0.0;
+  apply_model_defaults(f);
 
-  std::unique_ptr<nn::Dataset> train, test;
-  std::unique_ptr<nn::Sequential> model;
-  if (mlp) {
-    std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
-    train = std::make_unique<nn::FashionMnist>("train", dir);
-    test = std::make_unique<nn::FashionMnist>("test", dir);
-    model = nn::make_mlp({784, 512, 512, 10}, f.seed);
-  } else {
-    std::string path = f.data.empty() ? nn::ByteText::default_path() : f.data;
-    train = std::make_unique<nn::ByteText>(path, f.context);
-    nn::GptConfig c;
-    c.layers = f.layers;
-    c.dim = f.d_model;
-    c.heads = f.heads;
-    c.context = f.context;
-    c.dropout = f.dropout;
-    c.recompute = f.recompute;
-    model = nn::make_gpt(c, f.seed);
-  }
+  TrainSetup setup = build_setup(f, rank == 0);
+  std::unique_ptr<nn::Dataset>& train = setup.train;
+  std::unique_ptr<nn::Dataset>& test = setup.test;
+  std::unique_ptr<nn::Sequential>& model = setup.model;
   const int64_t nparams = nn::count_parameters(model->parameters());
-  if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), model->parameters());
-  if (!f.save_init.empty() && rank == 0) {
-    Checkpoint ck;
-    add_parameters(ck, model->parameters());
-    ck.meta["seed"] = std::to_string(f.seed);
-    save_checkpoint(f.save_init, ck);
-  }
 
   nn::TrainOptions opts;
   opts.global_batch = f.batch;
