@@ -3,6 +3,10 @@
 // Templates over the two commands' flag structs (same field names).
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -12,6 +16,96 @@
 #include "braid/module.h"
 
 namespace braid::tool {
+
+// Flags both `braid train` and `braid train --dp` take.
+struct TrainFlags {
+  std::string model;
+  int64_t steps = 0, epochs = 0, batch = 0;
+  double lr = -1;
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string json_log;
+  std::string optimizer;
+  double momentum = 0.9, weight_decay = -1, clip = 0;
+  int64_t warmup = 0;
+  bool cosine = false;
+  int accum = 1;
+  std::string checkpoint, resume, init_from, save_init;
+  int64_t checkpoint_every = 0;
+  std::string data_dir, data;
+  int64_t layers = 4, d_model = 256, heads = 4, context = 128;
+  float dropout = 0;
+  bool recompute = false;
+  int64_t log_every = 0;
+  bool quiet = false;
+};
+
+// Registers the shared flags; `dp` words the help for a multi-rank job.
+inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
+  app.add_option("model", f.model, "mlp (784-512-512-10 on Fashion-MNIST) or gpt (byte-level)")
+      ->required()
+      ->check(CLI::IsMember({"mlp", "gpt"}));
+  app.add_option("--steps", f.steps, "optimizer steps (overrides --epochs)");
+  app.add_option("--epochs", f.epochs, "passes over the training set (mlp default 2)");
+  app.add_option("--batch", f.batch,
+                 dp ? "GLOBAL batch in samples, split across ranks (mlp 256, gpt 16)"
+                    : "global batch in samples (mlp 256, gpt 16)");
+  app.add_option("--lr", f.lr, "peak learning rate (mlp 0.05, gpt 1e-3)");
+  app.add_option("--seed", f.seed, "seed for initialisation, data order and dropout");
+  app.add_option("--threads", f.threads,
+                 dp ? "compute threads per rank" : "compute threads (OpenBLAS and OpenMP)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--json-log", f.json_log,
+                 dp ? "rank 0 writes one JSON object per step to FILE"
+                    : "write one JSON object per step to FILE");
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw (mlp sgd, gpt adamw)")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--momentum", f.momentum, "SGD momentum (0.9)");
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (sgd 0, adamw 0.01)");
+  app.add_option("--warmup", f.warmup, "linear warmup steps");
+  app.add_flag("--cosine", f.cosine, "cosine decay to 10% of --lr at the last step");
+  app.add_option("--clip", f.clip, "clip gradients to this global norm (0: off)");
+  app.add_option("--accum", f.accum,
+                 dp ? "micro-batches per rank per step (gradient accumulation)"
+                    : "micro-batches per step (gradient accumulation)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here at the end");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "and every N steps");
+  app.add_option("--resume", f.resume,
+                 dp ? "resume from a checkpoint (any dp size / ZeRO stage)"
+                    : "resume from this checkpoint");
+  app.add_option("--init-from", f.init_from, "load initial weights (model/*) from a checkpoint");
+  app.add_option("--save-init", f.save_init, "write the initial weights to a checkpoint");
+  app.add_option("--data-dir", f.data_dir, "Fashion-MNIST idx directory (mlp)");
+  app.add_option("--data", f.data, "text file to train on (gpt; default " +
+                                       nn::ByteText::default_path() + ")");
+  app.add_option("--layers", f.layers, "gpt: transformer blocks (4)");
+  app.add_option("--d-model", f.d_model, "gpt: model width (256)");
+  app.add_option("--heads", f.heads, "gpt: attention heads (4)");
+  app.add_option("--context", f.context, "gpt: context length in bytes (128)");
+  app.add_option("--dropout", f.dropout, "gpt: dropout probability (0)");
+  app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
+  app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
+  app.add_flag("-q,--quiet", f.quiet, "only the summary line");
+}
+
+// 12.3k, 1.25M — for progress lines.
+inline std::string human(double v) {
+  char b[32];
+  if (v >= 1e6) std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
+  else std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+inline std::string eta_str(double s) {
+  char b[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(s) % 60);
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
 
 // Fills in what depends on the model: batch, lr, optimizer, weight decay.
 template <class Flags>
