@@ -16,7 +16,6 @@
 #include "braid/error.h"
 #include "comm/auth.h"
 #include "support/multiproc.h"
-#include "transport_bench.h"
 #include "transport_util.h"
 
 namespace braid::comm {
@@ -503,8 +502,6 @@ TEST(Transport, TcpRejectsUninvitedConnections) {
     attacker.join();
   }, 60s);
 }
-
-TEST(TransportBench, DISABLED_Microbenchmark) { tutil::run_microbenchmark(); }
 
 }  // namespace
 }  // namespace braid::comm

@@ -87,7 +87,8 @@ TEST(FashionMnist, LoadsDebianPackageOrNamesIt) {
     EXPECT_LE(mx, (1.0f - FashionMnist::kMean) / FashionMnist::kStd + 1e-5f);
     EXPECT_GT(mx, 1.0f);
   } catch (const Error& e) {
-    GTEST_SKIP() << "Fashion-MNIST not installed: " << e.what();
+    FAIL() << "Fashion-MNIST not installed (scripts/deps.sh installs dataset-fashion-mnist): "
+           << e.what();
   }
   try {
     FashionMnist missing("train", "/nonexistent");

@@ -259,7 +259,7 @@ TEST(Trainer, MlpLearnsFashionMnistSubset) {
   try {
     data = std::make_unique<FashionMnist>("test");
   } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
+    FAIL() << e.what() << " (make test installs dataset-fashion-mnist through scripts/deps.sh)";
   }
   auto m = make_mlp({784, 64, 10}, 1);
   Sgd opt(0.9f);

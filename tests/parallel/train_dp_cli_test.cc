@@ -14,16 +14,13 @@
 #include <vector>
 
 #include "braid/env.h"
+#include "support/tool.h"
 #include "support/multiproc.h"
 
 namespace {
 
-std::string braid_bin() { return braid::env_str("BRAID_BIN").value_or(""); }
+using braid::testing::braid_bin;
 
-#define REQUIRE_BRAID_BIN()                                                          \
-  do {                                                                               \
-    if (braid_bin().empty()) GTEST_SKIP() << "BRAID_BIN is not set (run under ctest)"; \
-  } while (0)
 
 struct Result {
   int status = -1;
@@ -56,7 +53,6 @@ std::vector<nlohmann::json> read_log(const std::string& path) {
 const std::string kSmall = " mlp --steps 12 --batch 60 --threads 1 --quiet";
 
 TEST(TrainDp, Dp3LogMatchesSingleProcessAndHasTimeSplit) {
-  REQUIRE_BRAID_BIN();
   std::string dir = braid::testing::temp_dir("traindp");
   Result one = sh(braid_bin() + " train" + kSmall + " --json-log " + dir + "/one.jsonl");
   ASSERT_EQ(one.status, 0) << one.out;
@@ -84,7 +80,6 @@ TEST(TrainDp, Dp3LogMatchesSingleProcessAndHasTimeSplit) {
 }
 
 TEST(TrainDp, JoinsTheJobOfBraidRun) {
-  REQUIRE_BRAID_BIN();
   std::string dir = braid::testing::temp_dir("traindprun");
   Result r = sh(braid_bin() + " run -n 2 -- " + braid_bin() + " train" + kSmall +
                 " --zero 1 --json-log " + dir + "/log.jsonl");
@@ -96,7 +91,6 @@ TEST(TrainDp, JoinsTheJobOfBraidRun) {
 }
 
 TEST(TrainDp, KilledRankStopsTheJobAndIsNamed) {
-  REQUIRE_BRAID_BIN();
   Result r = sh("BRAID_DP_KILL=1:4 BRAID_TIMEOUT=30 " + braid_bin() +
                 " train mlp --steps 400 --batch 60 --threads 1 --quiet --dp 3");
   EXPECT_NE(r.status, 0) << r.out;

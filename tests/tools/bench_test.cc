@@ -9,12 +9,11 @@
 #include <sstream>
 #include <string>
 
+#include "support/tool.h"
+
 namespace {
 
-std::string bin() {
-  const char* b = std::getenv("BRAID_BIN");
-  return b ? b : "";
-}
+std::string bin() { return braid::testing::braid_bin(); }
 
 int run(const std::string& cmd, std::string* out) {
   FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
@@ -29,7 +28,6 @@ int run(const std::string& cmd, std::string* out) {
 }  // namespace
 
 TEST(BenchTool, EveryCollectiveAtThreeRanksIsCorrect) {
-  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
   std::string out;
   int rc = run(bin() + " bench -n 3 --op all -b 8 -e 1M -f 32 --iters 2 --warmup 1 --json", &out);
   ASSERT_EQ(rc, 0) << out;
@@ -52,7 +50,6 @@ TEST(BenchTool, EveryCollectiveAtThreeRanksIsCorrect) {
 }
 
 TEST(BenchTool, HalfPrecisionAndTcpAreChecked) {
-  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
   std::string out;
   ASSERT_EQ(run(bin() + " bench -n 4 --op all_reduce --dtype bf16 -b 2 -e 4M -f 64 --iters 2", &out), 0) << out;
   EXPECT_NE(out.find("# OK: 0 wrong"), std::string::npos) << out;
@@ -62,7 +59,6 @@ TEST(BenchTool, HalfPrecisionAndTcpAreChecked) {
 }
 
 TEST(BenchTool, BadFlagsAreClearErrors) {
-  if (bin().empty()) GTEST_SKIP() << "BRAID_BIN not set";
   std::string out;
   EXPECT_NE(run(bin() + " bench -n 2 --dtype f8", &out), 0);
   EXPECT_NE(out.find("f8"), std::string::npos) << out;
