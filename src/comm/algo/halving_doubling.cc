@@ -34,102 +34,94 @@ Fold make_fold(int n, int r) {
   Fold f;
   while (f.p * 2 <= n) f.p *= 2;
   f.rem = n - f.p;
-  if (r < 2 * f.rem) f.vrank = (r % 2 == 0) ? -1 : r / 2;
-  else f.vrank = r - f.rem;
+  if (r < 2 * f.rem)
+    f.vrank = (r % 2 == 0) ? -1 : r / 2;
+  else
+    f.vrank = r - f.rem;
   return f;
 }
 
-// Folds the extra ranks in; returns false for a rank that sits out (it has
-// already posted the receive of the final result into buf).
-bool fold_in(Context& c, const Fold& f, void* buf, size_t count, Request** result_req) {
-  const int r = c.rank();
-  if (r >= 2 * f.rem) return true;
-  if (r % 2 == 0) {
-    c.send(r + 1, buf, count * c.esize(), 100);
-    *result_req = c.recv(r + 1, buf, count * c.esize(), 101);
-    return false;
+// The fold around a power-of-two schedule: copies send into recv, folds the
+// extra ranks in (an even rank among the first 2·rem sends its vector and
+// waits for the result), runs `body(f, buf)` on the p participants, and
+// hands the result back to the ranks that sat out.
+template <class Body>
+void with_fold(Context& c, const void* send, void* recv, size_t count, Body body) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  auto* buf = static_cast<uint8_t*>(recv);
+  copy_if_distinct(recv, send, bytes);
+  if (n == 1) return;
+  Fold f = make_fold(n, r);
+  if (r < 2 * f.rem) {
+    if (r % 2 == 0) {
+      c.send(r + 1, buf, bytes, 100);
+      c.recv(r + 1, buf, bytes, 101);
+      c.wait_all();
+      return;
+    }
+    c.wait(c.recv_reduce(r - 1, buf, buf, count, 100));
   }
-  c.wait(c.recv_reduce(r - 1, buf, buf, count, 100));
-  return true;
-}
-
-void fold_out(Context& c, const Fold& f, void* buf, size_t count) {
-  const int r = c.rank();
-  if (r < 2 * f.rem && r % 2 == 1) c.send(r - 1, buf, count * c.esize(), 101);
+  body(f, buf);
+  if (r < 2 * f.rem) c.send(r - 1, buf, bytes, 101);
+  c.wait_all();
 }
 
 }  // namespace
 
 void all_reduce_hd(Context& c, const void* send, void* recv, size_t count) {
-  const int n = c.size();
   const size_t es = c.esize();
-  auto* buf = static_cast<uint8_t*>(recv);
-  copy_if_distinct(recv, send, count * es);
-  if (n == 1) return;
-  Fold f = make_fold(n, c.rank());
-  Request* result = nullptr;
-  if (!fold_in(c, f, buf, count, &result)) {
-    c.wait_all();
-    return;
-  }
-  const int v = f.vrank;
-  struct Range { size_t lo, hi, mid; bool keep_low; };
-  std::vector<Range> stack;
-  size_t lo = 0, hi = count;
-  uint32_t step = 0;
-  for (int mask = f.p / 2; mask >= 1; mask /= 2, ++step) {
-    int partner = f.real(v ^ mask);
-    size_t mid = lo + (hi - lo) / 2;
-    bool keep_low = (v & mask) == 0;
-    stack.push_back({lo, hi, mid, keep_low});
-    size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
-    size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
-    c.send(partner, buf + slo * es, (shi - slo) * es, step);
-    c.wait(c.recv_reduce(partner, buf + klo * es, buf + klo * es, khi - klo, step));
-    c.wait_all();
-    lo = klo;
-    hi = khi;
-  }
-  finish_avg(c, buf + lo * es, hi - lo);
-  for (int mask = 1; mask < f.p; mask *= 2, ++step) {
-    int partner = f.real(v ^ mask);
-    Range R = stack.back();
-    stack.pop_back();
-    size_t olo = R.keep_low ? R.mid : R.lo, ohi = R.keep_low ? R.hi : R.mid;
-    c.send(partner, buf + lo * es, (hi - lo) * es, step);
-    c.recv(partner, buf + olo * es, (ohi - olo) * es, step);
-    c.wait_all();
-    lo = R.lo;
-    hi = R.hi;
-  }
-  fold_out(c, f, buf, count);
-  c.wait_all();
+  with_fold(c, send, recv, count, [&](const Fold& f, uint8_t* buf) {
+    const int v = f.vrank;
+    struct Range {
+      size_t lo, hi, mid;
+      bool keep_low;
+    };
+    std::vector<Range> stack;
+    size_t lo = 0, hi = count;
+    uint32_t step = 0;
+    for (int mask = f.p / 2; mask >= 1; mask /= 2, ++step) {
+      int partner = f.real(v ^ mask);
+      size_t mid = lo + (hi - lo) / 2;
+      bool keep_low = (v & mask) == 0;
+      stack.push_back({lo, hi, mid, keep_low});
+      size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
+      size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+      c.send(partner, buf + slo * es, (shi - slo) * es, step);
+      c.wait(c.recv_reduce(partner, buf + klo * es, buf + klo * es, khi - klo, step));
+      c.wait_all();
+      lo = klo;
+      hi = khi;
+    }
+    finish_avg(c, buf + lo * es, hi - lo);
+    for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+      int partner = f.real(v ^ mask);
+      Range R = stack.back();
+      stack.pop_back();
+      size_t olo = R.keep_low ? R.mid : R.lo, ohi = R.keep_low ? R.hi : R.mid;
+      c.send(partner, buf + lo * es, (hi - lo) * es, step);
+      c.recv(partner, buf + olo * es, (ohi - olo) * es, step);
+      c.wait_all();
+      lo = R.lo;
+      hi = R.hi;
+    }
+  });
 }
 
 void all_reduce_rd(Context& c, const void* send, void* recv, size_t count) {
-  const int n = c.size();
   const size_t es = c.esize();
-  auto* buf = static_cast<uint8_t*>(recv);
-  copy_if_distinct(recv, send, count * es);
-  if (n == 1) return;
-  Fold f = make_fold(n, c.rank());
-  Request* result = nullptr;
-  if (!fold_in(c, f, buf, count, &result)) {
-    c.wait_all();
-    return;
-  }
-  auto* mine = static_cast<uint8_t*>(c.scratch(count * es));
-  uint32_t step = 0;
-  for (int mask = 1; mask < f.p; mask *= 2, ++step) {
-    int partner = f.real(f.vrank ^ mask);
-    std::memcpy(mine, buf, count * es);
-    c.send(partner, mine, count * es, step);
-    c.recv_reduce(partner, buf, buf, count, step);
-    c.wait_all();
-  }
-  finish_avg(c, buf, count);
-  fold_out(c, f, buf, count);
-  c.wait_all();
+  with_fold(c, send, recv, count, [&](const Fold& f, uint8_t* buf) {
+    auto* mine = static_cast<uint8_t*>(c.scratch(count * es));
+    uint32_t step = 0;
+    for (int mask = 1; mask < f.p; mask *= 2, ++step) {
+      int partner = f.real(f.vrank ^ mask);
+      std::memcpy(mine, buf, count * es);
+      c.send(partner, mine, count * es, step);
+      c.recv_reduce(partner, buf, buf, count, step);
+      c.wait_all();
+    }
+    finish_avg(c, buf, count);
+  });
 }
 
 }  // namespace braid::comm::algo
