@@ -112,6 +112,20 @@ inline void drive(Transport& t, const std::vector<Request*>& reqs,
   }
 }
 
+// Drives `reqs` expecting Error(code) whose message holds each of `parts`;
+// `if_none` is the failure reported when they complete instead.
+inline void expect_error(Transport& t, const std::vector<Request*>& reqs, Errc code,
+                         const std::vector<std::string>& parts, const std::string& if_none) {
+  try {
+    drive(t, reqs);
+    ADD_FAILURE() << if_none;
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_EQ(e.code(), code) << m;
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "no \"" << p << "\" in: " << m;
+  }
+}
+
 // One 8-byte message around the ring, checked.
 inline void ring_ping(Transport& t, int rank, int size) {
   uint64_t out = 0xABCD0000u + uint64_t(rank), in = 0;
