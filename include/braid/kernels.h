@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace braid {
 
@@ -15,6 +16,10 @@ namespace braid {
 // ranks sharing a host should each set ranks × threads ≤ cores. n ≥ 1.
 void set_num_threads(int n);
 int num_threads();
+
+// The GEMM kernel set OpenBLAS chose when it was loaded ("Haswell",
+// "SkylakeX", ...), for logs: OPENBLAS_CORETYPE overrides its choice.
+std::string blas_core();
 
 // C[m,n] = alpha * op(A)[m,k] · op(B)[k,n] + beta * C, row-major, with
 // leading dimensions (row strides) lda, ldb, ldc. op(X) = X or Xᵀ.

@@ -92,7 +92,9 @@ nn::StepStats DpTrainer::step() {
     }
   }
   dp_.finish_gradients();
-  st.grad_norm = dp_.clip_grad_norm(opts_.clip);
+  // As nn::Trainer: the norm (a pass over every gradient and, sharded, an
+  // all_reduce) only when clipping needs it.
+  st.grad_norm = opts_.clip > 0 ? dp_.clip_grad_norm(opts_.clip) : 0.0;
   st.lr = schedule_.at(step_);
   dp_.optimizer_step(opt_, st.lr);
 

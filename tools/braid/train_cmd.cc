@@ -152,6 +152,7 @@ int train_main(int argc, char** argv) {
                       {"final_loss", last_loss},
                       {"train_seconds", t_end - t0},
                       {"threads", f.threads},
+                      {"blas_core", blas_core()},
                       {"peak_rss_bytes", peak_rss_bytes()}};
   done[mlp ? "samples_per_s" : "tokens_per_s"] = throughput;
   double acc = -1;

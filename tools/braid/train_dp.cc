@@ -203,6 +203,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                       {"final_loss", last_loss},
                       {"train_seconds", t_end - t0},
                       {"threads", f.threads},
+                      {"blas_core", blas_core()},
                       {"dp", world},
                       {"zero", f.zero},
                       {"overlap", !f.no_overlap},
