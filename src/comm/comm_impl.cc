@@ -199,6 +199,7 @@ Work CommImpl::launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn 
                              bool async) {
   auto w = std::make_shared<WorkState>();
   w->timeout = timeout_;
+  w->owner = this;
   w->run = [this, sig, algo = std::string(algo), fn = std::move(fn), id] {
     execute(sig, algo, AlgoRef(fn), id);
   };
@@ -297,6 +298,27 @@ void CommImpl::enqueue(const std::shared_ptr<WorkState>& w) {
     }
   }
   qcv_.notify_all();
+}
+
+void CommImpl::run_queued_until(WorkState& w) {
+  std::unique_lock<std::mutex> l(qmu_);
+  while (!w.done_flag.load(std::memory_order_acquire)) {
+    if (worker_busy_ || inline_busy_ || queue_.empty()) return;
+    auto front = queue_.front();
+    queue_.pop_front();
+    inline_busy_ = true;  // keeps the worker off the queue meanwhile
+    l.unlock();
+    std::exception_ptr err;
+    try {
+      front->run();
+    } catch (...) {
+      err = std::current_exception();  // reported through front's own Work
+    }
+    complete(*front, err);
+    l.lock();
+    inline_busy_ = false;
+    qcv_.notify_all();
+  }
 }
 
 void CommImpl::worker_loop() {

@@ -34,6 +34,9 @@ struct WorkState {
   std::exception_ptr error;
   std::function<void()> run;
   std::chrono::milliseconds timeout{0};
+  // The communicator that queued it (alive while it is not done: ~CommImpl
+  // drains the queue), so a waiter can run it itself (CommImpl::run_queued_until).
+  CommImpl* owner = nullptr;
 };
 
 // A non-owning reference to an algorithm callable: no allocation, one
@@ -84,6 +87,14 @@ class CommImpl {
     return launch_queued(sig, algo, AlgoFn(std::forward<F>(fn)), id, async);
   }
   uint64_t next_p2p_seq(int peer, bool sending);
+
+  // Called by Work::wait: while the worker thread is idle, runs the queued
+  // operations, oldest first, on the calling thread until `w` is done.
+  // Returns when `w` is done or the worker is running one (then the caller
+  // blocks on `w` as usual). A rank about to block anyway runs its own
+  // collective at once instead of handing it to a thread that may not get
+  // a core before then (ranks ≥ cores, or real-time priority).
+  void run_queued_until(WorkState& w);
 
   std::unique_ptr<CommImpl> split(int color, int key);
 

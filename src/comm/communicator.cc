@@ -21,6 +21,7 @@ void Work::wait() {
     if (s_->error) std::rethrow_exception(s_->error);
     return;
   }
+  if (s_->owner != nullptr) s_->owner->run_queued_until(*s_);
   std::unique_lock<std::mutex> l(s_->mu);
   s_->cv.wait(l, [&] { return s_->done; });
   if (s_->error) std::rethrow_exception(s_->error);
