@@ -64,14 +64,16 @@ BRAID_SIMD_FN void sgd_plain_range(float* w, const float* g, int64_t n, float lr
 BRAID_SIMD_FN void adamw_update_range(float* w, const float* g, float* m, float* v, int64_t n,
                                 float lr_decay, float b1, float b2, float step_size,
                                 float sqrt_bc2, float eps) {
+  const float step_scaled = step_size * sqrt_bc2, eps_scaled = eps * sqrt_bc2;
   for (int64_t i = 0; i < n; ++i) {
     float gi = g[i];
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
+    // step·m / (√v / √bc2 + eps) with one divide: (step·√bc2)·m / (√v + eps·√bc2).
     float wi = w[i] * lr_decay;
-    w[i] = wi - step_size * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
+    w[i] = wi - step_scaled * mi / (std::sqrt(vi) + eps_scaled);
   }
 }
 constexpr int64_t kParallelMin = 1 << 17;
