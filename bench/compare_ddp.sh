@@ -7,7 +7,9 @@
 #
 # Prints markdown tables:
 #   1. throughput at dp=2 and the 1-rank references, ratios, scaling factors,
-#      braid's exposed communication (bucketed+overlapped vs plain scheme);
+#      braid's exposed communication: its default (buckets; reduced in the
+#      background when the host has a core to spare, else inline), buckets
+#      forced into the background (overlapping backward), and the plain scheme;
 #   2. per-rank bytes of parameters + gradients + optimizer state for ZeRO
 #      0/1/2/3 at dp=2 and 4 (GPT, AdamW) against one process;
 #   3. bf16 gradient communication: step time and the loss after 200 steps.
@@ -53,32 +55,35 @@ if [[ " $sections " == *" speed "* ]]; then
   for model in $models; do
     if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
     init=$tmp/$model.ckpt
-    declare -a b2=() b2p=() b1=() t2=() t1=() e2=() e2p=()
+    declare -a b2=() b2p=() b2o=() b1=() t2=() t1=() e2=() e2p=() e2o=()
     for ((r = 0; r < reps; r++)); do
       $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b2.jsonl" "${extra[@]}" >/dev/null
       $py "$here/bench/torch_ddp.py" $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t2.jsonl" "${extra[@]}" >/dev/null
       $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --no-overlap --json-log "$tmp/b2p.jsonl" "${extra[@]}" >/dev/null
+      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --bucket-reduce background --json-log "$tmp/b2o.jsonl" "${extra[@]}" >/dev/null
       $braid train $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b1.jsonl" "${extra[@]}" >/dev/null
       $py "$here/bench/torch_ddp.py" $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t1.jsonl" "${extra[@]}" >/dev/null
       b2+=("$(field "$tmp/b2.jsonl" $key)"); t2+=("$(field "$tmp/t2.jsonl" $key)")
       b2p+=("$(field "$tmp/b2p.jsonl" $key)"); b1+=("$(field "$tmp/b1.jsonl" $key)")
       t1+=("$(field "$tmp/t1.jsonl" $key)")
       e2+=("$(field "$tmp/b2.jsonl" exposed_comm_fraction)"); e2p+=("$(field "$tmp/b2p.jsonl" exposed_comm_fraction)")
+      b2o+=("$(field "$tmp/b2o.jsonl" $key)"); e2o+=("$(field "$tmp/b2o.jsonl" exposed_comm_fraction)")
     done
-    res[$model]="$(median "${b2[@]}") $(median "${t2[@]}") $(median "${b2p[@]}") $(median "${b1[@]}") $(median "${t1[@]}") $(median "${e2[@]}") $(median "${e2p[@]}")"
-    unset b2 b2p b1 t2 t1 e2 e2p
+    mode=$([[ $(field "$tmp/b2.jsonl" overlap) == True ]] && echo background || echo inline)
+    res[$model]="$(median "${b2[@]}") $(median "${t2[@]}") $(median "${b2p[@]}") $(median "${b1[@]}") $(median "${t1[@]}") $(median "${e2[@]}") $(median "${e2p[@]}") $(median "${b2o[@]}") $(median "${e2o[@]}") $mode"
+    unset b2 b2p b2o b1 t2 t1 e2 e2p e2o
   done
   echo
   echo "### Throughput, 2 ranks x 1 thread (load at end: $(load))"
   echo
-  echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets+overlap) | braid plain scheme dp=2 | plain exposed comm |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets, default reduce) | braid buckets in background dp=2 | background exposed comm | braid plain scheme dp=2 | plain exposed comm |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for model in $models; do
-    read -r b2 t2 b2p b1 t1 e2 e2p <<<"${res[$model]}"
+    read -r b2 t2 b2p b1 t1 e2 e2p b2o e2o mode <<<"${res[$model]}"
     unit=$([[ $model == mlp ]] && echo samples/s || echo tokens/s)
-    printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% | %.0f | %.1f%% |\n' \
+    printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% (%s) | %.0f | %.1f%% | %.0f | %.1f%% |\n' \
       "$model" "$unit" "$b2" "$t2" "$(calc "$b2/$t2")" "$b1" "$t1" "$(calc "$b2/(2*$b1)")" \
-      "$(calc "$t2/(2*$t1)")" "$(calc "100*$e2")" "$b2p" "$(calc "100*$e2p")"
+      "$(calc "$t2/(2*$t1)")" "$(calc "100*$e2")" "$mode" "$b2o" "$(calc "100*$e2o")" "$b2p" "$(calc "100*$e2p")"
   done
 fi
 

@@ -73,6 +73,9 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // Ranks of this communicator on this rank's host (BRAID_HOSTNAME or the
+  // host name), this one included.
+  int host_size() const;
 
   // Collective over this communicator: ranks with the same color form a new
   // communicator ordered by (key, old rank). color < 0 returns nullptr for

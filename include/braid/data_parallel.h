@@ -79,6 +79,17 @@ struct DpOptions {
   size_t first_bucket_bytes = size_t(1) << 20;  // first bucket in grad-ready order
   size_t bucket_bytes = size_t(25) << 20;       // later buckets
   bool overlap = true;      // false: the plain scheme (ZeRO 0 only)
+  // Where a full bucket's reduction runs (buckets only, i.e. overlap=true):
+  //   kBackground: started from the gradient-ready hook on the
+  //     communicator's worker thread, overlapping the rest of backward;
+  //   kInline: run by the training thread in the hook, blocking;
+  //   kAuto: kBackground when this host has a core to spare for the worker
+  //     (cores > ranks on the host × compute threads), else kInline. With
+  //     no spare core, overlap only time-slices one core between compute
+  //     and copying, and the thread hand-offs cost (MLP dp=2 on 2 cores:
+  //     6% of step time, docs/PERFORMANCE.md).
+  enum class Reduce { kAuto, kBackground, kInline };
+  Reduce reduce = Reduce::kAuto;
   bool bf16_grads = false;  // communicate gradients as bf16
 };
 
@@ -102,6 +113,9 @@ class DataParallel {
   DataParallel& operator=(const DataParallel&) = delete;
 
   const DpOptions& options() const { return opts_; }
+  // True when bucket reductions overlap backward (DpOptions::reduce, with
+  // kAuto resolved for this host).
+  bool background_reduce() const { return background_; }
   Communicator& comm() { return *comm_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
@@ -171,6 +185,7 @@ class DataParallel {
 
   std::shared_ptr<Communicator> comm_;
   DpOptions opts_;
+  bool background_ = true;
   int rank_ = 0, world_ = 1;
   std::vector<nn::Parameter*> params_;
   std::vector<nn::Module*> units_;

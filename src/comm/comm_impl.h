@@ -8,6 +8,8 @@
 // communicator): later calls fail at once with the original reason.
 #pragma once
 
+#include <algorithm>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -67,6 +69,9 @@ class CommImpl {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int host_size() const {
+    return int(std::count(hosts_.begin(), hosts_.end(), hosts_[size_t(rank_)]));
+  }
 
   // Issues one operation. `model_bytes` is the size the cost model prices.
   // async=false runs it to completion (rethrowing its error).

@@ -111,6 +111,7 @@ std::shared_ptr<Communicator> Communicator::create(int rank, int size,
 
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
+int Communicator::host_size() const { return impl_->host_size(); }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   auto sub = impl_->split(color, key);

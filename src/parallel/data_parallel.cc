@@ -2,9 +2,12 @@
 // The contract is in include/braid/data_parallel.h; this file says why.
 #include "braid/data_parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "braid/checkpoint.h"
 #include "braid/env.h"
@@ -17,6 +20,13 @@ namespace braid::parallel {
 
 namespace {
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Cores this process may run on.
+int host_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
 }  // namespace
 
 DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model, DpOptions opts)
@@ -30,6 +40,9 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model
                   "DataParallel: bucket sizes must be at least one element");
   rank_ = comm_->rank();
   world_ = comm_->size();
+  background_ = opts_.reduce == DpOptions::Reduce::kBackground ||
+                (opts_.reduce == DpOptions::Reduce::kAuto &&
+                 host_cores() > comm_->host_size() * num_threads());
   params_ = model.parameters();
   BRAID_CHECK_ARG(!params_.empty(), "DataParallel: the model has no parameters");
 
@@ -191,7 +204,9 @@ nn::GradReadyHook DataParallel::hook() {
     auto it = bucket_of_.find(&p);
     if (it == bucket_of_.end()) return;  // not ours (a frozen extra, say)
     Bucket& b = *buckets_[it->second];
-    if (++b.ready == b.params.size() && opts_.overlap) launch(b);
+    if (++b.ready != b.params.size() || !opts_.overlap) return;
+    launch(b);
+    if (!background_) complete(b);  // Work::wait runs it on this thread
   };
 }
 

@@ -6,6 +6,7 @@
 // ZeRO-3 → one process; one process → dp=3 ZeRO 1/2/3), the plain scheme,
 // bf16 gradients, the sampler's split, and the bucket layout.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdio>
@@ -187,9 +188,15 @@ void equivalence_matrix(int world) {
       const Trace& ref = std::string(kind) == "mlp" ? mlp : gpt;
       for (int zero = 0; zero <= 3; ++zero)
         for (int accum : {1, 2}) {
+          // Each stage runs once with buckets reduced on the worker thread
+          // and once on the training thread.
+          DpOptions o = small_buckets(zero);
+          o.reduce = (zero + accum) % 2 ? DpOptions::Reduce::kBackground
+                                        : DpOptions::Reduce::kInline;
           std::string what = std::string(kind) + " dp=" + std::to_string(n) + " zero=" +
-                             std::to_string(zero) + " accum=" + std::to_string(accum);
-          Trace r = dp_run(comm, kind, accum, small_buckets(zero));
+                             std::to_string(zero) + " accum=" + std::to_string(accum) +
+                             (o.reduce == DpOptions::Reduce::kInline ? " inline" : " background");
+          Trace r = dp_run(comm, kind, accum, o);
           expect_close(r.losses, ref.losses, 1e-5, what + " loss");
           expect_params_close(r.params, ref.params, 1e-5, what + " params");
         }
@@ -233,6 +240,7 @@ TEST(DataParallel, PlainSchemeAndBf16Gradients) {
     for (int zero : {0, 1, 2, 3}) {
       DpOptions o = small_buckets(zero);
       o.bf16_grads = true;
+      o.reduce = zero % 2 ? DpOptions::Reduce::kBackground : DpOptions::Reduce::kInline;
       Trace b = dp_run(comm, "gpt", 1, o);
       // bf16 keeps ~3 significant digits of each gradient: the losses follow
       // the f32 run closely but not to 1e-5.
@@ -341,6 +349,28 @@ TEST(DataParallel, BucketsFollowGradReadyOrderSmallFirst) {
     auto m3 = nn::make_mlp({784, 512, 512, 10}, 1);
     DataParallel dp3(comm, *m3, z3);
     EXPECT_EQ(dp3.bucket_sizes().size(), 3u);  // one per Linear
+  });
+}
+
+// kAuto reduces buckets in the background only when the host has a core to
+// spare beyond ranks-on-this-host × compute threads; BRAID_HOSTNAME puts
+// the 4 ranks on 2 pretend hosts, so 2 ranks share each.
+TEST(DataParallel, AutoReduceUsesTheWorkerOnlyWithASpareCore) {
+  testing::expect_all_pass(4, [&](int rank, int n, std::shared_ptr<Store> store) {
+    ::setenv("BRAID_HOSTNAME", rank % 2 == 0 ? "dp-a" : "dp-b", 1);
+    auto comm = Communicator::create(rank, n, store);
+    EXPECT_EQ(comm->host_size(), 2);
+    cpu_set_t set;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+    const int cores = CPU_COUNT(&set);
+    set_num_threads(1);
+    auto model = nn::make_mlp({8, 4, 2}, 1);
+    DpOptions o;
+    EXPECT_EQ(DataParallel(comm, *model, o).background_reduce(), cores > 2);
+    o.reduce = DpOptions::Reduce::kBackground;
+    EXPECT_TRUE(DataParallel(comm, *model, o).background_reduce());
+    o.reduce = DpOptions::Reduce::kInline;
+    EXPECT_FALSE(DataParallel(comm, *model, o).background_reduce());
   });
 }
 

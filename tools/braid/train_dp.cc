@@ -47,6 +47,7 @@ struct DpFlags : TrainFlags {
   int zero = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
   bool no_overlap = false, bf16_grads = false;
+  std::string bucket_reduce = "auto";
   double ref_throughput = 0;
   std::string transport;
 };
@@ -98,6 +99,9 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   dpo.bucket_bytes = size_t(f.bucket_mb * 1048576.0);
   dpo.first_bucket_bytes = size_t(f.first_bucket_mb * 1048576.0);
   dpo.overlap = !f.no_overlap;
+  dpo.reduce = f.bucket_reduce == "background" ? parallel::DpOptions::Reduce::kBackground
+               : f.bucket_reduce == "inline"   ? parallel::DpOptions::Reduce::kInline
+                                               : parallel::DpOptions::Reduce::kAuto;
   dpo.bf16_grads = f.bf16_grads;
   parallel::DpTrainer trainer(comm, *model, *train, *opt, sched, opts, dpo);
   if (!f.resume.empty()) trainer.load(f.resume);
@@ -117,10 +121,13 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   if (logger && !f.quiet)
     std::fprintf(stderr,
                  "braid train %s: %lld parameters, %lld steps, global batch %lld, %s lr %g, "
-                 "dp %d x %d thread%s, ZeRO-%d%s%s\n",
+                 "dp %d x %d thread%s, ZeRO-%d%s%s%s\n",
                  f.model.c_str(), (long long)nparams, (long long)steps, (long long)f.batch,
                  f.optimizer.c_str(), f.lr, world, f.threads, f.threads > 1 ? "s" : "", f.zero,
                  f.no_overlap ? ", plain all-reduce (no buckets, no overlap)" : "",
+                 f.no_overlap                        ? ""
+                 : trainer.dp().background_reduce() ? ", buckets reduced in the background"
+                                                     : ", buckets reduced inline (no spare core)",
                  f.bf16_grads ? ", bf16 gradients" : "");
 
   const int64_t first = trainer.next_step();
@@ -206,7 +213,8 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                       {"blas_core", blas_core()},
                       {"dp", world},
                       {"zero", f.zero},
-                      {"overlap", !f.no_overlap},
+                      {"plain", f.no_overlap},
+                      {"overlap", !f.no_overlap && trainer.dp().background_reduce()},
                       {"bf16_grads", f.bf16_grads},
                       {"buckets", trainer.dp().num_buckets()},
                       {"param_bytes", mem.param_bytes},
@@ -325,7 +333,8 @@ int fork_and_supervise(const DpFlags& f) {
 bool dp_requested(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    for (const char* flag : {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--bucket-mb",
+    for (const char* flag : {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--plain",
+                             "--bucket-reduce", "--bucket-mb",
                              "--first-bucket-mb", "--ref-throughput"})
       if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
   }
@@ -343,8 +352,13 @@ int train_dp_main(int argc, char** argv) {
       ->check(CLI::Range(0, 3));
   app.add_option("--bucket-mb", f.bucket_mb, "gradient bucket size in MiB (25)");
   app.add_option("--first-bucket-mb", f.first_bucket_mb, "first bucket size in MiB (1)");
-  app.add_flag("--no-overlap", f.no_overlap,
+  app.add_flag("--plain,--no-overlap", f.no_overlap,
                "plain scheme: one all_reduce per parameter after backward (ZeRO 0)");
+  app.add_option("--bucket-reduce", f.bucket_reduce,
+                 "where full buckets are reduced: background (worker thread, overlapping "
+                 "backward), inline (training thread, blocking), or auto: background when "
+                 "the host has a core to spare for it")
+      ->check(CLI::IsMember({"auto", "background", "inline"}));
   app.add_flag("--bf16-grads", f.bf16_grads, "communicate gradients in bf16");
   app.add_option("--ref-throughput", f.ref_throughput,
                  "1-rank samples/s (tokens/s) to report the scaling factor against");
