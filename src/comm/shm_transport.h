@@ -14,26 +14,9 @@
 // message costs one cache-line transfer (plus the lines its payload needs). A message on the unexpected
 // channel is reported as a mismatch.
 //
-// Single copy (CMA, opt-in): a send of at least BRAID_SHM_CMA_BYTES (default
-// 0 = off: measured slower than the ring on the project's VM; see
-// env_cma_bytes) whose receiver can read the sender's memory goes as a
-// descriptor instead of its payload: one ring slot holding the MsgSig, the
-// source address and the pair's running descriptor count. The receiver checks
-// the signature, frees the slot and copies the payload straight from the
-// sender's buffer with process_vm_readv, 1 MiB per call into a kRecv's
-// destination, or 256 KiB at a time into a scratch buffer that it reduces
-// from while still in cache (kRecvReduce). It then bumps the ring's cma_ack
-// and rings the sender's doorbell; only then is the send complete, and the
-// pair's next message may follow. Whether a receiver can read a sender
-// (yama ptrace_scope, seccomp and non-dumpable processes say no) is probed
-// once per direction at set-up: the receiver reads a word the sender
-// publishes in its segment and records the verdict in the ring, which the
-// sender consults before its first large send. Until then, or where the
-// probe failed, large messages take the slot ring, which receivers always
-// accept. Descriptors to one peer go out back to back; a send of another
-// kind waits until all are acked, so sends still complete in order. A failed
-// read later (the sender exited: kPeerDied; anything else: kIo) names the
-// peer and the message.
+// Single copy (CMA, opt-in, off by default): large messages can instead be
+// read straight from the sender's buffer with process_vm_readv; shm_cma.cc
+// describes how.
 //
 // Waiting spins on the rings themselves (head of each ring with a posted
 // recv, tail of each ring with a posted send) for BRAID_SPIN_US (default 20
