@@ -1,5 +1,6 @@
-// Test-only helpers for transport_test.cc (header-only: the build compiles
-// only tests/**/*_test.cc files).
+// Test-only helpers for transport_test.cc, shm_transport_test.cc and the
+// transport microbenchmark (header-only: the build compiles only
+// tests/**/*_test.cc files).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -123,6 +124,52 @@ inline void expect_error(Transport& t, const std::vector<Request*>& reqs, Errc c
     std::string m = e.what();
     EXPECT_EQ(e.code(), code) << m;
     for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "no \"" << p << "\" in: " << m;
+  }
+}
+
+// The byte ring_exchange puts at `i` of message `msg` from rank `src`.
+inline uint8_t pattern(int src, size_t msg, size_t i) { return uint8_t(src * 31 + msg * 7 + i * 13 + (i >> 9)); }
+
+// Every rank sends messages of `sizes` to the next rank and receives them
+// from the previous one, all posted at once (receives first on odd ranks,
+// sends first on even ones), then `extra`; checks every byte received.
+inline void ring_exchange(Transport& t, int rank, int size, const std::vector<size_t>& sizes, CollOp op,
+                          const std::vector<Request*>& extra = {}) {
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  const size_t n = sizes.size();
+  std::vector<std::vector<uint8_t>> out(n), in(n);
+  std::vector<Request> sends(n), recvs(n);
+  std::vector<Request*> all;
+  for (size_t m = 0; m < n; ++m) {
+    out[m].resize(sizes[m]);
+    in[m].assign(sizes[m], 0xEE);
+    for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern(rank, m, i);
+    sends[m].kind = Request::Kind::kSend;
+    sends[m].peer = next;
+    sends[m].sig = sig_of(op, m, sizes[m], sizes[m]);
+    sends[m].src = out[m].data();
+    recvs[m] = sends[m];
+    recvs[m].kind = Request::Kind::kRecv;
+    recvs[m].peer = prev;
+    recvs[m].src = nullptr;
+    recvs[m].dst = in[m].data();
+  }
+  for (size_t m = 0; m < n; ++m) {
+    if (rank % 2) t.post(&recvs[m]), t.post(&sends[m]);
+    else t.post(&sends[m]), t.post(&recvs[m]);
+    all.push_back(&sends[m]);
+    all.push_back(&recvs[m]);
+  }
+  for (Request* r : extra) t.post(r), all.push_back(r);
+  drive(t, all);
+  for (size_t m = 0; m < n; ++m) {
+    EXPECT_EQ(recvs[m].done, sizes[m]);
+    EXPECT_EQ(sends[m].done, sizes[m]);
+    for (size_t i = 0; i < sizes[m]; ++i)
+      if (in[m][i] != pattern(prev, m, i)) {
+        ADD_FAILURE() << "message " << m << " (" << sizes[m] << " bytes) differs at byte " << i;
+        break;
+      }
   }
 }
 
