@@ -4,7 +4,7 @@
 // plus a "waiting" flag) and one inbound ring per same-host peer: `BRAID_SHM_SLOTS` slots (default 8) of
 // `BRAID_SHM_SLOT_BYTES` payload bytes (default 512 KiB), head/tail counters
 // on their own cache lines. A sender memcpys a chunk into a free slot and
-// publishes it (release store of head); the receiver copies it out (kRecv)
+// publishes it (seq_cst store of head); the receiver copies it out (kRecv)
 // or reduces straight out of the slot (kRecvReduce) and frees it. Large
 // messages stream through the ring chunk by chunk, so sender and receiver
 // copy concurrently and the data in flight stays in the shared cache.

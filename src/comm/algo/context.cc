@@ -9,8 +9,8 @@ namespace braid::comm {
 
 Context::Context(Transport& tp, int rank, int size, const MsgSig& call, uint64_t timeout_ns,
                  std::function<std::string()> describe, ContextPool& pool)
-    : tp_(tp), rank_(rank), size_(size), call_(call), timeout_ns_(timeout_ns),
-      describe_(std::move(describe)), ring_pos_(rank), pool_(pool), reqs_(pool.reqs) {
+    : tp_(tp), rank_(rank), size_(size), ring_pos_(rank), call_(call), timeout_ns_(timeout_ns),
+      describe_(std::move(describe)), pool_(pool), reqs_(pool.reqs) {
   reqs_.clear();
 }
 
