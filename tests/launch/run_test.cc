@@ -26,6 +26,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// "[k]", the prefix braid run puts on rank k's lines. (Built by appending:
+// GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.)
+std::string rank_tag(int k) {
+  std::string s = "[";
+  s += std::to_string(k);
+  s += ']';
+  return s;
+}
+
 struct Result {
   int status = -1;  // shell-style: exit code, or 128 + signal
   std::string out, err;
@@ -130,7 +139,7 @@ TEST(BraidRun, PrefixesEveryLineWithItsRank) {
   auto out = lines(r.out);
   EXPECT_EQ(out.size(), 9u) << r.out;
   for (int k = 0; k < 3; ++k) {
-    std::string p = "[" + std::to_string(k) + "] ";
+    std::string p = rank_tag(k) + " ";
     EXPECT_NE(r.out.find(p + "first\n"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(p + "second\n"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(p + "no newline\n"), std::string::npos) << r.out;
@@ -167,7 +176,7 @@ TEST(BraidRun, Rank0Only) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "[0] out 0\n");
   for (int k = 0; k < 3; ++k)
-    EXPECT_NE(r.err.find("[" + std::to_string(k) + "] err " + std::to_string(k)), std::string::npos)
+    EXPECT_NE(r.err.find(rank_tag(k) + " err " + std::to_string(k)), std::string::npos)
         << r.err;
 }
 
@@ -303,7 +312,7 @@ TEST(BraidRun, RanksBootstrapThroughTheLaunchersStore) {
                 braid::self_exe()});
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   for (int k = 0; k < 3; ++k)
-    EXPECT_NE(r.out.find("[" + std::to_string(k) + "] child ok: rank " + std::to_string(k) +
+    EXPECT_NE(r.out.find(rank_tag(k) + " child ok: rank " + std::to_string(k) +
                          " of 3 via braid"),
               std::string::npos)
         << r.out << r.err;
