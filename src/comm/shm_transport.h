@@ -10,7 +10,7 @@
 // copy concurrently and the data in flight stays in the shared cache.
 //
 // Messages of up to 456 bytes (zero included) skip the ring: each direction
-// also has 4 eight-line "fast boxes" the receiver polls by stamp, so a small
+// also has 32 eight-line "fast boxes" the receiver polls by stamp, so a small
 // message costs one cache-line transfer (plus the lines its payload needs). A message on the unexpected
 // channel is reported as a mismatch.
 //

@@ -43,13 +43,15 @@ struct SegHeader {
   alignas(kLine) char end_[1];
 };
 
-// head: slots published by the sender; tail: slots freed by the receiver.
-// Each on its own line so the two sides do not false-share.
 // Fast box: small messages (up to kFastBytes, zero included) skip the slot
-// ring. A box is two cache lines; the receiver polls the stamp in the first,
+// ring. A box is eight cache lines; the receiver polls the stamp in the first,
 // so a small message costs one line transfer instead of head + slot. The
 // stamp (the message's 1-based index on this pair) is written last.
-constexpr size_t kFastBoxes = 4;
+// 32 boxes: the sender reads the receiver's consumed count (a cache line
+// the receiver writes, so a cross-core transfer) once per kFastBoxes
+// messages; with 4 boxes that read cost ~60 ns per 8-byte all_reduce
+// (0.56 µs → 0.48 µs with 32, 2 ranks).
+constexpr size_t kFastBoxes = 32;
 struct FastBox {
   std::atomic<uint64_t> stamp;
   uint32_t len;
@@ -60,6 +62,8 @@ struct FastBox {
 constexpr size_t kFastBytes = sizeof(FastBox::data);
 static_assert(sizeof(FastBox) == 8 * kLine);
 
+// head: slots published by the sender; tail: slots freed by the receiver.
+// Each on its own line so the two sides do not false-share.
 struct RingCtl {
   alignas(kLine) std::atomic<uint64_t> head;
   alignas(kLine) std::atomic<uint64_t> tail;
