@@ -53,6 +53,12 @@ void add_parameters(Checkpoint& ck, const std::vector<nn::Parameter*>& params);
 // tensor when one is missing or its shape differs.
 void load_parameters(const Checkpoint& ck, const std::vector<nn::Parameter*>& params);
 
+// Where a training run resumes: the checkpoint's meta "step", after
+// checking that its meta "seed" equals `seed` (a run resumed with another
+// seed would replay a different data order). Error(kCorrupt) naming `path`
+// when either is missing, Error(kInvalidArgument) when the seeds differ.
+int64_t resume_step(const Checkpoint& ck, uint64_t seed, const std::string& path);
+
 // CRC-32 (IEEE 802.3, as zlib's crc32), chainable: crc32(b, crc32(a)).
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
 

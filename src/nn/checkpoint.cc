@@ -203,4 +203,17 @@ void load_parameters(const Checkpoint& ck, const std::vector<nn::Parameter*>& pa
   }
 }
 
+int64_t resume_step(const Checkpoint& ck, uint64_t seed, const std::string& path) {
+  auto get = [&](const char* k) {
+    auto it = ck.meta.find(k);
+    if (it == ck.meta.end()) throw Error(Errc::kCorrupt, "checkpoint " + path + " lacks " + k);
+    return it->second;
+  };
+  if (std::stoull(get("seed")) != seed)
+    throw Error(Errc::kInvalidArgument, "checkpoint " + path + " was written with seed " +
+                                            get("seed") + ", this run uses " +
+                                            std::to_string(seed));
+  return std::stoll(get("step"));
+}
+
 }  // namespace braid

@@ -95,16 +95,7 @@ void Trainer::load(const std::string& path) {
   Checkpoint ck = load_checkpoint(path);
   load_parameters(ck, params_);
   opt_.load_state(ck, params_);
-  auto get = [&](const char* k) {
-    auto it = ck.meta.find(k);
-    if (it == ck.meta.end()) throw Error(Errc::kCorrupt, "checkpoint " + path + " lacks " + k);
-    return it->second;
-  };
-  if (std::stoull(get("seed")) != opts_.seed)
-    throw Error(Errc::kInvalidArgument, "checkpoint " + path + " was written with seed " +
-                                            get("seed") + ", this run uses " +
-                                            std::to_string(opts_.seed));
-  step_ = std::stoll(get("step"));
+  step_ = resume_step(ck, opts_.seed, path);
 }
 
 }  // namespace braid::nn

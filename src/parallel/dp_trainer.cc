@@ -165,17 +165,9 @@ void DpTrainer::save(const std::string& path) {
 
 void DpTrainer::load(const std::string& path) {
   Checkpoint ck = load_checkpoint(path);
-  auto get = [&](const char* k) {
-    auto it = ck.meta.find(k);
-    if (it == ck.meta.end()) throw Error(Errc::kCorrupt, "checkpoint " + path + " lacks " + k);
-    return it->second;
-  };
-  if (std::stoull(get("seed")) != opts_.seed)
-    throw Error(Errc::kInvalidArgument, "checkpoint " + path + " was written with seed " +
-                                            get("seed") + ", this run uses " +
-                                            std::to_string(opts_.seed));
+  const int64_t step = resume_step(ck, opts_.seed, path);  // checks before loading any state
   dp_.load_state(ck, opt_);
-  step_ = std::stoll(get("step"));
+  step_ = step;
 }
 
 }  // namespace braid::parallel
