@@ -81,11 +81,6 @@ int train_main(int argc, char** argv) {
     jlog.open(f.json_log);
     if (!jlog) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
   }
-  const bool tty = ::isatty(STDERR_FILENO) && !f.quiet;
-  const int64_t log_every = f.log_every > 0 ? f.log_every : std::max<int64_t>(1, steps / 20);
-  const int64_t per_sample_units = mlp ? 1 : f.context;  // samples or tokens per sample
-  const char* unit = mlp ? "samples/s" : "tokens/s";
-  const int64_t kWarm = 20;  // throughput excludes the first 20 steps
 
   if (is_logger && !f.quiet)
     std::fprintf(stderr, "braid train %s: %lld parameters, %lld steps, batch %lld, %s lr %g, %d thread%s\n",
@@ -93,68 +88,24 @@ int train_main(int argc, char** argv) {
                  (long long)f.batch, f.optimizer.c_str(), f.lr, f.threads, f.threads > 1 ? "s" : "");
 
   const int64_t first = trainer.next_step();
-  double t0 = now_s(), t_warm = t0;
-  int64_t warm_step = first;
-  nn::StepStats st;
+  StepReporter report(f, first, steps, 20, is_logger);  // throughput excludes 20 steps
   double last_loss = 0;
   for (int64_t s = first; s < steps; ++s) {
-    st = trainer.step();
+    nn::StepStats st = trainer.step();
     last_loss = st.loss;
-    if (!std::isfinite(st.loss))
-      throw Error(Errc::kInvalidArgument, "loss became " + std::to_string(st.loss) + " at step " +
-                                              std::to_string(st.step) + " (lower --lr?)");
-    double now = now_s();
-    if (s + 1 - first == kWarm) {
-      t_warm = now;
-      warm_step = s + 1;
-    }
-    if (is_logger) {
-      if (jlog.is_open())
-        jlog << nlohmann::json{{"step", st.step}, {"loss", st.loss}, {"lr", st.lr},
-                               {"grad_norm", st.grad_norm}}
-                    .dump()
-             << '\n';
-      int64_t done = s + 1 - first;
-      double rate = double(done) * double(f.batch * per_sample_units) / (now - t0);
-      double eta = double(steps - s - 1) * (now - t0) / double(done);
-      if (tty) {
-        int width = 24, fill = int(double(s + 1) / double(steps) * width);
-        std::string bar(size_t(fill), '=');
-        if (fill < width) bar += '>' + std::string(size_t(width - fill - 1), ' ');
-        std::fprintf(stderr, "\r  step %lld/%lld [%s] loss %.4f | %s %s | ETA %s   ",
-                     (long long)(s + 1), (long long)steps, bar.c_str(), st.loss,
-                     human(rate).c_str(), unit, eta_str(eta).c_str());
-        std::fflush(stderr);
-      } else if (!f.quiet && ((s + 1) % log_every == 0 || s + 1 == steps)) {
-        std::printf("step %lld/%lld loss %.4f lr %.4g %s %s eta %s\n", (long long)(s + 1),
-                    (long long)steps, st.loss, st.lr, human(rate).c_str(), unit,
-                    eta_str(eta).c_str());
-        std::fflush(stdout);
-      }
-    }
+    report.after_step(s, st);
+    if (is_logger && jlog.is_open())
+      jlog << nlohmann::json{{"step", st.step}, {"loss", st.loss}, {"lr", st.lr},
+                             {"grad_norm", st.grad_norm}}
+                  .dump()
+           << '\n';
     if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
       trainer.save(f.checkpoint);
   }
-  double t_end = now_s();
-  if (tty) std::fprintf(stderr, "\n");
-  int64_t measured = steps - warm_step;
-  double secs = t_end - t_warm;
-  if (measured <= 0) {  // fewer than 20 steps: use them all
-    measured = steps - first;
-    secs = t_end - t0;
-  }
-  double throughput = secs > 0 ? double(measured * f.batch * per_sample_units) / secs : 0;
+  const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
 
-  nlohmann::json done{{"event", "done"},
-                      {"model", f.model},
-                      {"steps", steps},
-                      {"final_loss", last_loss},
-                      {"train_seconds", t_end - t0},
-                      {"threads", f.threads},
-                      {"blas_core", blas_core()},
-                      {"peak_rss_bytes", peak_rss_bytes()}};
-  done[mlp ? "samples_per_s" : "tokens_per_s"] = throughput;
+  nlohmann::json done = done_record(f, steps, last_loss, report.seconds(), throughput);
   double acc = -1;
   if (mlp) {
     acc = trainer.evaluate(*test, f.batch).accuracy;
@@ -164,9 +115,10 @@ int train_main(int argc, char** argv) {
   if (is_logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps, final loss %.4f, %s %s", f.model.c_str(), (long long)steps,
-                last_loss, human(throughput).c_str(), unit);
+                last_loss, human(throughput).c_str(), report.unit());
     if (mlp) std::printf(", test accuracy %.4f", acc);
-    std::printf(", peak RSS %.1f MiB, %.1fs\n", double(peak_rss_bytes()) / 1048576.0, t_end - t0);
+    std::printf(", peak RSS %.1f MiB, %.1fs\n", double(peak_rss_bytes()) / 1048576.0,
+                report.seconds());
   }
   return 0;
 }

@@ -112,12 +112,6 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
     jlog.open(f.json_log);
     if (!jlog) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
   }
-  const bool tty = logger && ::isatty(STDERR_FILENO) && !f.quiet;
-  const int64_t log_every = f.log_every > 0 ? f.log_every : std::max<int64_t>(1, steps / 20);
-  const int64_t units_per_sample = mlp ? 1 : f.context;
-  const char* unit = mlp ? "samples/s" : "tokens/s";
-  const int64_t kWarm = std::min<int64_t>(20, steps / 5);
-
   if (logger && !f.quiet)
     std::fprintf(stderr,
                  "braid train %s: %lld parameters, %lld steps, global batch %lld, %s lr %g, "
@@ -131,100 +125,56 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                  f.bf16_grads ? ", bf16 gradients" : "");
 
   const int64_t first = trainer.next_step();
-  double t0 = now_s(), t_warm = t0;
-  int64_t warm_step = first;
-  nn::StepStats st;
+  // Throughput excludes the first 20 steps (a fifth of shorter runs).
+  StepReporter report(f, first, steps, std::min<int64_t>(20, steps / 5), logger);
   double last_loss = 0;
   std::vector<double> comm_sum(size_t(world), 0), step_sum(size_t(world), 0);
   for (int64_t s = first; s < steps; ++s) {
-    st = trainer.step();
+    nn::StepStats st = trainer.step();
     last_loss = st.loss;
-    if (!std::isfinite(st.loss))
-      throw Error(Errc::kInvalidArgument, "loss became " + std::to_string(st.loss) + " at step " +
-                                              std::to_string(st.step) + " (lower --lr?)");
-    double now = now_s();
     const auto& times = trainer.rank_times();
-    if (s + 1 - first > kWarm)
+    if (report.measured(s))
       for (int r = 0; r < world; ++r) {
         comm_sum[size_t(r)] += times[size_t(r)].exposed_comm_s;
         step_sum[size_t(r)] += times[size_t(r)].step_s();
       }
-    if (s + 1 - first == kWarm) {
-      t_warm = now;
-      warm_step = s + 1;
-    }
-    if (logger) {
-      if (jlog.is_open()) {
-        nlohmann::json c = nlohmann::json::array(), e = nlohmann::json::array(),
-                       i = nlohmann::json::array();
-        for (auto& t : times) {
-          c.push_back(t.compute_s);
-          e.push_back(t.exposed_comm_s);
-          i.push_back(t.idle_s);
-        }
-        jlog << nlohmann::json{{"step", st.step},       {"loss", st.loss},
-                               {"lr", st.lr},           {"grad_norm", st.grad_norm},
-                               {"compute_s", c},        {"exposed_comm_s", e},
-                               {"idle_s", i}}
-                    .dump()
-             << '\n';
+    report.after_step(s, st, times[0].exposed_comm_s / std::max(1e-12, times[0].step_s()));
+    if (logger && jlog.is_open()) {
+      nlohmann::json c = nlohmann::json::array(), e = nlohmann::json::array(),
+                     i = nlohmann::json::array();
+      for (auto& t : times) {
+        c.push_back(t.compute_s);
+        e.push_back(t.exposed_comm_s);
+        i.push_back(t.idle_s);
       }
-      int64_t done = s + 1 - first;
-      double rate = double(done) * double(f.batch * units_per_sample) / (now - t0);
-      double eta = double(steps - s - 1) * (now - t0) / double(done);
-      if (tty) {
-        int width = 24, fill = int(double(s + 1) / double(steps) * width);
-        std::string bar(size_t(fill), '=');
-        if (fill < width) bar += '>' + std::string(size_t(width - fill - 1), ' ');
-        std::fprintf(stderr, "\r  step %lld/%lld [%s] loss %.4f | %s %s | comm %.0f%% | ETA %s   ",
-                     (long long)(s + 1), (long long)steps, bar.c_str(), st.loss,
-                     human(rate).c_str(), unit,
-                     100.0 * times[0].exposed_comm_s / std::max(1e-12, times[0].step_s()),
-                     eta_str(eta).c_str());
-        std::fflush(stderr);
-      } else if (!f.quiet && ((s + 1) % log_every == 0 || s + 1 == steps)) {
-        std::printf("step %lld/%lld loss %.4f lr %.4g %s %s eta %s\n", (long long)(s + 1),
-                    (long long)steps, st.loss, st.lr, human(rate).c_str(), unit,
-                    eta_str(eta).c_str());
-        std::fflush(stdout);
-      }
+      jlog << nlohmann::json{{"step", st.step},       {"loss", st.loss},
+                             {"lr", st.lr},           {"grad_norm", st.grad_norm},
+                             {"compute_s", c},        {"exposed_comm_s", e},
+                             {"idle_s", i}}
+                  .dump()
+           << '\n';
     }
     if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
       trainer.save(f.checkpoint);
   }
-  double t_end = now_s();
-  if (tty) std::fprintf(stderr, "\n");
-  int64_t measured = steps - warm_step;
-  double secs = t_end - t_warm;
-  if (measured <= 0) {
-    measured = steps - first;
-    secs = t_end - t0;
-  }
-  double throughput = secs > 0 ? double(measured * f.batch * units_per_sample) / secs : 0;
+  const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
 
   auto mem = trainer.memory();
-  nlohmann::json done{{"event", "done"},
-                      {"model", f.model},
-                      {"steps", steps},
-                      {"final_loss", last_loss},
-                      {"train_seconds", t_end - t0},
-                      {"threads", f.threads},
-                      {"blas_core", blas_core()},
-                      {"dp", world},
-                      {"zero", f.zero},
-                      {"plain", f.no_overlap},
-                      {"overlap", !f.no_overlap && trainer.dp().background_reduce()},
-                      {"bf16_grads", f.bf16_grads},
-                      {"buckets", trainer.dp().num_buckets()},
-                      {"param_bytes", mem.param_bytes},
-                      {"grad_bytes", mem.grad_bytes},
-                      {"optim_bytes", mem.optim_bytes},
-                      {"state_bytes", mem.total()},
-                      {"peak_transient_bytes", mem.peak_transient_bytes},
-                      {"single_process_state_bytes",
-                       nparams * 4 * (2 + (f.optimizer == "adamw" ? 2 : (f.momentum != 0 ? 1 : 0)))}};
-  done[mlp ? "samples_per_s" : "tokens_per_s"] = throughput;
+  nlohmann::json done = done_record(f, steps, last_loss, report.seconds(), throughput);
+  done.update({{"dp", world},
+               {"zero", f.zero},
+               {"plain", f.no_overlap},
+               {"overlap", !f.no_overlap && trainer.dp().background_reduce()},
+               {"bf16_grads", f.bf16_grads},
+               {"buckets", trainer.dp().num_buckets()},
+               {"param_bytes", mem.param_bytes},
+               {"grad_bytes", mem.grad_bytes},
+               {"optim_bytes", mem.optim_bytes},
+               {"state_bytes", mem.total()},
+               {"peak_transient_bytes", mem.peak_transient_bytes},
+               {"single_process_state_bytes",
+                nparams * 4 * (2 + (f.optimizer == "adamw" ? 2 : (f.momentum != 0 ? 1 : 0)))}});
   nlohmann::json frac = nlohmann::json::array();
   double frac_max = 0;
   for (int r = 0; r < world; ++r) {
@@ -244,13 +194,13 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps on %d rank%s (ZeRO-%d), final loss %.4f, %s %s",
                 f.model.c_str(), (long long)steps, world, world > 1 ? "s" : "", f.zero, last_loss,
-                human(throughput).c_str(), unit);
+                human(throughput).c_str(), report.unit());
     if (mlp) std::printf(", test accuracy %.4f", acc);
     std::printf(", exposed comm %.1f%%", 100.0 * frac_max);
     if (f.ref_throughput > 0)
       std::printf(", speed-up %.2fx over 1 rank (scaling factor %.2f)",
                   throughput / f.ref_throughput, throughput / (double(world) * f.ref_throughput));
-    std::printf(", %.1fs\n", t_end - t0);
+    std::printf(", %.1fs\n", report.seconds());
     std::fflush(stdout);
   }
   comm->barrier();

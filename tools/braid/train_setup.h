@@ -1,19 +1,26 @@
 // What `braid train` and `braid train --dp` share: the model-specific
-// defaults and the construction of data sets and model from the flags.
+// defaults, the construction of data sets and model from the flags, the
+// progress display and throughput, and the common part of the done record.
 // Templates over the two commands' flag structs (same field names).
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "braid/checkpoint.h"
 #include "braid/data.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/kernels.h"
 #include "braid/models.h"
 #include "braid/module.h"
+#include "braid/trainer.h"
 
 namespace braid::tool {
 
@@ -153,6 +160,98 @@ TrainSetup build_setup(const Flags& f, bool write_init) {
     save_checkpoint(f.save_init, ck);
   }
   return s;
+}
+
+// Rank 0's view of a run: a progress bar on a terminal, plain lines
+// otherwise (every `log_every` steps), and the throughput over the steps
+// after the first `warm` (over all of them when the run is shorter).
+class StepReporter {
+ public:
+  // `show`: this process prints (rank 0, not --quiet). Starts the clock.
+  StepReporter(const TrainFlags& f, int64_t first, int64_t steps, int64_t warm, bool show)
+      : first_(first),
+        steps_(steps),
+        warm_(warm),
+        units_per_step_(f.batch * (f.model == "mlp" ? 1 : f.context)),
+        unit_(f.model == "mlp" ? "samples/s" : "tokens/s"),
+        show_(show && !f.quiet),
+        tty_(show_ && ::isatty(STDERR_FILENO)),
+        log_every_(f.log_every > 0 ? f.log_every : std::max<int64_t>(1, steps / 20)),
+        t0_(now_s()),
+        t_warm_(t0_),
+        warm_step_(first) {}
+
+  const char* unit() const { return unit_; }
+  double t0() const { return t0_; }
+  // True for the steps the throughput counts.
+  bool measured(int64_t s) const { return s + 1 - first_ > warm_; }
+
+  // After step `s` (0-based). Throws when the loss is no longer finite.
+  // `comm_frac` ≥ 0 adds "comm N%" to the bar.
+  void after_step(int64_t s, const nn::StepStats& st, double comm_frac = -1) {
+    if (!std::isfinite(st.loss))
+      throw Error(Errc::kInvalidArgument, "loss became " + std::to_string(st.loss) +
+                                              " at step " + std::to_string(st.step) +
+                                              " (lower --lr?)");
+    const double now = now_s();
+    if (s + 1 - first_ == warm_) {
+      t_warm_ = now;
+      warm_step_ = s + 1;
+    }
+    if (!show_) return;
+    const int64_t done = s + 1 - first_;
+    const double rate = double(done) * double(units_per_step_) / (now - t0_);
+    const double eta = double(steps_ - s - 1) * (now - t0_) / double(done);
+    if (tty_) {
+      int width = 24, fill = int(double(s + 1) / double(steps_) * width);
+      std::string bar(size_t(fill), '=');
+      if (fill < width) bar += '>' + std::string(size_t(width - fill - 1), ' ');
+      char comm[32] = "";
+      if (comm_frac >= 0) std::snprintf(comm, sizeof comm, " | comm %.0f%%", 100.0 * comm_frac);
+      std::fprintf(stderr, "\r  step %lld/%lld [%s] loss %.4f | %s %s%s | ETA %s   ",
+                   (long long)(s + 1), (long long)steps_, bar.c_str(), st.loss,
+                   human(rate).c_str(), unit_, comm, eta_str(eta).c_str());
+      std::fflush(stderr);
+    } else if ((s + 1) % log_every_ == 0 || s + 1 == steps_) {
+      std::printf("step %lld/%lld loss %.4f lr %.4g %s %s eta %s\n", (long long)(s + 1),
+                  (long long)steps_, st.loss, st.lr, human(rate).c_str(), unit_,
+                  eta_str(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  // Ends the bar; returns units per second. Call once, after the last step.
+  double finish() {
+    t_end_ = now_s();
+    if (tty_) std::fprintf(stderr, "\n");
+    int64_t measured = steps_ - warm_step_;
+    double secs = t_end_ - t_warm_;
+    if (measured <= 0) {  // no step after the warm-up: use them all
+      measured = steps_ - first_;
+      secs = t_end_ - t0_;
+    }
+    return secs > 0 ? double(measured * units_per_step_) / secs : 0;
+  }
+  double seconds() const { return t_end_ - t0_; }  // after finish()
+
+ private:
+  int64_t first_, steps_, warm_, units_per_step_;
+  const char* unit_;
+  bool show_, tty_;
+  int64_t log_every_;
+  double t0_, t_warm_, t_end_ = 0;
+  int64_t warm_step_;
+};
+
+// The fields every done record carries; the caller adds the rest.
+inline nlohmann::json done_record(const TrainFlags& f, int64_t steps, double final_loss,
+                                  double seconds, double throughput) {
+  nlohmann::json d{{"event", "done"},        {"model", f.model},
+                   {"steps", steps},         {"final_loss", final_loss},
+                   {"train_seconds", seconds}, {"threads", f.threads},
+                   {"blas_core", blas_core()}};
+  d[f.model == "mlp" ? "samples_per_s" : "tokens_per_s"] = throughput;
+  return d;
 }
 
 }  // namespace braid::tool
