@@ -27,6 +27,9 @@ std::string hostname();
 double now_s();
 uint64_t now_ns();
 
+// Cores this process may run on (its CPU affinity), at least 1.
+int usable_cores();
+
 // Peak resident set size of this process, in bytes (from getrusage).
 uint64_t peak_rss_bytes();
 

@@ -300,24 +300,28 @@ void CommImpl::enqueue(const std::shared_ptr<WorkState>& w) {
   qcv_.notify_all();
 }
 
+void CommImpl::run_front(std::unique_lock<std::mutex>& l, bool& busy) {
+  auto w = queue_.front();
+  queue_.pop_front();
+  busy = true;  // keeps the other runner off the queue meanwhile
+  l.unlock();
+  std::exception_ptr err;
+  try {
+    w->run();
+  } catch (...) {
+    err = std::current_exception();  // reported through w's own Work
+  }
+  complete(*w, err);
+  l.lock();
+  busy = false;
+  qcv_.notify_all();
+}
+
 void CommImpl::run_queued_until(WorkState& w) {
   std::unique_lock<std::mutex> l(qmu_);
   while (!w.done_flag.load(std::memory_order_acquire)) {
     if (worker_busy_ || inline_busy_ || queue_.empty()) return;
-    auto front = queue_.front();
-    queue_.pop_front();
-    inline_busy_ = true;  // keeps the worker off the queue meanwhile
-    l.unlock();
-    std::exception_ptr err;
-    try {
-      front->run();
-    } catch (...) {
-      err = std::current_exception();  // reported through front's own Work
-    }
-    complete(*front, err);
-    l.lock();
-    inline_busy_ = false;
-    qcv_.notify_all();
+    run_front(l, inline_busy_);
   }
 }
 
@@ -327,20 +331,7 @@ void CommImpl::worker_loop() {
     qcv_.wait(l, [&] { return stop_ || (!queue_.empty() && !inline_busy_); });
     if (queue_.empty() && stop_) return;
     if (queue_.empty() || inline_busy_) continue;
-    auto w = queue_.front();
-    queue_.pop_front();
-    worker_busy_ = true;
-    l.unlock();
-    std::exception_ptr err;
-    try {
-      w->run();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    complete(*w, err);
-    l.lock();
-    worker_busy_ = false;
-    qcv_.notify_all();
+    run_front(l, worker_busy_);
   }
 }
 

@@ -134,6 +134,9 @@ class CommImpl {
   void run_blocking(const std::shared_ptr<WorkState>& w);
   void enqueue(const std::shared_ptr<WorkState>& w);
   void worker_loop();
+  // With qmu_ held by `l`: runs the oldest queued operation with `busy`
+  // (worker_busy_ or inline_busy_) raised and qmu_ released meanwhile.
+  void run_front(std::unique_lock<std::mutex>& l, bool& busy);
   static void complete(WorkState& w, std::exception_ptr err);
 
   int rank_, size_;

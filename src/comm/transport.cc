@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "braid/env.h"
 #include "braid/error.h"
@@ -105,10 +104,9 @@ void Wire::throw_protocol(int peer, const std::string& what) const {
 uint64_t spin_ns_for(int local_ranks) {
   int64_t us = env_int("BRAID_SPIN_US", -1);
   if (us >= 0) return uint64_t(us) * 1000;
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   // With more ranks than cores, a spinning rank steals the core the peer it
   // waits for needs.
-  return unsigned(local_ranks) <= cores ? 20'000 : 2'000;
+  return local_ranks <= usable_cores() ? 20'000 : 2'000;
 }
 
 namespace {

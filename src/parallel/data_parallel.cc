@@ -2,12 +2,9 @@
 // The contract is in include/braid/data_parallel.h; this file says why.
 #include "braid/data_parallel.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "braid/checkpoint.h"
 #include "braid/env.h"
@@ -20,13 +17,6 @@ namespace braid::parallel {
 
 namespace {
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-// Cores this process may run on.
-int host_cores() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
 }  // namespace
 
 DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model, DpOptions opts)
@@ -42,7 +32,7 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model
   world_ = comm_->size();
   background_ = opts_.reduce == DpOptions::Reduce::kBackground ||
                 (opts_.reduce == DpOptions::Reduce::kAuto &&
-                 host_cores() > comm_->host_size() * num_threads());
+                 usable_cores() > comm_->host_size() * num_threads());
   params_ = model.parameters();
   BRAID_CHECK_ARG(!params_.empty(), "DataParallel: the model has no parameters");
 

@@ -6,7 +6,6 @@
 // ZeRO-3 → one process; one process → dp=3 ZeRO 1/2/3), the plain scheme,
 // bf16 gradients, the sampler's split, and the bucket layout.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include "braid/checkpoint.h"
 #include "braid/data_parallel.h"
 #include "braid/dp_trainer.h"
+#include "braid/env.h"
 #include "braid/kernels.h"
 #include "braid/models.h"
 #include "braid/trainer.h"
@@ -360,9 +360,7 @@ TEST(DataParallel, AutoReduceUsesTheWorkerOnlyWithASpareCore) {
     ::setenv("BRAID_HOSTNAME", rank % 2 == 0 ? "dp-a" : "dp-b", 1);
     auto comm = Communicator::create(rank, n, store);
     EXPECT_EQ(comm->host_size(), 2);
-    cpu_set_t set;
-    ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
-    const int cores = CPU_COUNT(&set);
+    const int cores = usable_cores();
     set_num_threads(1);
     auto model = nn::make_mlp({8, 4, 2}, 1);
     DpOptions o;
