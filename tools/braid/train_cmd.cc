@@ -52,26 +52,9 @@ int train_main(int argc, char** argv) {
   std::unique_ptr<nn::Sequential>& model = setup.model;
   auto params = model->parameters();
 
-  nn::TrainOptions opts;
-  opts.global_batch = f.batch;
-  opts.accum = f.accum;
-  opts.clip = f.clip;
-  opts.seed = f.seed;
-  nn::Sampler probe(train->size(), f.batch, f.seed);
-  int64_t steps = f.steps;
-  if (steps <= 0) steps = (f.epochs > 0 ? f.epochs : (mlp ? 2 : 0)) * probe.steps_per_epoch();
-  if (steps <= 0) steps = 200;  // gpt default
-  nn::LrSchedule sched;
-  sched.base = float(f.lr);
-  sched.warmup = f.warmup;
-  sched.cosine = f.cosine;
-  sched.total = steps;
-  std::unique_ptr<nn::Optimizer> opt;
-  if (f.optimizer == "sgd")
-    opt = std::make_unique<nn::Sgd>(float(f.momentum), float(f.weight_decay));
-  else
-    opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-8f, float(f.weight_decay));
-  nn::Trainer trainer(*model, *train, *opt, sched, opts);
+  const nn::TrainOptions& opts = setup.opts;
+  const int64_t steps = setup.steps;
+  nn::Trainer trainer(*model, *train, *setup.opt, setup.sched, opts);
   if (!f.resume.empty()) trainer.load(f.resume);
 
   // Reporting (rank 0 only once data parallelism exists).

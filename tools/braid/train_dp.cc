@@ -75,25 +75,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   std::unique_ptr<nn::Sequential>& model = setup.model;
   const int64_t nparams = nn::count_parameters(model->parameters());
 
-  nn::TrainOptions opts;
-  opts.global_batch = f.batch;
-  opts.accum = f.accum;
-  opts.clip = f.clip;
-  opts.seed = f.seed;
-  nn::Sampler probe(train->size(), f.batch, f.seed);
-  int64_t steps = f.steps;
-  if (steps <= 0) steps = (f.epochs > 0 ? f.epochs : (mlp ? 2 : 0)) * probe.steps_per_epoch();
-  if (steps <= 0) steps = 200;
-  nn::LrSchedule sched;
-  sched.base = float(f.lr);
-  sched.warmup = f.warmup;
-  sched.cosine = f.cosine;
-  sched.total = steps;
-  std::unique_ptr<nn::Optimizer> opt;
-  if (f.optimizer == "sgd")
-    opt = std::make_unique<nn::Sgd>(float(f.momentum), float(f.weight_decay));
-  else
-    opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-8f, float(f.weight_decay));
+  const int64_t steps = setup.steps;
   parallel::DpOptions dpo;
   dpo.zero = f.zero;
   dpo.bucket_bytes = size_t(f.bucket_mb * 1048576.0);
@@ -103,7 +85,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                : f.bucket_reduce == "inline"   ? parallel::DpOptions::Reduce::kInline
                                                : parallel::DpOptions::Reduce::kAuto;
   dpo.bf16_grads = f.bf16_grads;
-  parallel::DpTrainer trainer(comm, *model, *train, *opt, sched, opts, dpo);
+  parallel::DpTrainer trainer(comm, *model, *train, *setup.opt, setup.sched, setup.opts, dpo);
   if (!f.resume.empty()) trainer.load(f.resume);
 
   const bool logger = rank == 0;

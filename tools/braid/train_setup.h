@@ -20,6 +20,7 @@
 #include "braid/kernels.h"
 #include "braid/models.h"
 #include "braid/module.h"
+#include "braid/optim.h"
 #include "braid/trainer.h"
 
 namespace braid::tool {
@@ -127,10 +128,17 @@ void apply_model_defaults(Flags& f) {
 struct TrainSetup {
   std::unique_ptr<nn::Dataset> train, test;  // test: mlp only
   std::unique_ptr<nn::Sequential> model;
+  // The recipe: trainer options, step count (--steps, else --epochs, else
+  // 2 epochs for mlp and 200 steps for gpt), schedule and optimizer.
+  nn::TrainOptions opts;
+  int64_t steps = 0;
+  nn::LrSchedule sched;
+  std::unique_ptr<nn::Optimizer> opt;
 };
 
 // Data sets and a freshly initialised model (seeded), then --init-from
-// loads weights and --save-init writes them (when `write_init`).
+// loads weights and --save-init writes them (when `write_init`); and the
+// training recipe from the flags.
 template <class Flags>
 TrainSetup build_setup(const Flags& f, bool write_init) {
   TrainSetup s;
@@ -159,6 +167,24 @@ TrainSetup build_setup(const Flags& f, bool write_init) {
     ck.meta["seed"] = std::to_string(f.seed);
     save_checkpoint(f.save_init, ck);
   }
+
+  s.opts.global_batch = f.batch;
+  s.opts.accum = f.accum;
+  s.opts.clip = f.clip;
+  s.opts.seed = f.seed;
+  nn::Sampler probe(s.train->size(), f.batch, f.seed);
+  s.steps = f.steps;
+  if (s.steps <= 0)
+    s.steps = (f.epochs > 0 ? f.epochs : (f.model == "mlp" ? 2 : 0)) * probe.steps_per_epoch();
+  if (s.steps <= 0) s.steps = 200;  // gpt default
+  s.sched.base = float(f.lr);
+  s.sched.warmup = f.warmup;
+  s.sched.cosine = f.cosine;
+  s.sched.total = s.steps;
+  if (f.optimizer == "sgd")
+    s.opt = std::make_unique<nn::Sgd>(float(f.momentum), float(f.weight_decay));
+  else
+    s.opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-8f, float(f.weight_decay));
   return s;
 }
 
