@@ -170,11 +170,9 @@ def fashion(split, d="/usr/share/datasets/fashion-mnist"):
     return x, y
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def add_common_args(ap):
+    """The flags braid train's twins share (bench/torch_train.py, bench/torch_ddp.py)."""
     ap.add_argument("model", choices=["mlp", "gpt"])
-    ap.add_argument("--steps", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--lr", type=float, default=-1)
     ap.add_argument("--seed", type=int, default=1)
@@ -188,75 +186,119 @@ def main():
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--context", type=int, default=128)
+
+
+def standardise(x_u8):
+    """Pixels as braid's Fashion-MNIST reader gives them."""
+    return x_u8.float().div_(255.0).sub_(0.2860).div_(0.3530)
+
+
+class Run:
+    """Model, data and recipe from the flags, as `braid train` builds them."""
+
+    def __init__(self, a):
+        self.a = a
+        self.mlp = a.model == "mlp"
+        self.batch = a.batch or (256 if self.mlp else 16)
+        self.lr = a.lr if a.lr >= 0 else (0.05 if self.mlp else 1e-3)
+        if self.mlp:
+            self.xtr, self.ytr = fashion("train")
+            self.model = make_mlp([784, 512, 512, 10])
+            self.n = self.xtr.shape[0]
+            self.wd = max(a.weight_decay, 0.0)
+        else:
+            self.text = torch.frombuffer(bytearray(open(a.data, "rb").read()),
+                                         dtype=torch.uint8).long()
+            T = a.context
+            self.model = GPT(256, T, a.layers, a.d_model, a.heads)
+            self.n = self.text.numel() - T
+            self.wd = a.weight_decay if a.weight_decay >= 0 else 0.01
+            self.offs = torch.arange(T)
+        if a.init_from:
+            load_into(self.model, load_ckpt(a.init_from)[0])
+        self.spe = self.n // self.batch
+        self.units = 1 if self.mlp else a.context  # samples or tokens per sample
+        self._order_epoch, self._order = -1, None
+
+    def optimizer(self, params):
+        params = list(params)
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": self.wd},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        if self.mlp:
+            return torch.optim.SGD(groups, lr=self.lr, momentum=self.a.momentum)
+        return torch.optim.AdamW(groups, lr=self.lr, betas=(0.9, 0.999), eps=1e-8)
+
+    def batch_xy(self, s, lo=0, hi=None):
+        """Step s's global batch in braid's sampler order, rows [lo, hi) of it."""
+        e = s // self.spe
+        if e != self._order_epoch:
+            self._order, self._order_epoch = torch.tensor(epoch_order(self.n, self.a.seed, e)), e
+        idx = self._order[(s % self.spe) * self.batch:(s % self.spe + 1) * self.batch][lo:hi]
+        if self.mlp:
+            return standardise(self.xtr[idx]), self.ytr[idx]
+        pos = idx[:, None] + self.offs[None, :]
+        return self.text[pos], self.text[pos + 1]
+
+
+class Clock:
+    """Throughput over the steps after the first 20 (all of them when fewer), as braid."""
+
+    def __init__(self):
+        self.t0 = self.t_warm = time.time()
+        self.warm = 0
+
+    def step_done(self, s):
+        if s + 1 == 20:
+            self.t_warm, self.warm = time.time(), 20
+
+    def finish(self, steps, units_per_step):
+        """(units per second, seconds since start)."""
+        t_end = time.time()
+        measured, secs = steps - self.warm, t_end - self.t_warm
+        if measured <= 0:
+            measured, secs = steps, t_end - self.t0
+        return measured * units_per_step / secs, t_end - self.t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_common_args(ap)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    mlp = a.model == "mlp"
-    batch = a.batch or (256 if mlp else 16)
-    lr = a.lr if a.lr >= 0 else (0.05 if mlp else 1e-3)
+    r = Run(a)
+    model, batch, mlp = r.model, r.batch, r.mlp
     if mlp:
-        xtr, ytr = fashion("train")
         xte, yte = fashion("test")
-        model = make_mlp([784, 512, 512, 10])
-        n = xtr.shape[0]
-        wd = max(a.weight_decay, 0.0)
-    else:
-        text = torch.frombuffer(bytearray(open(a.data, "rb").read()), dtype=torch.uint8).long()
-        T = a.context
-        model = GPT(256, T, a.layers, a.d_model, a.heads)
-        n = text.numel() - T
-        wd = a.weight_decay if a.weight_decay >= 0 else 0.01
-        offs = torch.arange(T)
-    if a.init_from:
-        load_into(model, load_ckpt(a.init_from)[0])
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-    if mlp:
-        opt = torch.optim.SGD(groups, lr=lr, momentum=a.momentum)
-    else:
-        opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
-    spe = n // batch
-    steps = a.steps or (a.epochs or (2 if mlp else 0)) * spe or 200
+    opt = r.optimizer(model.parameters())
+    steps = a.steps or (a.epochs or (2 if mlp else 0)) * r.spe or 200
     log = open(a.json_log, "w") if a.json_log else None
-    order_epoch, order = -1, None
-    t0 = time.time()
-    t_warm, warm = t0, 0
+    clock = Clock()
     loss_v = 0.0
     for s in range(steps):
-        e = s // spe
-        if e != order_epoch:
-            order, order_epoch = torch.tensor(epoch_order(n, a.seed, e)), e
-        idx = order[(s % spe) * batch:(s % spe + 1) * batch]
-        if mlp:
-            x = xtr[idx].float().div_(255.0).sub_(0.2860).div_(0.3530)
-            y = ytr[idx]
-        else:
-            pos = idx[:, None] + offs[None, :]
-            x, y = text[pos], text[pos + 1]
+        x, y = r.batch_xy(s)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
         loss_v = loss.item()
-        if s + 1 == 20:
-            t_warm, warm = time.time(), 20
+        clock.step_done(s)
         if log:
-            log.write(json.dumps({"step": s, "loss": loss_v, "lr": lr}) + "\n")
-    t_end = time.time()
-    measured, secs = steps - warm, t_end - t_warm
-    if measured <= 0:
-        measured, secs = steps, t_end - t0
-    per = 1 if mlp else a.context
+            log.write(json.dumps({"step": s, "loss": loss_v, "lr": r.lr}) + "\n")
+    rate, secs = clock.finish(steps, batch * r.units)
     done = {"event": "done", "model": a.model, "steps": steps, "final_loss": loss_v,
-            "train_seconds": t_end - t0, "threads": a.threads}
-    done["samples_per_s" if mlp else "tokens_per_s"] = measured * batch * per / secs
+            "train_seconds": secs, "threads": a.threads}
+    done["samples_per_s" if mlp else "tokens_per_s"] = rate
     if mlp:
         correct = 0
         with torch.no_grad():  # in batches, as braid evaluates
             for i in range(0, xte.shape[0], batch):
-                pred = model(xte[i:i + batch].float().div_(255.0).sub_(0.2860).div_(0.3530)).argmax(1)
+                pred = model(standardise(xte[i:i + batch])).argmax(1)
                 correct += (pred == yte[i:i + batch]).sum().item()
         done["test_accuracy"] = correct / xte.shape[0]
     done["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
