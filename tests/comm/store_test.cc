@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include "braid/env.h"
@@ -34,6 +37,38 @@ std::string S(const Bytes& b) { return std::string(b.begin(), b.end()); }
 std::shared_ptr<braid::Store> client(int port, std::chrono::milliseconds timeout = 10s) {
   return braid::connect_tcp_store("127.0.0.1", port, kSecret, timeout);
 }
+
+// A TCP store server in a process of its own, for tests that fork ranks: a
+// server thread in the forking process may hold a lock (libcrypto's, while
+// it authenticates a rank forked earlier) at the moment of a later fork, and
+// the child would wait on that lock forever.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& secret) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      braid::TcpStoreServer server("127.0.0.1", 0, secret);
+      int port = server.port();
+      if (::write(fds[1], &port, sizeof port) != sizeof port) ::_exit(1);
+      for (;;) ::pause();  // until the test kills it
+    }
+    ::close(fds[1]);
+    if (::read(fds[0], &port_, sizeof port_) != sizeof port_) port_ = -1;
+    ::close(fds[0]);
+  }
+  ~ServerProcess() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = -1;
+};
 
 // A port nobody listens on right now (and, with `pair`, port+1 as well).
 int free_port(bool pair = false) {
@@ -335,8 +370,9 @@ TEST(TcpStore, ClientSeesServerGoAway) {
 }
 
 TEST(TcpStore, ForkedProcessesRendezvous) {
-  braid::TcpStoreServer server("127.0.0.1", 0, kSecret);
+  ServerProcess server(kSecret);
   int port = server.port();
+  ASSERT_GT(port, 0);
   constexpr int n = 4;
   braid::testing::expect_all_pass(n, [port](int rank, int size, std::shared_ptr<braid::Store>) {
     auto s = client(port);
@@ -414,7 +450,8 @@ void check_job(const braid::comm::JobEnv& env, int rank, int size, const std::st
 
 TEST(Bootstrap, Braid) {
   std::string secret = braid::make_job_secret();
-  braid::TcpStoreServer server("127.0.0.1", 0, secret);
+  ServerProcess server(secret);
+  ASSERT_GT(server.port(), 0);
   std::string addr = "127.0.0.1:" + std::to_string(server.port());
   braid::testing::expect_all_pass(3, [&](int rank, int size, std::shared_ptr<braid::Store>) {
     clear_job_env();
