@@ -61,6 +61,20 @@ void check(Sequential& model, const Checkpoint& ck, const std::string& pre) {
   }
 }
 
+// The fixture's GPT, built with or without activation recomputation.
+void check_gpt(bool recompute) {
+  Checkpoint ck = load_checkpoint(fixture());
+  GptConfig c;
+  c.vocab = std::stoll(ck.meta.at("gpt/vocab"));
+  c.context = std::stoll(ck.meta.at("gpt/context"));
+  c.layers = std::stoll(ck.meta.at("gpt/layers"));
+  c.dim = std::stoll(ck.meta.at("gpt/dim"));
+  c.heads = std::stoll(ck.meta.at("gpt/heads"));
+  c.recompute = recompute;
+  auto model = make_gpt(c, 0);
+  check(*model, ck, "gpt");
+}
+
 }  // namespace
 
 TEST(Parity, MlpMatchesPyTorch) {
@@ -72,27 +86,6 @@ TEST(Parity, MlpMatchesPyTorch) {
   check(*model, ck, "mlp");
 }
 
-TEST(Parity, GptMatchesPyTorch) {
-  Checkpoint ck = load_checkpoint(fixture());
-  GptConfig c;
-  c.vocab = std::stoll(ck.meta.at("gpt/vocab"));
-  c.context = std::stoll(ck.meta.at("gpt/context"));
-  c.layers = std::stoll(ck.meta.at("gpt/layers"));
-  c.dim = std::stoll(ck.meta.at("gpt/dim"));
-  c.heads = std::stoll(ck.meta.at("gpt/heads"));
-  auto model = make_gpt(c, 0);
-  check(*model, ck, "gpt");
-}
+TEST(Parity, GptMatchesPyTorch) { check_gpt(false); }
 
-TEST(Parity, GptWithRecomputeMatchesPyTorch) {
-  Checkpoint ck = load_checkpoint(fixture());
-  GptConfig c;
-  c.vocab = std::stoll(ck.meta.at("gpt/vocab"));
-  c.context = std::stoll(ck.meta.at("gpt/context"));
-  c.layers = std::stoll(ck.meta.at("gpt/layers"));
-  c.dim = std::stoll(ck.meta.at("gpt/dim"));
-  c.heads = std::stoll(ck.meta.at("gpt/heads"));
-  c.recompute = true;
-  auto model = make_gpt(c, 0);
-  check(*model, ck, "gpt");
-}
+TEST(Parity, GptWithRecomputeMatchesPyTorch) { check_gpt(true); }
