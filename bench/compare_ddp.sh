@@ -16,7 +16,11 @@
 #
 # Usage: bench/compare_ddp.sh [BUILD_DIR]
 #   env: REPS=3 MLP_STEPS=300 GPT_STEPS=40 BF16_STEPS=200 SECTIONS="speed memory bf16"
-#        MODELS="mlp gpt"
+#        MODELS="mlp gpt" BLAS=both|machine|native
+#   BLAS: the throughput table with OpenBLAS's kernels as this machine's
+#   environment pins them (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), with both
+#   variables unset for both sides (native: the kernels OpenBLAS picks for
+#   the CPU, PyTorch at its best), or both (default; see compare_torch.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -43,6 +47,14 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 calc() { $py -c "print($1)"; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
+blas=${BLAS:-both}
+case $blas in
+  machine | native) settings=$blas ;;
+  both) settings="machine native" ;;
+  *) echo "BLAS must be both, machine or native (got $blas)" >&2; exit 2 ;;
+esac
+[[ -z ${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-} && $blas == both ]] && settings=machine
+
 gpt_args=(--layers 4 --d-model 256 --heads 4 --context 128 --batch 16)
 $braid train mlp --steps 1 --save-init "$tmp/mlp.ckpt" -q >/dev/null
 $braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev/null
@@ -50,40 +62,49 @@ $braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev
 echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)   $(nproc --all) cores   load at start: $(load)"
 
 if [[ " $sections " == *" speed "* ]]; then
-  declare -A res
-  runs=0
-  for model in $models; do
-    if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
-    init=$tmp/$model.ckpt
-    declare -a b2=() b2p=() b2o=() b1=() t2=() t1=() e2=() e2p=() e2o=()
-    for ((r = 0; r < reps; r++)); do
-      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b2.jsonl" "${extra[@]}" >/dev/null
-      $py "$here/bench/torch_ddp.py" $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t2.jsonl" "${extra[@]}" >/dev/null
-      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --no-overlap --json-log "$tmp/b2p.jsonl" "${extra[@]}" >/dev/null
-      $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --bucket-reduce background --json-log "$tmp/b2o.jsonl" "${extra[@]}" >/dev/null
-      $braid train $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b1.jsonl" "${extra[@]}" >/dev/null
-      $py "$here/bench/torch_ddp.py" $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t1.jsonl" "${extra[@]}" >/dev/null
-      b2+=("$(field "$tmp/b2.jsonl" $key)"); t2+=("$(field "$tmp/t2.jsonl" $key)")
-      b2p+=("$(field "$tmp/b2p.jsonl" $key)"); b1+=("$(field "$tmp/b1.jsonl" $key)")
-      t1+=("$(field "$tmp/t1.jsonl" $key)")
-      e2+=("$(field "$tmp/b2.jsonl" exposed_comm_fraction)"); e2p+=("$(field "$tmp/b2p.jsonl" exposed_comm_fraction)")
-      b2o+=("$(field "$tmp/b2o.jsonl" $key)"); e2o+=("$(field "$tmp/b2o.jsonl" exposed_comm_fraction)")
+  for setting in $settings; do
+    benv=(env)
+    [[ $setting == native ]] && benv=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    declare -A res kern
+    runs=0
+    for model in $models; do
+      if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
+      init=$tmp/$model.ckpt
+      declare -a b2=() b2p=() b2o=() b1=() t2=() t1=() e2=() e2p=() e2o=()
+      for ((r = 0; r < reps; r++)); do
+        "${benv[@]}" $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b2.jsonl" "${extra[@]}" >/dev/null
+        "${benv[@]}" $py "$here/bench/torch_ddp.py" $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t2.jsonl" "${extra[@]}" >/dev/null
+        "${benv[@]}" $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --no-overlap --json-log "$tmp/b2p.jsonl" "${extra[@]}" >/dev/null
+        "${benv[@]}" $braid train $model --dp 2 --threads 1 --steps "$steps" --init-from "$init" -q --bucket-reduce background --json-log "$tmp/b2o.jsonl" "${extra[@]}" >/dev/null
+        "${benv[@]}" $braid train $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" -q --json-log "$tmp/b1.jsonl" "${extra[@]}" >/dev/null
+        "${benv[@]}" $py "$here/bench/torch_ddp.py" $model --dp 1 --threads 1 --steps "$steps" --init-from "$init" --json-log "$tmp/t1.jsonl" "${extra[@]}" >/dev/null
+        b2+=("$(field "$tmp/b2.jsonl" $key)"); t2+=("$(field "$tmp/t2.jsonl" $key)")
+        b2p+=("$(field "$tmp/b2p.jsonl" $key)"); b1+=("$(field "$tmp/b1.jsonl" $key)")
+        t1+=("$(field "$tmp/t1.jsonl" $key)")
+        e2+=("$(field "$tmp/b2.jsonl" exposed_comm_fraction)"); e2p+=("$(field "$tmp/b2p.jsonl" exposed_comm_fraction)")
+        b2o+=("$(field "$tmp/b2o.jsonl" $key)"); e2o+=("$(field "$tmp/b2o.jsonl" exposed_comm_fraction)")
+      done
+      mode=$([[ $(field "$tmp/b2.jsonl" overlap) == True ]] && echo background || echo inline)
+      kern[$model]="$(field "$tmp/b2.jsonl" blas_core) / $(field "$tmp/t2.jsonl" blas_core)"
+      res[$model]="$(median "${b2[@]}") $(median "${t2[@]}") $(median "${b2p[@]}") $(median "${b1[@]}") $(median "${t1[@]}") $(median "${e2[@]}") $(median "${e2p[@]}") $(median "${b2o[@]}") $(median "${e2o[@]}") $mode"
+      unset b2 b2p b2o b1 t2 t1 e2 e2p e2o
     done
-    mode=$([[ $(field "$tmp/b2.jsonl" overlap) == True ]] && echo background || echo inline)
-    res[$model]="$(median "${b2[@]}") $(median "${t2[@]}") $(median "${b2p[@]}") $(median "${b1[@]}") $(median "${t1[@]}") $(median "${e2[@]}") $(median "${e2p[@]}") $(median "${b2o[@]}") $(median "${e2o[@]}") $mode"
-    unset b2 b2p b2o b1 t2 t1 e2 e2p e2o
-  done
-  echo
-  echo "### Throughput, 2 ranks x 1 thread (load at end: $(load))"
-  echo
-  echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets, default reduce) | braid buckets in background dp=2 | background exposed comm | braid plain scheme dp=2 | plain exposed comm |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-  for model in $models; do
-    read -r b2 t2 b2p b1 t1 e2 e2p b2o e2o mode <<<"${res[$model]}"
-    unit=$([[ $model == mlp ]] && echo samples/s || echo tokens/s)
-    printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% (%s) | %.0f | %.1f%% | %.0f | %.1f%% |\n' \
-      "$model" "$unit" "$b2" "$t2" "$(calc "$b2/$t2")" "$b1" "$t1" "$(calc "$b2/(2*$b1)")" \
-      "$(calc "$t2/(2*$t1)")" "$(calc "100*$e2")" "$mode" "$b2o" "$(calc "100*$e2o")" "$b2p" "$(calc "100*$e2p")"
+    echo
+    if [[ $setting == native ]]; then
+      echo "### Throughput, 2 ranks x 1 thread, native BLAS kernels (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for both sides; load at end: $(load))"
+    else
+      echo "### Throughput, 2 ranks x 1 thread, BLAS kernels as the environment sets them (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load at end: $(load))"
+    fi
+    echo
+    echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets, default reduce) | braid buckets in background dp=2 | background exposed comm | braid plain scheme dp=2 | plain exposed comm | BLAS kernels braid / PyTorch |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for model in $models; do
+      read -r b2 t2 b2p b1 t1 e2 e2p b2o e2o mode <<<"${res[$model]}"
+      unit=$([[ $model == mlp ]] && echo samples/s || echo tokens/s)
+      printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | **%.2f** | %.2f | %.1f%% (%s) | %.0f | %.1f%% | %.0f | %.1f%% | %s |\n' \
+        "$model" "$unit" "$b2" "$t2" "$(calc "$b2/$t2")" "$b1" "$t1" "$(calc "$b2/(2*$b1)")" \
+        "$(calc "$t2/(2*$t1)")" "$(calc "100*$e2")" "$mode" "$b2o" "$(calc "100*$e2o")" "$b2p" "$(calc "100*$e2p")" "${kern[$model]}"
+    done
   done
 fi
 

@@ -5,7 +5,20 @@
 # run and the ratios (median of REPS alternating runs).
 #
 # Usage: bench/compare_torch.sh [BUILD_DIR]   (env: REPS=3 THREADS="1 2"
-#        MLP_STEPS=300 GPT_STEPS=30 ACC=1 to also run the 2-epoch accuracy recipe)
+#        MLP_STEPS=300 GPT_STEPS=30 ACC=1 to also run the 2-epoch accuracy recipe
+#        BLAS=both|machine|native)
+#
+# BLAS kernels: this project's machines may set OPENBLAS_CORETYPE (and
+# OPENBLAS_L2_SIZE) in the environment, pinning OpenBLAS to an older kernel
+# set for the sake of old builds that misbehave on newer CPUs (Haswell on an
+# AVX-512 CPU here). BLAS=machine runs both sides with the environment as
+# set; BLAS=native unsets both variables for both sides in this script's
+# commands alone, so OpenBLAS picks its kernels for the CPU — PyTorch "at its
+# best" on this hardware; BLAS=both (default) prints a table for each when
+# the variables are set. Each row names the kernel set each side reported
+# (braid's done record and torch_train.py's, both from
+# openblas_get_corename), and the first losses show both still compute the
+# same numbers.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-nn}
@@ -34,9 +47,9 @@ run_pair() {  # model threads steps extra-args...
   local bt=() tt=() br=() tr=() key
   key=$([[ $model == mlp ]] && echo samples_per_s || echo tokens_per_s)
   for ((r = 0; r < reps; r++)); do
-    OMP_NUM_THREADS=$t $braid train $model --steps "$steps" --threads "$t" --init-from "$init" \
+    OMP_NUM_THREADS=$t "${benv[@]}" $braid train $model --steps "$steps" --threads "$t" --init-from "$init" \
       --json-log "$tmp/b.jsonl" -q "$@" >/dev/null
-    OMP_NUM_THREADS=$t $py "$here/bench/torch_train.py" $model --steps "$steps" --threads "$t" \
+    OMP_NUM_THREADS=$t "${benv[@]}" $py "$here/bench/torch_train.py" $model --steps "$steps" --threads "$t" \
       --init-from "$init" --json-log "$tmp/t.jsonl" "$@" >/dev/null
     bt+=("$(field "$tmp/b.jsonl" $key)"); tt+=("$(field "$tmp/t.jsonl" $key)")
     br+=("$(field "$tmp/b.jsonl" peak_rss_bytes)"); tr+=("$(field "$tmp/t.jsonl" peak_rss_bytes)")
@@ -47,19 +60,37 @@ run_pair() {  # model threads steps extra-args...
   local l0b l0t
   l0b=$(head -3 "$tmp/b.jsonl" | $py -c "import json,sys; print(' '.join('%.5f' % json.loads(l)['loss'] for l in sys.stdin))")
   l0t=$(head -3 "$tmp/t.jsonl" | $py -c "import json,sys; print(' '.join('%.5f' % json.loads(l)['loss'] for l in sys.stdin))")
-  printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | %.2f | %s / %s |\n' "$model" "$t" "$b" "$t2" \
+  printf '| %s | %s | %.0f | %.0f | **%.2f×** | %.0f | %.0f | %.2f | %s / %s | %s / %s |\n' "$model" "$t" "$b" "$t2" \
     "$($py -c "print($b/$t2)")" "$($py -c "print($rb/2**20)")" "$($py -c "print($rt/2**20)")" \
-    "$($py -c "print($rb/$rt)")" "$l0b" "$l0t"
+    "$($py -c "print($rb/$rt)")" "$l0b" "$l0t" "$(field "$tmp/b.jsonl" blas_core)" "$(field "$tmp/t.jsonl" blas_core)"
 }
 
 echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)"
-echo
-echo "| model | threads | braid $([[ 1 ]] && echo units/s) | PyTorch units/s | braid/PyTorch | braid RSS MiB | PyTorch RSS MiB | RSS ratio | first 3 losses braid / PyTorch |"
-echo "|---|---|---|---|---|---|---|---|---|"
-for t in $threads; do
-  run_pair mlp "$t" "$mlp_steps"
-  run_pair gpt "$t" "$gpt_steps" --layers 4 --d-model 256 --heads 4 --context 128 --batch 16
+blas=${BLAS:-both}
+case $blas in
+  machine | native) settings=$blas ;;
+  both) settings="machine native" ;;
+  *) echo "BLAS must be both, machine or native (got $blas)" >&2; exit 2 ;;
+esac
+# Nothing pins the kernels: "native" is the environment as set.
+[[ -z ${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-} && $blas == both ]] && settings=machine
+for setting in $settings; do
+  benv=(env)
+  if [[ $setting == native ]]; then
+    benv=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    echo; echo "BLAS kernels: native (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for both sides)"
+  else
+    echo; echo "BLAS kernels: as this machine's environment sets them (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+  fi
+  echo
+  echo "| model | threads | braid units/s | PyTorch units/s | braid/PyTorch | braid RSS MiB | PyTorch RSS MiB | RSS ratio | first 3 losses braid / PyTorch | BLAS kernels braid / PyTorch |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for t in $threads; do
+    run_pair mlp "$t" "$mlp_steps"
+    run_pair gpt "$t" "$gpt_steps" --layers 4 --d-model 256 --heads 4 --context 128 --batch 16
+  done
 done
+benv=(env)
 
 if [[ ${ACC:-0} == 1 ]]; then
   echo

@@ -42,7 +42,7 @@ def worker(rank, world, a, init_file):
         clock.step_done(s)
     rate, secs = clock.finish(steps, r.batch * r.units)
     done = {"event": "done", "model": a.model, "dp": world, "steps": steps, "final_loss": loss_v,
-            "train_seconds": secs, "threads": a.threads,
+            "train_seconds": secs, "threads": a.threads, "blas_core": tt.blas_core(),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     done["samples_per_s" if r.mlp else "tokens_per_s"] = rate
     dist.barrier()

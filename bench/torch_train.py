@@ -9,7 +9,7 @@ count. Writes the same JSON-lines log as `braid train --json-log`.
 Also the helpers scripts/gen_parity_fixture.py uses: the braid checkpoint
 format (read and write) and the models.
 """
-import argparse, gzip, json, math, os, resource, struct, sys, time, zlib
+import argparse, ctypes, gzip, json, math, os, resource, struct, sys, time, zlib
 
 import torch
 import torch.nn as nn
@@ -170,6 +170,18 @@ def fashion(split, d="/usr/share/datasets/fashion-mnist"):
     return x, y
 
 
+def blas_core():
+    """The OpenBLAS kernel set torch runs (as braid's done record names its
+    own): the LD_LIBRARY_PATH the compare scripts set makes libblas.so.3,
+    which torch loaded, OpenBLAS; dlopen returns that same library."""
+    try:
+        f = ctypes.CDLL("libblas.so.3").openblas_get_corename
+        f.restype = ctypes.c_char_p
+        return f().decode()
+    except (OSError, AttributeError):
+        return ""
+
+
 def add_common_args(ap):
     """The flags braid train's twins share (bench/torch_train.py, bench/torch_ddp.py)."""
     ap.add_argument("model", choices=["mlp", "gpt"])
@@ -301,6 +313,7 @@ def main():
                 pred = model(standardise(xte[i:i + batch])).argmax(1)
                 correct += (pred == yte[i:i + batch]).sum().item()
         done["test_accuracy"] = correct / xte.shape[0]
+    done["blas_core"] = blas_core()
     done["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if log:
         log.write(json.dumps(done) + "\n")
