@@ -47,13 +47,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 calc() { $py -c "print($1)"; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-blas=${BLAS:-both}
-case $blas in
-  machine | native) settings=$blas ;;
-  both) settings="machine native" ;;
-  *) echo "BLAS must be both, machine or native (got $blas)" >&2; exit 2 ;;
-esac
-[[ -z ${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-} && $blas == both ]] && settings=machine
+. "$here/bench/blas_kernels.sh"
 
 gpt_args=(--layers 4 --d-model 256 --heads 4 --context 128 --batch 16)
 $braid train mlp --steps 1 --save-init "$tmp/mlp.ckpt" -q >/dev/null
@@ -62,9 +56,8 @@ $braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev
 echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)   $(nproc --all) cores   load at start: $(load)"
 
 if [[ " $sections " == *" speed "* ]]; then
-  for setting in $settings; do
-    benv=(env)
-    [[ $setting == native ]] && benv=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+  for setting in $blas_settings; do
+    blas_env "$setting"
     declare -A res kern
     runs=0
     for model in $models; do
@@ -90,11 +83,7 @@ if [[ " $sections " == *" speed "* ]]; then
       unset b2 b2p b2o b1 t2 t1 e2 e2p e2o
     done
     echo
-    if [[ $setting == native ]]; then
-      echo "### Throughput, 2 ranks x 1 thread, native BLAS kernels (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for both sides; load at end: $(load))"
-    else
-      echo "### Throughput, 2 ranks x 1 thread, BLAS kernels as the environment sets them (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load at end: $(load))"
-    fi
+    echo "### Throughput, 2 ranks x 1 thread, $(blas_label "$setting") (load at end: $(load))"
     echo
     echo "| model | unit | braid dp=2 | PyTorch DDP dp=2 | braid / DDP | braid dp=1 | PyTorch dp=1 | braid scaling T2/(2·T1) | DDP scaling | braid exposed comm (buckets, default reduce) | braid buckets in background dp=2 | background exposed comm | braid plain scheme dp=2 | plain exposed comm | BLAS kernels braid / PyTorch |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

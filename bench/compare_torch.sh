@@ -8,17 +8,10 @@
 #        MLP_STEPS=300 GPT_STEPS=30 ACC=1 to also run the 2-epoch accuracy recipe
 #        BLAS=both|machine|native)
 #
-# BLAS kernels: this project's machines may set OPENBLAS_CORETYPE (and
-# OPENBLAS_L2_SIZE) in the environment, pinning OpenBLAS to an older kernel
-# set for the sake of old builds that misbehave on newer CPUs (Haswell on an
-# AVX-512 CPU here). BLAS=machine runs both sides with the environment as
-# set; BLAS=native unsets both variables for both sides in this script's
-# commands alone, so OpenBLAS picks its kernels for the CPU — PyTorch "at its
-# best" on this hardware; BLAS=both (default) prints a table for each when
-# the variables are set. Each row names the kernel set each side reported
-# (braid's done record and torch_train.py's, both from
-# openblas_get_corename), and the first losses show both still compute the
-# same numbers.
+# BLAS kernels (bench/blas_kernels.sh): each setting gets its own table;
+# each row names the kernel set each side reported (braid's done record and
+# torch_train.py's, both from openblas_get_corename), and the first losses
+# show both still compute the same numbers.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-nn}
@@ -66,22 +59,10 @@ run_pair() {  # model threads steps extra-args...
 }
 
 echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)"
-blas=${BLAS:-both}
-case $blas in
-  machine | native) settings=$blas ;;
-  both) settings="machine native" ;;
-  *) echo "BLAS must be both, machine or native (got $blas)" >&2; exit 2 ;;
-esac
-# Nothing pins the kernels: "native" is the environment as set.
-[[ -z ${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-} && $blas == both ]] && settings=machine
-for setting in $settings; do
-  benv=(env)
-  if [[ $setting == native ]]; then
-    benv=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-    echo; echo "BLAS kernels: native (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for both sides)"
-  else
-    echo; echo "BLAS kernels: as this machine's environment sets them (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
-  fi
+. "$here/bench/blas_kernels.sh"
+for setting in $blas_settings; do
+  blas_env "$setting"
+  echo; echo "$(blas_label "$setting")"
   echo
   echo "| model | threads | braid units/s | PyTorch units/s | braid/PyTorch | braid RSS MiB | PyTorch RSS MiB | RSS ratio | first 3 losses braid / PyTorch | BLAS kernels braid / PyTorch |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
