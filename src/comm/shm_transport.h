@@ -19,7 +19,7 @@
 // describes how.
 //
 // Waiting spins on the rings themselves (head of each ring with a posted
-// recv, tail of each ring with a posted send) for BRAID_SPIN_US (default 20
+// recv, tail of each ring with a posted send) for BRAID_SPIN_US (default 200
 // µs, 2 µs when the host has more ranks than cores), then raises its waiting
 // flag, re-checks the rings and FUTEX_WAITs on its doorbell (shared futex,
 // 50 ms slices). A peer that publishes or frees a slot (seq_cst store) and
