@@ -208,6 +208,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       b.sig = r->sig;
       if (bytes) std::memcpy(b.data, r->src, bytes);
       b.stamp.store(++p.fb_head, std::memory_order_seq_cst);
+      if (r->copy_to != nullptr && bytes) std::memcpy(r->copy_to, r->src, bytes);
       wake_if_sleeping(p);
       r->done = bytes;
       r->complete = true;
@@ -226,6 +227,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       uint8_t* s = p.out_slots + (p.out_head % p.out_nslots) * p.out_stride;
       SlotHdr* h = reinterpret_cast<SlotHdr*>(s);
       if (!p.send_started && send_by_cma(p, bytes)) {
+        if (r->copy_to != nullptr && bytes) std::memcpy(r->copy_to, r->src, bytes);
         moved += send_cma_desc(p, s, *r);
         by_cma = true;
         break;
@@ -239,8 +241,11 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
         h->first = kContinue;
       }
       h->len = uint32_t(chunk);
-      if (chunk) std::memcpy(s + payload_off(chunk), static_cast<const uint8_t*>(r->src) + r->done, chunk);
+      const uint8_t* from = static_cast<const uint8_t*>(r->src) + r->done;
+      if (chunk) std::memcpy(s + payload_off(chunk), from, chunk);
       p.out->head.store(++p.out_head, std::memory_order_seq_cst);
+      // The sender's own copy, from the source the slot copy just read.
+      if (r->copy_to != nullptr && chunk) std::memcpy(static_cast<uint8_t*>(r->copy_to) + r->done, from, chunk);
       r->done += chunk;
       moved += chunk + 1;
       wake_if_sleeping(p);

@@ -128,6 +128,7 @@ class ShmWire final : public Wire {
   std::string kind_to(int) const override { return "shm"; }
   bool busy() const override { return npending_ > 0; }
   bool poll_ready() override { return ready(); }
+  bool fuses_copy() const override { return true; }
 
  private:
   struct Peer {

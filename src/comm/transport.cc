@@ -166,6 +166,10 @@ class CompositeTransport final : public Transport {
     switch (r->kind) {
       case Request::Kind::kSend:
         BRAID_CHECK_ARG(n == 0 || r->src, "post: send with a null source");
+        if (r->copy_to != nullptr && !route_[size_t(r->peer)]->fuses_copy()) {
+          if (n) std::memmove(r->copy_to, r->src, n);
+          r->copy_to = nullptr;
+        }
         break;
       case Request::Kind::kRecv:
         BRAID_CHECK_ARG(n == 0 || r->dst, "post: recv with a null destination");

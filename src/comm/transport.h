@@ -55,6 +55,11 @@ struct Request {
   int peer = -1;
   MsgSig sig;           // sig.bytes is the payload length
   const void* src = nullptr;  // kSend: payload
+  // kSend: also copy the payload here (the sender's own output, e.g. its
+  // block of an all_gather). Wires that say fuses_copy() copy each piece
+  // right after sending it, while the source is still in cache; for the
+  // others the composite transport copies it all when the send is posted.
+  void* copy_to = nullptr;
   void* dst = nullptr;        // kRecv: destination. kRecvReduce: dst = acc op incoming
   const void* acc = nullptr;  // kRecvReduce: left operand (may equal dst)
   DType dtype = DType::kU8;   // kRecvReduce: element type; bytes % dtype_size == 0

@@ -46,6 +46,8 @@ class Wire : public Transport {
   // Non-blocking: true if something may have changed since the last
   // progress() (used when the composite waits on several wires).
   virtual bool poll_ready() = 0;
+  // True if the wire performs a send's copy_to itself (see Request).
+  virtual bool fuses_copy() const { return false; }
   std::string kind_to(int) const override = 0;
   std::string describe_peer(int peer) const override;
 

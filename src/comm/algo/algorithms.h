@@ -25,9 +25,11 @@ void all_gather_ring(Context& c, const void* send, void* recv, size_t count, siz
 void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
                          size_t chunk_bytes);
 // Ring all-gather of uneven blocks: block j = [offs[j], offs[j+1]) elements
-// of buf is present at rank j; afterwards every rank has all blocks.
+// of buf is present at rank j; afterwards every rank has all blocks. With
+// own_src, this rank's block is not in buf yet: it is sent from own_src and
+// copied into buf by the same sends (one read of the source instead of two).
 void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
-                        size_t chunk_bytes, uint32_t step_base);
+                        size_t chunk_bytes, uint32_t step_base, const void* own_src = nullptr);
 
 // halving_doubling.cc
 void all_reduce_hd(Context& c, const void* send, void* recv, size_t count);

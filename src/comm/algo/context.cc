@@ -35,9 +35,10 @@ Request* Context::post(Request::Kind kind, int peer, size_t bytes, uint32_t step
   return r;
 }
 
-Request* Context::send(int peer, const void* buf, size_t bytes, uint32_t step) {
+Request* Context::send(int peer, const void* buf, size_t bytes, uint32_t step, void* copy_to) {
   Request* r = post(Request::Kind::kSend, peer, bytes, step);
   r->src = buf;
+  r->copy_to = copy_to;
   tp_.post(r);
   return r;
 }

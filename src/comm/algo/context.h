@@ -54,7 +54,9 @@ class Context {
 
   // Post one message. The returned pointer stays valid for the life of the
   // context; poll it with done() or wait with wait()/wait_all().
-  Request* send(int peer, const void* buf, size_t bytes, uint32_t step = 0);
+  // copy_to: also copy the payload there (Request::copy_to).
+  Request* send(int peer, const void* buf, size_t bytes, uint32_t step = 0,
+                void* copy_to = nullptr);
   Request* recv(int peer, void* buf, size_t bytes, uint32_t step = 0);
   // dst = acc op incoming, `count` elements of the call's dtype and op (avg
   // reduces as sum).

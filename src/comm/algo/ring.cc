@@ -166,11 +166,14 @@ void reduce_ring(Context& c, const void* send, void* recv, size_t count, int roo
 }
 
 void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
-                        size_t chunk_bytes, uint32_t step_base) {
+                        size_t chunk_bytes, uint32_t step_base, const void* own_src) {
   const int n = c.size(), r = c.ring_pos();
-  if (n == 1) return;
   const size_t es = c.esize();
   auto* b = static_cast<uint8_t*>(buf);
+  if (n == 1) {
+    if (own_src != nullptr) copy_if_distinct(b + offs[0] * es, own_src, (offs[1] - offs[0]) * es);
+    return;
+  }
   Layout L = make_layout(c, offs, es, chunk_bytes);
   const int C = L.chunks, S = n - 1;
   const int next = c.ring_at(mod(r + 1, n)), prev = c.ring_at(mod(r - 1, n));
@@ -181,8 +184,15 @@ void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
       rq[size_t(s) * C + k] =
           c.recv(prev, b + L.chunk_off(j, k) * es, L.chunk_len(j, k) * es, step_base + s);
   }
-  for (int k = 0; k < C; ++k)
-    c.send(next, b + L.chunk_off(r, k) * es, L.chunk_len(r, k) * es, step_base);
+  const size_t own0 = L.chunk_off(r, 0);
+  for (int k = 0; k < C; ++k) {
+    uint8_t* at = b + L.chunk_off(r, k) * es;
+    if (own_src != nullptr)
+      c.send(next, static_cast<const uint8_t*>(own_src) + (L.chunk_off(r, k) - own0) * es,
+             L.chunk_len(r, k) * es, step_base, at);
+    else
+      c.send(next, at, L.chunk_len(r, k) * es, step_base);
+  }
   size_t cursor = 0;
   while (cursor < rq.size()) {
     if (!rq[cursor]->complete) {
@@ -203,9 +213,18 @@ void all_gather_ring(Context& c, const void* send, void* recv, size_t count, siz
   const int n = c.size(), r = c.rank();
   const size_t es = c.esize();
   auto* out = static_cast<uint8_t*>(recv);
-  copy_if_distinct(out + size_t(r) * count * es, send, count * es);
+  const size_t bytes = count * es;
   std::vector<size_t> offs(n + 1);
   for (int i = 0; i <= n; ++i) offs[i] = size_t(i) * count;
+  // Out of place, with the input outside the output: this rank's block goes
+  // out from the input and lands in the output with the same sends
+  // (Request::copy_to). In place or overlapping: copy first, send from out.
+  auto* in = static_cast<const uint8_t*>(send);
+  if (bytes > 0 && (in + bytes <= out || in >= out + size_t(n) * bytes)) {
+    ring_gather_blocks(c, recv, offs, chunk_bytes, 0, send);
+    return;
+  }
+  copy_if_distinct(out + size_t(r) * bytes, send, bytes);
   ring_gather_blocks(c, recv, offs, chunk_bytes, 0);
 }
 
