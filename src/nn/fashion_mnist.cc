@@ -2,6 +2,8 @@
 #include "../tensor/simd.h"  // first: sets vectorisation options
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "braid/data.h"
 #include "braid/env.h"
 #include "braid/error.h"
@@ -71,9 +73,23 @@ void FashionMnist::gather(const int64_t* idx, int64_t n, Tensor& x, Tensor& y) c
   // Standardised with the training set's pixel mean and std (0.2860,
   // 0.3530 on the [0, 1] scale), the usual Fashion-MNIST preprocessing.
   const float s = 1.0f / (255.0f * kStd), o = -kMean / kStd;
+  for (int64_t i = 0; i < n; ++i)
+    BRAID_CHECK_ARG(idx[i] >= 0 && idx[i] < n_,
+                    "Fashion-MNIST index " + std::to_string(idx[i]) + " out of range");
+  // The rows are scattered over 47 MB, so each is a run of cache misses:
+  // ask for the lines of a row kAhead rows before converting it, so the
+  // misses of several rows overlap (perf: the conversion was 2.6 % of a
+  // 1-thread MLP step, almost all of it waiting on memory).
+  constexpr int64_t kAhead = 4;
+  auto prefetch_row = [&](int64_t i) {
+    const uint8_t* p = images_.data() + idx[i] * kPixels;
+    for (int64_t b = 0; b < kPixels; b += 64) __builtin_prefetch(p + b);
+    __builtin_prefetch(p + kPixels - 1);  // rows do not start on a line
+  };
+  for (int64_t i = 0; i < std::min(n, kAhead); ++i) prefetch_row(i);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) prefetch_row(i + kAhead);
     int64_t k = idx[i];
-    BRAID_CHECK_ARG(k >= 0 && k < n_, "Fashion-MNIST index " + std::to_string(k) + " out of range");
     const uint8_t* src = images_.data() + k * kPixels;
     float* dst = xp + i * kPixels;
     standardise_row(src, dst, kPixels, s, o);
