@@ -28,6 +28,9 @@ class Optimizer {
   virtual const char* kind() const = 0;
   // Number of step() calls so far (AdamW's bias correction uses it).
   int64_t steps() const { return steps_; }
+  // State tensors per parameter, each of its shape: 0 for plain SGD, 1 with
+  // momentum, 2 for AdamW (what the optimizer adds to a model's memory).
+  size_t state_per_param() const { return slots().size(); }
 
   // Checkpoint I/O: tensors "optim/<param name>/<slot>" plus the scalar
   // "optim/steps". load_state throws Error(kCorrupt) naming the tensor when

@@ -59,11 +59,7 @@ int train_main(int argc, char** argv) {
 
   // Reporting (rank 0 only once data parallelism exists).
   const bool is_logger = opts.rank == 0;
-  std::ofstream jlog;
-  if (is_logger && !f.json_log.empty()) {
-    jlog.open(f.json_log);
-    if (!jlog) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
-  }
+  std::ofstream jlog = open_json_log(f, is_logger);
 
   if (is_logger && !f.quiet)
     std::fprintf(stderr, "braid train %s: %lld parameters, %lld steps, batch %lld, %s lr %g, %d thread%s\n",
@@ -77,11 +73,7 @@ int train_main(int argc, char** argv) {
     nn::StepStats st = trainer.step();
     last_loss = st.loss;
     report.after_step(s, st);
-    if (is_logger && jlog.is_open())
-      jlog << nlohmann::json{{"step", st.step}, {"loss", st.loss}, {"lr", st.lr},
-                             {"grad_norm", st.grad_norm}}
-                  .dump()
-           << '\n';
+    if (jlog.is_open()) jlog << step_record(st).dump() << '\n';
     if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
       trainer.save(f.checkpoint);
   }

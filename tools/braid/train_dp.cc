@@ -89,11 +89,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   if (!f.resume.empty()) trainer.load(f.resume);
 
   const bool logger = rank == 0;
-  std::ofstream jlog;
-  if (logger && !f.json_log.empty()) {
-    jlog.open(f.json_log);
-    if (!jlog) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
-  }
+  std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
     std::fprintf(stderr,
                  "braid train %s: %lld parameters, %lld steps, global batch %lld, %s lr %g, "
@@ -121,20 +117,16 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
         step_sum[size_t(r)] += times[size_t(r)].step_s();
       }
     report.after_step(s, st, times[0].exposed_comm_s / std::max(1e-12, times[0].step_s()));
-    if (logger && jlog.is_open()) {
-      nlohmann::json c = nlohmann::json::array(), e = nlohmann::json::array(),
-                     i = nlohmann::json::array();
+    if (jlog.is_open()) {
+      nlohmann::json rec = step_record(st), c = nlohmann::json::array(),
+                     e = nlohmann::json::array(), i = nlohmann::json::array();
       for (auto& t : times) {
         c.push_back(t.compute_s);
         e.push_back(t.exposed_comm_s);
         i.push_back(t.idle_s);
       }
-      jlog << nlohmann::json{{"step", st.step},       {"loss", st.loss},
-                             {"lr", st.lr},           {"grad_norm", st.grad_norm},
-                             {"compute_s", c},        {"exposed_comm_s", e},
-                             {"idle_s", i}}
-                  .dump()
-           << '\n';
+      rec.update({{"compute_s", c}, {"exposed_comm_s", e}, {"idle_s", i}});
+      jlog << rec.dump() << '\n';
     }
     if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
       trainer.save(f.checkpoint);
@@ -155,8 +147,9 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                {"optim_bytes", mem.optim_bytes},
                {"state_bytes", mem.total()},
                {"peak_transient_bytes", mem.peak_transient_bytes},
+               // parameters, gradients and one f32 per parameter per optimizer slot
                {"single_process_state_bytes",
-                nparams * 4 * (2 + (f.optimizer == "adamw" ? 2 : (f.momentum != 0 ? 1 : 0)))}});
+                nparams * 4 * (2 + int64_t(setup.opt->state_per_param()))}});
   nlohmann::json frac = nlohmann::json::array();
   double frac_max = 0;
   for (int r = 0; r < world; ++r) {

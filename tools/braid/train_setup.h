@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -208,7 +209,6 @@ class StepReporter {
         warm_step_(first) {}
 
   const char* unit() const { return unit_; }
-  double t0() const { return t0_; }
   // True for the steps the throughput counts.
   bool measured(int64_t s) const { return s + 1 - first_ > warm_; }
 
@@ -268,6 +268,21 @@ class StepReporter {
   double t0_, t_warm_, t_end_ = 0;
   int64_t warm_step_;
 };
+
+// The --json-log stream of the logging rank: open when `logger` and the
+// flag is set, else closed (writes are skipped by checking is_open()).
+inline std::ofstream open_json_log(const TrainFlags& f, bool logger) {
+  std::ofstream log;
+  if (!logger || f.json_log.empty()) return log;
+  log.open(f.json_log);
+  if (!log) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
+  return log;
+}
+
+// The fields every step record carries; `--dp` adds the ranks' time split.
+inline nlohmann::json step_record(const nn::StepStats& st) {
+  return {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}};
+}
 
 // The fields every done record carries; the caller adds the rest.
 inline nlohmann::json done_record(const TrainFlags& f, int64_t steps, double final_loss,
