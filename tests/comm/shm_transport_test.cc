@@ -47,6 +47,18 @@ void block_process_vm_readv() {
   ASSERT_EQ(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
 }
 
+// A message from rank 0 to rank 1: rank 0 sends `sig` from `buf`, rank 1
+// receives it into `buf`.
+Request one_way(int rank, const MsgSig& sig, void* buf) {
+  Request r;
+  r.kind = rank == 0 ? Request::Kind::kSend : Request::Kind::kRecv;
+  r.peer = 1 - rank;
+  r.sig = sig;
+  if (rank == 0) r.src = buf;
+  else r.dst = buf;
+  return r;
+}
+
 // on: BRAID_SHM_CMA_BYTES=256 KiB; off: =0; default: unset (off); blocked:
 // on, but process_vm_readv is refused on odd ranks, so some directions fall
 // back and others do not.
@@ -112,12 +124,8 @@ TEST_P(ShmSingleCopy, SizesAroundThresholdInOrder) {
 // Returns, on rank 1, whether it got the overwritten bytes.
 bool read_after_post(Transport& t, int rank, Store& store, size_t bytes, const std::string& tag) {
   std::vector<uint8_t> buf(bytes, 1);
-  Request r;
-  r.kind = rank == 0 ? Request::Kind::kSend : Request::Kind::kRecv;
-  r.peer = 1 - rank;
-  r.sig = sig_of(CollOp::kBroadcast, 3, bytes, bytes);
+  Request r = one_way(rank, sig_of(CollOp::kBroadcast, 3, bytes, bytes), buf.data());
   if (rank == 0) {
-    r.src = buf.data();
     t.post(&r);
     for (int i = 0; i < 1000; ++i) t.progress();
     std::memset(buf.data(), 2, bytes);
@@ -127,7 +135,6 @@ bool read_after_post(Transport& t, int rank, Store& store, size_t bytes, const s
   }
   store.get("overwritten/" + tag);
   std::memset(buf.data(), 0, bytes);
-  r.dst = buf.data();
   t.post(&r);
   drive(t, {&r});
   for (size_t i = 0; i < bytes; ++i)
@@ -200,12 +207,9 @@ TEST(ShmSingleCopyFaults, MismatchBeforeAnyByteMoves) {
     auto t = make(rank, size, *store, "shm");
     tutil::ring_ping(*t, rank, size);
     std::vector<uint8_t> buf(4u << 20, rank == 0 ? 1 : 0xEE);
-    Request r;  // rank 0 sends seq 4, rank 1 expects seq 5
-    r.kind = rank == 0 ? Request::Kind::kSend : Request::Kind::kRecv;
-    r.peer = 1 - rank;
-    r.sig = sig_of(CollOp::kAllGather, rank == 0 ? 4 : 5, buf.size() / 4, buf.size(), DType::kF32);
-    if (rank == 0) r.src = buf.data();
-    else r.dst = buf.data();
+    // rank 0 sends seq 4, rank 1 expects seq 5
+    Request r = one_way(rank, sig_of(CollOp::kAllGather, rank == 0 ? 4 : 5, buf.size() / 4, buf.size(), DType::kF32),
+                        buf.data());
     t->post(&r);
     if (rank == 0) {
       for (int i = 0; i < 100; ++i) t->progress();  // the descriptor is out
@@ -233,12 +237,7 @@ TEST(ShmSingleCopyFaults, SenderDiesMidTransfer) {
     auto t = make(rank, size, *store, "shm");
     tutil::ring_ping(*t, rank, size);
     std::vector<uint8_t> buf(64u << 20, 1);
-    Request r;
-    r.kind = rank == 0 ? Request::Kind::kSend : Request::Kind::kRecv;
-    r.peer = 1 - rank;
-    r.sig = sig_of(CollOp::kScatter, 2, buf.size(), buf.size());
-    if (rank == 0) r.src = buf.data();
-    else r.dst = buf.data();
+    Request r = one_way(rank, sig_of(CollOp::kScatter, 2, buf.size(), buf.size()), buf.data());
     t->post(&r);
     if (rank == 0) {
       while (!store->check("reading")) t->progress(), std::this_thread::sleep_for(1ms);
@@ -268,14 +267,11 @@ TEST(ShmSingleCopyFaults, UnmappedSourceIsAnError) {
     auto t = make(rank, size, *store, "shm");
     tutil::ring_ping(*t, rank, size);
     const size_t bytes = 4u << 20;
-    Request r;
-    r.kind = rank == 0 ? Request::Kind::kSend : Request::Kind::kRecv;
-    r.peer = 1 - rank;
-    r.sig = sig_of(CollOp::kGather, 6, bytes, bytes);
+    const MsgSig sig = sig_of(CollOp::kGather, 6, bytes, bytes);
     if (rank == 0) {
       void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       ASSERT_NE(m, MAP_FAILED);
-      r.src = m;
+      Request r = one_way(rank, sig, m);
       t->post(&r);
       for (int i = 0; i < 100; ++i) t->progress();  // the descriptor is out
       ::munmap(m, bytes);
@@ -284,7 +280,7 @@ TEST(ShmSingleCopyFaults, UnmappedSourceIsAnError) {
       return;
     }
     std::vector<uint8_t> buf(bytes);
-    r.dst = buf.data();
+    Request r = one_way(rank, sig, buf.data());
     store->get("unmapped");
     t->post(&r);
     tutil::expect_error(*t, {&r}, Errc::kIo, {"single-copy read of gather seq 6", "rank 0 (pid", "Bad address"},
