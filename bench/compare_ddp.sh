@@ -59,7 +59,6 @@ if [[ " $sections " == *" speed "* ]]; then
   for setting in $blas_settings; do
     blas_env "$setting"
     declare -A res kern
-    runs=0
     for model in $models; do
       if [[ $model == mlp ]]; then steps=$mlp_steps; extra=(); key=samples_per_s; else steps=$gpt_steps; extra=("${gpt_args[@]}"); key=tokens_per_s; fi
       init=$tmp/$model.ckpt

@@ -71,7 +71,6 @@ for setting in $blas_settings; do
     run_pair gpt "$t" "$gpt_steps" --layers 4 --d-model 256 --heads 4 --context 128 --batch 16
   done
 done
-benv=(env)
 
 if [[ ${ACC:-0} == 1 ]]; then
   # Both sides compute the same steps, but float rounding differs in the

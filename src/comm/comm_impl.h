@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>
