@@ -35,7 +35,7 @@
 
 namespace braid {
 
-namespace comm { class CommImpl; struct WorkState; }
+namespace comm { class CommImpl; struct WorkState; struct SharedRegion; }
 
 // Handle of an asynchronous operation.
 class Work {
@@ -54,6 +54,26 @@ class Work {
 
  private:
   std::shared_ptr<comm::WorkState> s_;
+};
+
+// Memory from Communicator::alloc_shared, zero-filled. Copies share the
+// allocation; the last one frees it.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  void* data() const;
+  size_t bytes() const;
+  template <class T>
+  T* as() const { return static_cast<T*>(data()); }
+  // True when every rank of the communicator maps this memory, so that
+  // collectives on it take the shared path. False where that is not
+  // possible (a peer on another host or reached over TCP, a single rank):
+  // then it is ordinary private memory and collectives run as usual.
+  bool shared() const;
+
+ private:
+  friend class Communicator;
+  std::shared_ptr<comm::SharedRegion> r_;
 };
 
 struct CommOptions {
@@ -81,6 +101,18 @@ class Communicator {
   // communicator ordered by (key, old rank). color < 0 returns nullptr for
   // that rank (MPI_UNDEFINED). The result runs independently of its parent.
   std::shared_ptr<Communicator> split(int color, int key);
+
+  // Collective: every rank calls it (each with its own size, usually the
+  // same), in the same order as its other collectives. When all ranks share
+  // this host and the shared-memory transport, each rank's memory is mapped
+  // by every peer, and all_reduce on buffers inside it (each rank passing
+  // memory from the same alloc_shared call, at any offset) reduces straight
+  // out of the peers' buffers: each rank reads and writes the buffer once,
+  // with no staging copies — about half the memory traffic of the ring
+  // (algorithm "shared", src/comm/algo/shared.cc; BRAID_ALGO overrides it).
+  // A rank that passes such memory while a peer does not gets
+  // Error(kMismatch). Throws Error(kIo) if no memory can be had at all.
+  SharedBuffer alloc_shared(size_t bytes);
 
   void broadcast(void* buf, size_t count, DType t, int root);
   void reduce(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);

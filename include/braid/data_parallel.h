@@ -91,6 +91,12 @@ struct DpOptions {
   enum class Reduce { kAuto, kBackground, kInline };
   Reduce reduce = Reduce::kAuto;
   bool bf16_grads = false;  // communicate gradients as bf16
+  // ZeRO 0/1 with f32 gradients: the flat gradient buckets live in
+  // Communicator::alloc_shared memory, so where every rank shares one host
+  // their all_reduce reads the peers' buckets directly (the "shared"
+  // algorithm: no staging copies). Elsewhere the memory is private and
+  // nothing changes. false: ordinary buckets (for comparison).
+  bool shared_buckets = true;
 };
 
 // Bytes of training state this rank holds.

@@ -23,6 +23,7 @@
 #include "comm/algo/context.h"
 #include "comm/flight_recorder.h"
 #include "comm/select.h"
+#include "comm/shared_memory.h"
 #include "comm/transport.h"
 
 namespace braid::comm {
@@ -76,11 +77,14 @@ class CommImpl {
   // async=false runs it to completion (rethrowing its error).
   // Point-to-point messages carry a per-(peer, direction) sequence number
   // (explicit_seq) instead of the collective one.
+  // shared: every buffer lies in alloc_shared memory; the "shared" algorithm
+  // runs unless an override names another.
   template <class F>
   Work launch(CollOp op, size_t count, DType t, ReduceOp rop, int root, size_t model_bytes,
-              bool async, F&& fn, int64_t explicit_seq = -1) {
+              bool async, F&& fn, int64_t explicit_seq = -1, bool shared = false) {
     MsgSig sig = next_sig(op, count, t, rop, root, explicit_seq);
-    const std::string& algo = choose(op, model_bytes, t);
+    const std::string& algo =
+        shared && !selector_->overridden(op) ? shared_algo() : choose(op, model_bytes, t);
     uint64_t id = fr_.record(sig);
     // Fast path: a blocking call with nothing queued runs right here, with
     // no WorkState, no std::function and no thread hand-off.
@@ -101,6 +105,13 @@ class CommImpl {
   void run_queued_until(WorkState& w);
 
   std::unique_ptr<CommImpl> split(int color, int key);
+
+  // Regions from Communicator::alloc_shared, for collectives to recognise.
+  SharedRegistry& shared_registry() { return shared_; }
+  static const std::string& shared_algo() {
+    static const std::string s = "shared";
+    return s;
+  }
 
   Selector& selector() {
     last_choice_ = LastChoice{};  // overrides may change
@@ -151,6 +162,7 @@ class CommImpl {
   std::unique_ptr<CommImpl> local_, leaders_;
   FlightRecorder fr_;
   ContextPool pool_;
+  SharedRegistry shared_;
   // The last selection, reused while calls repeat (op, size, dtype).
   struct LastChoice {
     CollOp op = CollOp::kProbe;

@@ -2,10 +2,12 @@
 #include <limits>
 
 #include "braid/comm.h"
+
 #include "braid/env.h"
 #include "comm/algo/algorithms.h"
 #include "comm/algo/hierarchical.h"
 #include "comm/comm_impl.h"
+#include "comm/shared_memory.h"
 
 namespace braid {
 
@@ -45,6 +47,10 @@ bool Work::test() {
 // ---- argument checks ----------------------------------------------------------
 
 namespace {
+
+// Below this, the recursive-doubling / ring paths' one exchange beats the
+// shared path's two rounds of small messages.
+constexpr size_t kSharedMinBytes = 4096;
 
 // Set while a blocking call is issuing its operation, so the shared _async
 // code runs it inline instead of queueing it.
@@ -134,6 +140,18 @@ std::string Communicator::transport_to(int peer) const {
   return impl_->transport_to(peer);
 }
 
+// ---- shared memory ------------------------------------------------------------
+
+void* SharedBuffer::data() const { return r_ ? r_->base : nullptr; }
+size_t SharedBuffer::bytes() const { return r_ ? r_->bytes : 0; }
+bool SharedBuffer::shared() const { return r_ && r_->shared; }
+
+SharedBuffer Communicator::alloc_shared(size_t bytes) {
+  SharedBuffer b;
+  b.r_ = comm::alloc_shared_region(*this, impl_->shared_registry(), bytes);
+  return b;
+}
+
 // ---- collectives -----------------------------------------------------------
 
 Work Communicator::broadcast_async(void* buf, size_t count, DType t, int root) {
@@ -175,9 +193,13 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
   comm::CommImpl* impl = impl_.get();
+  comm::SharedSpan span;
+  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(recv, bytes);
   return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
-                         if (a == "hier" && impl->hierarchical())
+                         if (a == "shared" && span)
+                           algo::all_reduce_shared(c, span, send, recv, count);
+                         else if (a == "hier" && impl->hierarchical())
                            algo::all_reduce_hier(c, *impl->local(), impl->leaders(), send, recv,
                                                  count);
                          else if (a == "ring" || a == "hier")
@@ -185,7 +207,8 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
                          else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
                          else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
                          else algo::all_reduce_direct(c, send, recv, count, chunk);
-                       });
+                       },
+                       -1, bool(span));
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DType t) {

@@ -52,6 +52,8 @@ class Selector {
   double predict(CollOp op, const std::string& algo, size_t bytes) const;
   static const std::vector<std::string>& algorithms_for(CollOp op);
   bool deterministic() const { return deterministic_; }
+  // True if BRAID_ALGO or set_algorithm forced an algorithm for `op`.
+  bool overridden(CollOp op) const { return overrides_.count(op) != 0; }
 
  private:
   int n_;

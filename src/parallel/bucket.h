@@ -20,6 +20,7 @@ struct DataParallel::Bucket {
   bool gather_pending = false;
   bool params_live = true, grads_live = true;
   Tensor grad;         // full [padded]: ZeRO 0/1 always; 2/3 while backward needs it
+  SharedBuffer grad_mem;  // behind `grad` with DpOptions::shared_buckets
   Tensor param;        // full [padded]: ZeRO 0–2 always; 3 while gathered
   Tensor param_shard;  // ZeRO 3: this rank's chunk (owned)
   Tensor grad_shard;   // ZeRO 2/3: this rank's reduced chunk (owned)

@@ -112,7 +112,12 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model
       b.grads_live = false;
       for (auto* p : b.params) p->grad = Tensor();
     } else {
-      b.grad = Tensor({b.padded});
+      if (opts_.shared_buckets && !opts_.bf16_grads && world_ > 1) {
+        b.grad_mem = comm_->alloc_shared(size_t(b.padded) * 4);
+        b.grad = Tensor::view(b.grad_mem.data(), {b.padded});
+      } else {
+        b.grad = Tensor({b.padded});
+      }
       point_grads(b);
     }
 

@@ -42,6 +42,7 @@ struct Opts {
   bool json = false;
   bool check = true;
   bool probe = false;
+  bool shared = false;
   std::string probe_out;
 };
 
@@ -112,7 +113,9 @@ struct Row {
 // Runs `op` once on buffers sized for `count` elements per rank-block.
 class Case {
  public:
-  Case(Communicator& c, const std::string& op, size_t bytes, DType t, ReduceOp rop)
+  // shared: buffers from alloc_shared, and all_reduce in place (the way
+  // data parallel training calls it on its gradient buckets).
+  Case(Communicator& c, const std::string& op, size_t bytes, DType t, ReduceOp rop, bool shared)
       : c_(c), op_(op), t_(t), rop_(rop), n_(c.size()), es_(dtype_size(t)) {
     // bytes follows nccl-tests: the whole buffer for all_reduce, broadcast,
     // reduce; the whole output of all_gather / gather; the whole input of
@@ -121,17 +124,32 @@ class Case {
     blockwise_ = op != "all_reduce" && op != "broadcast" && op != "reduce";
     count_ = blockwise_ ? elems / size_t(n_) : elems;
     size_t total = blockwise_ ? count_ * size_t(n_) : count_;
-    in_.assign(total * es_, 0);
-    out_.assign(total * es_, 0);
+    if (shared) {
+      shared_out_ = c.alloc_shared(total * es_);
+      out_ = shared_out_.as<uint8_t>();
+      if (op == "all_reduce") {
+        in_ = out_;
+      } else {
+        shared_in_ = c.alloc_shared(total * es_);
+        in_ = shared_in_.as<uint8_t>();
+      }
+    } else {
+      in_store_.assign(total * es_, 0);
+      out_store_.assign(total * es_, 0);
+      in_ = in_store_.data();
+      out_ = out_store_.data();
+    }
+    total_bytes_ = total * es_;
   }
   size_t count() const { return count_; }
+  bool shared() const { return shared_out_.shared(); }
   // Elements in `bytes` (nccl-tests' count column: the whole buffer).
   size_t total_count() const { return bytes() / es_; }
   size_t bytes() const { return (blockwise_ ? count_ * size_t(n_) : count_) * es_; }
 
   void run() {
-    void* in = in_.data();
-    void* out = out_.data();
+    void* in = in_;
+    void* out = out_;
     if (op_ == "all_reduce") c_.all_reduce(in, out, count_, t_, rop_);
     else if (op_ == "broadcast") c_.broadcast(out, count_, t_, 0);
     else if (op_ == "reduce") c_.reduce(in, out, count_, t_, rop_, 0);
@@ -145,44 +163,44 @@ class Case {
   // Fills inputs with the pattern, runs once, counts wrong output elements.
   uint64_t check() {
     const int r = c_.rank();
-    std::fill(out_.begin(), out_.end(), 0xEE);
+    std::fill(out_, out_ + total_bytes_, 0xEE);
     size_t total = blockwise_ ? count_ * size_t(n_) : count_;
     std::vector<uint8_t> want;
     size_t check_n = 0;
-    const void* got = out_.data();
+    const void* got = out_;
     if (op_ == "all_reduce" || (op_ == "reduce" && r == 0)) {
-      fill(in_.data(), count_, t_, r);
+      fill(in_, count_, t_, r);
       want.resize(count_ * es_);
       expected(want.data(), count_, t_, rop_, n_, 0);
       check_n = count_;
     } else if (op_ == "reduce") {
-      fill(in_.data(), count_, t_, r);
+      fill(in_, count_, t_, r);
     } else if (op_ == "broadcast") {
-      if (r == 0) fill(out_.data(), count_, t_, 0);
+      if (r == 0) fill(out_, count_, t_, 0);
       want.resize(count_ * es_);
       fill(want.data(), count_, t_, 0);
       check_n = count_;
     } else if (op_ == "all_gather" || op_ == "gather") {
-      fill(in_.data(), count_, t_, r);
+      fill(in_, count_, t_, r);
       if (op_ == "all_gather" || r == 0) {
         want.resize(total * es_);
         for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j);
         check_n = total;
       }
     } else if (op_ == "reduce_scatter") {
-      fill(in_.data(), total, t_, r);
+      fill(in_, total, t_, r);
       want.resize(count_ * es_);
       expected(want.data(), count_, t_, rop_, n_, size_t(r) * count_);
       check_n = count_;
     } else if (op_ == "scatter") {
-      if (r == 0) fill(in_.data(), total, t_, 0);
+      if (r == 0) fill(in_, total, t_, 0);
       want.resize(count_ * es_);
       fill(want.data(), count_, t_, 0, size_t(r) * count_);
       check_n = count_;
     } else if (op_ == "all_to_all") {
       // block j of rank r's input is pattern(r*n + j); rank r receives
       // block r of every rank j.
-      for (int j = 0; j < n_; ++j) fill(in_.data() + size_t(j) * count_ * es_, count_, t_, r * n_ + j);
+      for (int j = 0; j < n_; ++j) fill(in_ + size_t(j) * count_ * es_, count_, t_, r * n_ + j);
       want.resize(total * es_);
       for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j * n_ + r);
       check_n = total;
@@ -199,7 +217,11 @@ class Case {
   int n_;
   size_t es_, count_ = 0;
   bool blockwise_ = false;
-  std::vector<uint8_t> in_, out_;
+  std::vector<uint8_t> in_store_, out_store_;
+  SharedBuffer shared_in_, shared_out_;
+  uint8_t* in_ = nullptr;
+  uint8_t* out_ = nullptr;
+  size_t total_bytes_ = 0;
 };
 
 int run_rank(Communicator& comm, const Opts& o) {
@@ -221,7 +243,7 @@ int run_rank(Communicator& comm, const Opts& o) {
                   "algbw_GB/s", "busbw_GB/s", "wrong", "algo");
     }
     for (size_t bytes = std::max<size_t>(o.min_bytes, 1); bytes <= o.max_bytes;) {
-      Case cs(comm, op, bytes, t, rop);
+      Case cs(comm, op, bytes, t, rop, o.shared);
       uint64_t wrong = o.check ? cs.check() : 0;
       for (int i = 0; i < o.warmup; ++i) cs.run();
       comm.barrier();
@@ -239,6 +261,8 @@ int run_rank(Communicator& comm, const Opts& o) {
         double busbw = algbw * bus_factor(op, comm.size());
         std::string algo = comm.chosen_algorithm(op, b);
         if (o.algo != "auto") algo = o.algo;
+        else if (o.shared && op == "all_reduce" && b >= 4096 && comm.size() > 1 &&
+                 cs.shared()) algo = "shared";
         if (o.json) {
           nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.total_count()},
                               {"dtype", o.dtype}, {"time_us", slowest * 1e6},
@@ -421,6 +445,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup,-w", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--json", o.json, "one JSON object per row");
+  app.add_flag("--shared", o.shared,
+               "buffers from alloc_shared (mapped by every rank of the host); all_reduce in place");
   app.add_flag("!--no-check", o.check, "skip the correctness check");
   app.add_flag("--probe", o.probe,
                "measure alpha/beta/gamma of this transport and cache them for the cost model");

@@ -46,7 +46,7 @@ struct DpFlags : TrainFlags {
   int dp = 0;
   int zero = 0;
   double bucket_mb = 25, first_bucket_mb = 1;
-  bool no_overlap = false, bf16_grads = false;
+  bool no_overlap = false, bf16_grads = false, private_buckets = false;
   std::string bucket_reduce = "auto";
   double ref_throughput = 0;
   std::string transport;
@@ -85,6 +85,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                : f.bucket_reduce == "inline"   ? parallel::DpOptions::Reduce::kInline
                                                : parallel::DpOptions::Reduce::kAuto;
   dpo.bf16_grads = f.bf16_grads;
+  dpo.shared_buckets = !f.private_buckets;
   parallel::DpTrainer trainer(comm, *model, *train, *setup.opt, setup.sched, setup.opts, dpo);
   if (!f.resume.empty()) trainer.load(f.resume);
 
@@ -259,7 +260,7 @@ bool dp_requested(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     for (const char* flag : {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--plain",
-                             "--bucket-reduce", "--bucket-mb",
+                             "--bucket-reduce", "--bucket-mb", "--private-buckets",
                              "--first-bucket-mb", "--ref-throughput"})
       if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
   }
@@ -285,6 +286,9 @@ int train_dp_main(int argc, char** argv) {
                  "the host has a core to spare for it")
       ->check(CLI::IsMember({"auto", "background", "inline"}));
   app.add_flag("--bf16-grads", f.bf16_grads, "communicate gradients in bf16");
+  app.add_flag("--private-buckets", f.private_buckets,
+               "gradient buckets in private memory, reduced through the transport's staging "
+               "buffers (default: in shared memory, reduced straight out of the peers' buckets)");
   app.add_option("--ref-throughput", f.ref_throughput,
                  "1-rank samples/s (tokens/s) to report the scaling factor against");
   app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/algo/context.h"
+#include "comm/shared_memory.h"
 
 namespace braid::comm::algo {
 
@@ -53,6 +54,10 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
                          const std::vector<size_t>& sdispls, void* recv,
                          const std::vector<size_t>& rcounts, const std::vector<size_t>& rdispls);
 void all_gather_direct(Context& c, const void* send, void* recv, size_t count);
+
+// shared.cc: buffers in memory every peer maps (Communicator::alloc_shared).
+void all_reduce_shared(Context& c, const SharedSpan& span, const void* send, void* recv,
+                       size_t count);
 
 // barrier.cc
 void barrier_dissemination(Context& c);

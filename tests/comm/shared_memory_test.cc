@@ -1,0 +1,198 @@
+// Communicator::alloc_shared and the "shared" all-reduce (src/comm/algo/
+// shared.cc), with real processes: results against a serial fold, bitwise
+// equality with the direct algorithm, the path actually taken (flight
+// recorder), overrides, async overlap, TCP fallback, a rank passing private
+// memory while its peers pass shared memory, and a peer dying.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "braid/reduce.h"
+#include "support/multiproc.h"
+
+using namespace braid;
+using braid::testing::expect_all_pass;
+using braid::testing::run_ranks;
+
+namespace {
+
+std::shared_ptr<Communicator> make(int rank, int size, std::shared_ptr<Store> store,
+                                   const std::string& transport = "", int timeout_s = 60) {
+  CommOptions o;
+  o.timeout = std::chrono::seconds(timeout_s);
+  o.transport = transport;
+  return Communicator::create(rank, size, store, o);
+}
+
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+// The last line of the flight record names the algorithm of the newest call.
+std::string last_record(Communicator& c) {
+  std::string fr = c.flight_record();
+  while (!fr.empty() && fr.back() == '\n') fr.pop_back();
+  return fr.substr(fr.rfind('\n') + 1);
+}
+
+float value(int rank, size_t i, int salt) {
+  return float(int((rank * 7 + i * 3 + size_t(salt)) % 5) - 2);
+}
+
+// Every rank's input for `salt`, reduced in rank order with the kernels.
+void check_matrix(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  const size_t counts[] = {0, 1, 7, 1000, 4096, (size_t(1) << 20) + 3};
+  const DType types[] = {DType::kF32, DType::kBF16, DType::kI32, DType::kF64};
+  const size_t max_bytes = ((size_t(1) << 20) + 3) * 8 + 4096;
+  SharedBuffer buf = c.alloc_shared(max_bytes + size_t(r) * 64);
+  ASSERT_EQ(buf.bytes(), max_bytes + size_t(r) * 64);
+  ASSERT_EQ(buf.shared(), n > 1);
+  int salt = 0;
+  for (DType t : types) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+      if (op == ReduceOp::kAvg && t == DType::kI32) continue;
+      for (size_t count : counts) {
+        ++salt;
+        const size_t es = dtype_size(t);
+        // Each rank at its own offset: descriptors carry offsets, not addresses.
+        uint8_t* mine = buf.as<uint8_t>() + size_t(r) * 64;
+        std::vector<uint8_t> want(count * es), cur(count * es);
+        auto fill = [&](uint8_t* dst, int rank) {
+          for (size_t i = 0; i < count; ++i) {
+            float v = value(rank, i, salt);
+            switch (t) {
+              case DType::kF32: std::memcpy(dst + i * 4, &v, 4); break;
+              case DType::kBF16: { uint16_t h = f32_to_bf16(v); std::memcpy(dst + i * 2, &h, 2); break; }
+              case DType::kI32: { int32_t x = int32_t(v); std::memcpy(dst + i * 4, &x, 4); break; }
+              default: { double d = v; std::memcpy(dst + i * 8, &d, 8); break; }
+            }
+          }
+        };
+        fill(want.data(), 0);
+        for (int q = 1; q < n; ++q) {
+          fill(cur.data(), q);
+          reduce2(want.data(), want.data(), cur.data(), count, t, op);
+        }
+        if (op == ReduceOp::kAvg) scale_avg(want.data(), count, t, n);
+        fill(mine, r);
+        c.all_reduce(mine, mine, count, t, op);
+        ASSERT_EQ(0, std::memcmp(mine, want.data(), count * es))
+            << dtype_name(t) << " " << reduce_op_name(op) << " count " << count;
+        if (n > 1 && count * es >= 4096) {
+          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+        }
+      }
+    }
+  }
+}
+
+void body(int rank, int size, std::shared_ptr<Store> store) {
+  auto c = make(rank, size, store);
+  check_matrix(*c);
+
+  // Zero-filled, and out of place (private send, shared recv).
+  const size_t n = 300007;
+  SharedBuffer out = c->alloc_shared(n * 4);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out.as<float>()[i], 0.0f);
+  std::mt19937 rng(77 + rank);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> in(n);
+  for (auto& v : in) v = dist(rng) * 1000.0f;
+  c->all_reduce(in.data(), out.data(), n, DType::kF32, ReduceOp::kSum);
+
+  // Bitwise the direct algorithm's rank-order fold, on random floats.
+  std::vector<float> direct(n);
+  c->set_algorithm("all_reduce", "direct");
+  c->all_reduce(in.data(), direct.data(), n, DType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(0, std::memcmp(out.data(), direct.data(), n * 4));
+
+  // An override wins over the shared path, and still computes the sum.
+  std::memcpy(out.data(), in.data(), n * 4);
+  c->set_algorithm("all_reduce", "ring");
+  c->all_reduce(out.data(), out.data(), n, DType::kF32, ReduceOp::kSum);
+  if (size > 1) {
+    EXPECT_TRUE(contains(last_record(*c), "ring")) << last_record(*c);
+  }
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(out.as<float>()[i], direct[i], 1e-3f * std::max(1.0f, std::fabs(direct[i])));
+  c->set_algorithm("all_reduce", "auto");
+
+  // Two async reductions in flight on two regions.
+  SharedBuffer a = c->alloc_shared(n * 4), b = c->alloc_shared(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    a.as<float>()[i] = float(rank + 1);
+    b.as<float>()[i] = float(i % 7) * float(rank);
+  }
+  Work wa = c->all_reduce_async(a.data(), a.data(), n, DType::kF32, ReduceOp::kSum);
+  Work wb = c->all_reduce_async(b.data(), b.data(), n, DType::kF32, ReduceOp::kSum);
+  wa.wait();
+  wb.wait();
+  const float ranks_sum = float(size * (size + 1) / 2), idx_sum = float(size * (size - 1) / 2);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a.as<float>()[i], ranks_sum);
+    ASSERT_EQ(b.as<float>()[i], float(i % 7) * idx_sum);
+  }
+}
+
+}  // namespace
+
+TEST(SharedMemory, World1) { expect_all_pass(1, body, std::chrono::seconds(300)); }
+TEST(SharedMemory, World2) { expect_all_pass(2, body, std::chrono::seconds(300)); }
+TEST(SharedMemory, World3) { expect_all_pass(3, body, std::chrono::seconds(300)); }
+TEST(SharedMemory, World4) { expect_all_pass(4, body, std::chrono::seconds(400)); }
+
+TEST(SharedMemory, TcpFallsBackToPrivateMemory) {
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, "tcp");
+    SharedBuffer buf = c->alloc_shared(1 << 20);
+    EXPECT_FALSE(buf.shared());
+    const size_t n = buf.bytes() / 4;
+    for (size_t i = 0; i < n; ++i) buf.as<float>()[i] = float(rank + 1);
+    c->all_reduce(buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum);
+    EXPECT_FALSE(contains(last_record(*c), "shared")) << last_record(*c);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf.as<float>()[i], 3.0f);
+  });
+}
+
+TEST(SharedMemory, PrivateBufferOnOneRankIsAnErrorNotAHang) {
+  auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, "", 20);
+    SharedBuffer buf = c->alloc_shared(1 << 20);
+    std::vector<float> priv(buf.bytes() / 4, 1.0f);
+    float* p = rank == 0 ? buf.as<float>() : priv.data();
+    double t0 = now_s();
+    try {
+      c->all_reduce(p, p, priv.size(), DType::kF32, ReduceOp::kSum);
+      ADD_FAILURE() << "rank " << rank << ": expected braid::Error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+    }
+    EXPECT_LT(now_s() - t0, 15.0);
+  }, std::chrono::seconds(60));
+  for (auto& r : res) EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ": " << r.output;
+}
+
+TEST(SharedMemory, PeerDeathFailsTheReduction) {
+  auto res = run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, "", 60);
+    SharedBuffer buf = c->alloc_shared(4 << 20);
+    const size_t n = buf.bytes() / 4;
+    c->all_reduce(buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum);
+    if (rank == 2) ::_exit(0);  // dies without a word, its memory still mapped by the others
+    double t0 = now_s();
+    try {
+      c->all_reduce(buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum);
+      ADD_FAILURE() << "rank " << rank << ": expected braid::Error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == Errc::kPeerDied || e.code() == Errc::kTimeout) << e.what();
+    }
+    EXPECT_LT(now_s() - t0, 10.0);
+  }, std::chrono::seconds(90));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  EXPECT_EQ(res[1].exit_code, 0) << res[1].output;
+}
