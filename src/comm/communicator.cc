@@ -48,10 +48,6 @@ bool Work::test() {
 
 namespace {
 
-// Below this, the recursive-doubling / ring paths' one exchange beats the
-// shared path's two rounds of small messages.
-constexpr size_t kSharedMinBytes = 4096;
-
 // Set while a blocking call is issuing its operation, so the shared _async
 // code runs it inline instead of queueing it.
 thread_local bool t_blocking = false;

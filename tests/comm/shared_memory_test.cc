@@ -83,7 +83,7 @@ void check_matrix(Communicator& c) {
         c.all_reduce(mine, mine, count, t, op);
         ASSERT_EQ(0, std::memcmp(mine, want.data(), count * es))
             << dtype_name(t) << " " << reduce_op_name(op) << " count " << count;
-        if (n > 1 && count * es >= 4096) {
+        if (n > 1 && count * es >= Communicator::kSharedMinBytes) {
           EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
         }
       }

@@ -193,10 +193,18 @@ void equivalence_matrix(int world) {
           DpOptions o = small_buckets(zero);
           o.reduce = (zero + accum) % 2 ? DpOptions::Reduce::kBackground
                                         : DpOptions::Reduce::kInline;
+          // ZeRO 0/1 buckets: shared memory (the "shared" all-reduce) without
+          // accumulation, private memory (through the transport) with it.
+          o.shared_buckets = accum == 1;
           std::string what = std::string(kind) + " dp=" + std::to_string(n) + " zero=" +
                              std::to_string(zero) + " accum=" + std::to_string(accum) +
-                             (o.reduce == DpOptions::Reduce::kInline ? " inline" : " background");
+                             (o.reduce == DpOptions::Reduce::kInline ? " inline" : " background") +
+                             (o.shared_buckets ? "" : " private buckets");
           Trace r = dp_run(comm, kind, accum, o);
+          if (zero <= 1 && o.shared_buckets && n > 1) {
+            EXPECT_NE(comm->flight_record().find(" shared "), std::string::npos)
+                << what << "\n" << comm->flight_record();
+          }
           expect_close(r.losses, ref.losses, 1e-5, what + " loss");
           expect_params_close(r.params, ref.params, 1e-5, what + " params");
         }

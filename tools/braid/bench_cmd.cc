@@ -261,7 +261,8 @@ int run_rank(Communicator& comm, const Opts& o) {
         double busbw = algbw * bus_factor(op, comm.size());
         std::string algo = comm.chosen_algorithm(op, b);
         if (o.algo != "auto") algo = o.algo;
-        else if (o.shared && op == "all_reduce" && b >= 4096 && comm.size() > 1 &&
+        else if (o.shared && op == "all_reduce" && b >= Communicator::kSharedMinBytes &&
+                 comm.size() > 1 &&
                  cs.shared()) algo = "shared";
         if (o.json) {
           nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.total_count()},
