@@ -49,9 +49,11 @@ void SharedRegistry::add(const std::shared_ptr<SharedRegion>& r) {
   std::lock_guard<std::mutex> l(mu_);
   std::erase_if(regions_, [](const std::weak_ptr<SharedRegion>& w) { return w.expired(); });
   regions_.push_back(r);
+  live_.store(regions_.size(), std::memory_order_relaxed);
 }
 
 SharedSpan SharedRegistry::find(const void* p, size_t bytes) {
+  if (live_.load(std::memory_order_relaxed) == 0) return {};
   auto* q = static_cast<const uint8_t*>(p);
   std::lock_guard<std::mutex> l(mu_);
   for (auto& w : regions_) {

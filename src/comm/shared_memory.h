@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,7 @@ class SharedRegistry {
 
  private:
   std::mutex mu_;
+  std::atomic<size_t> live_{0};  // entries in regions_ (find skips the lock at 0)
   uint64_t last_id_ = 0;
   std::vector<std::weak_ptr<SharedRegion>> regions_;
 };
