@@ -385,6 +385,20 @@ void DataParallel::launch(Bucket& b) {
     b.reduce_work = comm_->all_to_all_async(b.send16.raw(), b.recv16.raw(), shard, DType::kBF16);
     return;
   }
+  if (!background_) {
+    // Inline: the blocking call runs on this thread. Issued async and then
+    // waited for, it would go to the communicator's worker thread, and the
+    // hand-off (a futex wake each way) costs more than it saves when no
+    // core is free for the worker anyway.
+    double t0 = now_s();
+    if (opts_.zero <= 1)
+      comm_->all_reduce(b.grad.f32(), b.grad.f32(), n, DType::kF32, ReduceOp::kSum);
+    else
+      comm_->reduce_scatter(b.grad.f32(), b.grad_shard.f32(), shard, DType::kF32,
+                            ReduceOp::kSum);
+    comm_wait_s_ += now_s() - t0;
+    return;
+  }
   if (opts_.zero <= 1)
     b.reduce_work = comm_->all_reduce_async(b.grad.f32(), b.grad.f32(), n, DType::kF32,
                                             ReduceOp::kSum);
