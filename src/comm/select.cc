@@ -16,6 +16,16 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr size_t kChunk = 256 * 1024;  // pipelining chunk assumed by the model
+// Measured on this project's 2-core VM (2026-11-22, braid bench --algo):
+// - a sleeping receiver costs ~12 µs per schedule step when ranks outnumber
+//   cores (4 ranks, 1 KiB: rd 24 µs for 2 steps, hd 50 µs for 4, ring 75 µs
+//   for 6);
+// - all_reduce of 4 KiB–256 KiB between 2 ranks reduces at ~80–100 GB/s (the
+//   rd/ring gaps: rd 1.67 vs ring 2.71 µs at 4 KiB, 7.37 vs 6.70 at 64 KiB,
+//   26.8 vs 19.4 at 256 KiB), ~8× the 16 MiB figure the probe reports.
+constexpr double kWakeAlpha = 12e-6;
+constexpr size_t kCacheBytes = 256 * 1024;
+constexpr double kCacheSpeedup = 8;
 
 double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }
 
@@ -71,7 +81,14 @@ CostParams load_cost_params() {
 Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_local)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
       hosts_(hosts), max_local_(max_local),
-      deterministic_(env_flag("BRAID_DETERMINISTIC")) {}
+      deterministic_(env_flag("BRAID_DETERMINISTIC")) {
+  // More ranks than cores on a host: a message usually finds its receiver
+  // asleep, so each step of a schedule costs a wake-up, not α.
+  if (max_local_ > usable_cores()) {
+    link_.alpha_s = std::max(link_.alpha_s, kWakeAlpha);
+    shm_.alpha_s = std::max(shm_.alpha_s, kWakeAlpha);
+  }
+}
 
 const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
   static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier"};
@@ -121,7 +138,10 @@ void Selector::load_env_overrides() {
 }
 
 double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const {
-  const double n = n_, N = double(bytes), a = link_.alpha_s, b = link_.beta_s_per_b, g = gamma_;
+  const double n = n_, N = double(bytes), a = link_.alpha_s, b = link_.beta_s_per_b;
+  // γ is probed on buffers far larger than the caches; a reduction whose
+  // operands fit in cache runs several times faster.
+  const double g = bytes <= kCacheBytes ? gamma_ / kCacheSpeedup : gamma_;
   if (n_ == 1) return 0;
   int p = 1;
   while (p * 2 <= n_) p *= 2;
