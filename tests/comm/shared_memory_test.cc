@@ -146,6 +146,33 @@ TEST(SharedMemory, World2) { expect_all_pass(2, body, std::chrono::seconds(300))
 TEST(SharedMemory, World3) { expect_all_pass(3, body, std::chrono::seconds(300)); }
 TEST(SharedMemory, World4) { expect_all_pass(4, body, std::chrono::seconds(400)); }
 
+TEST(SharedMemory, SubCommunicatorsShareWithinTheirGroup) {
+  expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    auto sub = c->split(rank % 2, rank);  // {0, 2} and {1, 3}
+    ASSERT_NE(sub, nullptr);
+    const size_t n = 100003;
+    SharedBuffer g = sub->alloc_shared(n * 4);
+    SharedBuffer w = c->alloc_shared(n * 4);
+    EXPECT_TRUE(g.shared());
+    EXPECT_TRUE(w.shared());
+    for (size_t i = 0; i < n; ++i) {
+      g.as<float>()[i] = float(rank);
+      w.as<float>()[i] = float(rank + 1);
+    }
+    // The group's reduction in flight while the parent reduces its own buffer.
+    Work wg = sub->all_reduce_async(g.data(), g.data(), n, DType::kF32, ReduceOp::kSum);
+    c->all_reduce(w.data(), w.data(), n, DType::kF32, ReduceOp::kSum);
+    wg.wait();
+    const float group_sum = rank % 2 == 0 ? 0.0f + 2.0f : 1.0f + 3.0f;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(g.as<float>()[i], group_sum);
+      ASSERT_EQ(w.as<float>()[i], 10.0f);
+    }
+    EXPECT_TRUE(contains(last_record(*sub), "shared")) << last_record(*sub);
+  });
+}
+
 TEST(SharedMemory, TcpFallsBackToPrivateMemory) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = make(rank, size, store, "tcp");

@@ -58,6 +58,25 @@ TEST(BenchTool, HalfPrecisionAndTcpAreChecked) {
   EXPECT_NE(out.find("# OK: 0 wrong"), std::string::npos) << out;
 }
 
+TEST(BenchTool, SharedBuffersTakeTheSharedPathAndAreChecked) {
+  std::string out;
+  ASSERT_EQ(run(bin() + " bench -n 3 --shared --op all -b 64 -e 1M -f 16 --iters 2 --json", &out), 0)
+      << out;
+  std::istringstream is(out);
+  std::string line;
+  int shared_rows = 0;
+  while (std::getline(is, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["wrong"].get<int64_t>(), 0) << line;
+    if (j["op"] == "all_reduce" && j["bytes"].get<size_t>() >= 1024) {
+      EXPECT_EQ(j["algo"], "shared") << line;
+      ++shared_rows;
+    }
+  }
+  EXPECT_GE(shared_rows, 2) << out;
+}
+
 TEST(BenchTool, BadFlagsAreClearErrors) {
   std::string out;
   EXPECT_NE(run(bin() + " bench -n 2 --dtype f8", &out), 0);
