@@ -213,11 +213,15 @@ Work Communicator::all_gather_async(const void* send, void* recv, size_t count, 
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
+  comm::SharedSpan span;
+  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(recv, bytes);
   return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
-                         if (a == "direct") algo::all_gather_direct(c, send, recv, count);
+                         if (a == "shared" && span) algo::all_gather_shared(c, span, send, recv, count);
+                         else if (a == "direct") algo::all_gather_direct(c, send, recv, count);
                          else algo::all_gather_ring(c, send, recv, count, chunk);
-                       });
+                       },
+                       -1, bool(span));
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType t,
@@ -228,11 +232,16 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t cou
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
+  comm::SharedSpan span;
+  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(send, bytes);
   return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
-                         if (a == "direct") algo::reduce_scatter_direct(c, send, recv, count);
+                         if (a == "shared" && span)
+                           algo::reduce_scatter_shared(c, span, send, recv, count);
+                         else if (a == "direct") algo::reduce_scatter_direct(c, send, recv, count);
                          else algo::reduce_scatter_ring(c, send, recv, count, chunk);
-                       });
+                       },
+                       -1, bool(span));
 }
 
 Work Communicator::gather_async(const void* send, void* recv, size_t count, DType t, int root) {

@@ -91,9 +91,66 @@ void check_matrix(Communicator& c) {
   }
 }
 
+// all_gather (recv shared) and reduce_scatter (send shared), in place and
+// out of place, against the values every rank can compute.
+void check_gather_scatter(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  for (size_t count : {size_t(1), size_t(300), size_t(70001)}) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kI64}) {
+      const size_t es = dtype_size(t), total = count * size_t(n);
+      auto put = [&](uint8_t* dst, double v) {
+        switch (t) {
+          case DType::kF32: { float f = float(v); std::memcpy(dst, &f, 4); break; }
+          case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(dst, &h, 2); break; }
+          default: { int64_t x = int64_t(v); std::memcpy(dst, &x, 8); break; }
+        }
+      };
+      auto val = [](int rank, size_t i) { return double(int((rank * 5 + i * 7) % 9) - 4); };
+      SharedBuffer out = c.alloc_shared(total * es), in = c.alloc_shared(total * es);
+      std::vector<uint8_t> want(total * es), mine(count * es);
+      // all_gather, out of place (private send) and in place.
+      for (size_t i = 0; i < count; ++i) put(mine.data() + i * es, val(r, i));
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < count; ++i) put(want.data() + (size_t(p) * count + i) * es, val(p, i));
+      for (bool in_place : {false, true}) {
+        std::memset(out.data(), 0xEE, total * es);
+        uint8_t* o = out.as<uint8_t>();
+        if (in_place) std::memcpy(o + size_t(r) * count * es, mine.data(), count * es);
+        c.all_gather(in_place ? o + size_t(r) * count * es : mine.data(), o, count, t);
+        ASSERT_EQ(0, std::memcmp(o, want.data(), total * es))
+            << "all_gather " << dtype_name(t) << " count " << count << " in place " << in_place;
+        if (n > 1 && total * es >= Communicator::kSharedMinBytes) {
+          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+        }
+      }
+      // reduce_scatter: rank r gets block r of the sum, out of place and in place.
+      std::vector<uint8_t> cur(count * es), got(count * es);
+      for (bool in_place : {false, true}) {
+        // Block r of every rank's input, folded in rank order.
+        std::vector<uint8_t> w(count * es);
+        for (size_t i = 0; i < count; ++i) put(w.data() + i * es, val(0, size_t(r) * count + i));
+        for (int p = 1; p < n; ++p) {
+          for (size_t i = 0; i < count; ++i) put(cur.data() + i * es, val(p, size_t(r) * count + i));
+          reduce2(w.data(), w.data(), cur.data(), count, t, ReduceOp::kSum);
+        }
+        uint8_t* src = in.as<uint8_t>();
+        for (size_t i = 0; i < total; ++i) put(src + i * es, val(r, i));
+        uint8_t* dst = in_place ? src + size_t(r) * count * es : got.data();
+        c.reduce_scatter(src, dst, count, t, ReduceOp::kSum);
+        ASSERT_EQ(0, std::memcmp(dst, w.data(), count * es))
+            << "reduce_scatter " << dtype_name(t) << " count " << count << " in place " << in_place;
+        if (n > 1 && total * es >= Communicator::kSharedMinBytes) {
+          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+        }
+      }
+    }
+  }
+}
+
 void body(int rank, int size, std::shared_ptr<Store> store) {
   auto c = make(rank, size, store);
   check_matrix(*c);
+  check_gather_scatter(*c);
 
   // Zero-filled, and out of place (private send, shared recv).
   const size_t n = 300007;

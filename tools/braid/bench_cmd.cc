@@ -261,9 +261,9 @@ int run_rank(Communicator& comm, const Opts& o) {
         double busbw = algbw * bus_factor(op, comm.size());
         std::string algo = comm.chosen_algorithm(op, b);
         if (o.algo != "auto") algo = o.algo;
-        else if (o.shared && op == "all_reduce" && b >= Communicator::kSharedMinBytes &&
-                 comm.size() > 1 &&
-                 cs.shared()) algo = "shared";
+        else if (o.shared && cs.shared() && b >= Communicator::kSharedMinBytes &&
+                 (op == "all_reduce" || op == "all_gather" || op == "reduce_scatter"))
+          algo = "shared";
         if (o.json) {
           nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.total_count()},
                               {"dtype", o.dtype}, {"time_us", slowest * 1e6},
@@ -447,7 +447,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--warmup,-w", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--json", o.json, "one JSON object per row");
   app.add_flag("--shared", o.shared,
-               "buffers from alloc_shared (mapped by every rank of the host); all_reduce in place");
+               "buffers from alloc_shared (mapped by every rank of the host): all_reduce (in "
+               "place), all_gather and reduce_scatter take the shared path");
   app.add_flag("!--no-check", o.check, "skip the correctness check");
   app.add_flag("--probe", o.probe,
                "measure alpha/beta/gamma of this transport and cache them for the cost model");

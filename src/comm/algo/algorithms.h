@@ -56,7 +56,12 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
 void all_gather_direct(Context& c, const void* send, void* recv, size_t count);
 
 // shared.cc: buffers in memory every peer maps (Communicator::alloc_shared).
+// all_reduce and all_gather: `span` locates recv; reduce_scatter: send.
 void all_reduce_shared(Context& c, const SharedSpan& span, const void* send, void* recv,
+                       size_t count);
+void reduce_scatter_shared(Context& c, const SharedSpan& span, const void* send, void* recv,
+                           size_t count);
+void all_gather_shared(Context& c, const SharedSpan& span, const void* send, void* recv,
                        size_t count);
 
 // barrier.cc
