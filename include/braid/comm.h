@@ -105,11 +105,13 @@ class Communicator {
   // Collective: every rank calls it (each with its own size, usually the
   // same), in the same order as its other collectives. When all ranks share
   // this host and the shared-memory transport, each rank's memory is mapped
-  // by every peer, and all_reduce on buffers inside it (each rank passing
-  // memory from the same alloc_shared call, at any offset) reduces straight
-  // out of the peers' buffers: each rank reads and writes the buffer once,
-  // with no staging copies — about half the memory traffic of the ring
-  // (algorithm "shared", src/comm/algo/shared.cc; BRAID_ALGO overrides it).
+  // by every peer, and collectives on buffers inside it (each rank passing
+  // memory from the same alloc_shared call, at any offset) work straight
+  // out of the peers' buffers, with no staging copies (algorithm "shared",
+  // src/comm/algo/shared.cc; BRAID_ALGO overrides it): all_reduce (recv
+  // there) reads and writes the buffer once per rank, about half the
+  // memory traffic of the ring; all_gather (recv there) copies each byte
+  // once; reduce_scatter (send there) reads each input once.
   // Below kSharedMinBytes the usual algorithms run (their one exchange beats
   // the shared path's two rounds of small messages: 2 ranks, 512 B: 1.04 vs
   // 1.07 µs; 1 KiB: 1.14 vs 1.07 µs).
