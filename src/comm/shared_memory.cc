@@ -96,7 +96,11 @@ std::shared_ptr<SharedRegion> alloc_shared_region(Communicator& c, SharedRegistr
     int fd = ::shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd >= 0) {
       created = true;
-      if (::ftruncate(fd, off_t(len)) == 0) r->base = map_fd(fd, len);
+      // posix_fallocate reserves the pages now: a /dev/shm too small for
+      // them (64 MiB in a default container) fails here, and every rank
+      // falls back to private memory, instead of SIGBUS on first touch.
+      if (::ftruncate(fd, off_t(len)) == 0 && ::posix_fallocate(fd, 0, off_t(len)) == 0)
+        r->base = map_fd(fd, len);
       if (r->base) r->mapped = len;
       ::close(fd);
     }

@@ -4,7 +4,10 @@
 // recorder), overrides, async overlap, TCP fallback, a rank passing private
 // memory while its peers pass shared memory, and a peer dying.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstring>
 #include <random>
@@ -227,6 +230,29 @@ TEST(SharedMemory, SubCommunicatorsShareWithinTheirGroup) {
       ASSERT_EQ(w.as<float>()[i], 10.0f);
     }
     EXPECT_TRUE(contains(last_record(*sub), "shared")) << last_record(*sub);
+  });
+}
+
+// One rank cannot create its object (here a file size limit makes
+// ftruncate fail; a full /dev/shm makes posix_fallocate fail the same way):
+// every rank gets private memory, and no rank is left on the shared path.
+TEST(SharedMemory, NoRoomOnOneRankFallsBackEverywhere) {
+  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store);
+    if (rank == 1) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      rlimit lim{1 << 16, 1 << 16};  // files (shm objects too) up to 64 KiB
+      ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+    }
+    SharedBuffer big = c->alloc_shared(8 << 20);
+    EXPECT_FALSE(big.shared()) << "rank " << rank;
+    const size_t n = big.bytes() / 4;
+    for (size_t i = 0; i < n; ++i) big.as<float>()[i] = float(rank);
+    c->all_reduce(big.data(), big.data(), n, DType::kF32, ReduceOp::kSum);
+    EXPECT_FALSE(contains(last_record(*c), "shared")) << last_record(*c);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(big.as<float>()[i], 3.0f);
+    SharedBuffer small = c->alloc_shared(4 << 10);  // fits: shared again
+    EXPECT_TRUE(small.shared()) << "rank " << rank;
   });
 }
 
