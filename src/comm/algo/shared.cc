@@ -38,16 +38,6 @@ namespace {
 
 constexpr size_t kPieceBytes = 64 << 10;
 
-// memcpy in pieces: glibc switches to non-temporal stores for copies larger
-// than a share of the last-level cache, which sends a block the peer is
-// about to read out to DRAM (all_gather of 4 MiB between 2 ranks: 6.0 GB/s
-// with whole-block copies, ~ring speed and more with pieces).
-void copy_pieces(uint8_t* dst, const uint8_t* src, size_t bytes) {
-  constexpr size_t kCopyPiece = 256 << 10;
-  for (size_t i = 0; i < bytes; i += kCopyPiece)
-    std::memcpy(dst + i, src + i, std::min(kCopyPiece, bytes - i));
-}
-
 struct Descriptor {
   uint64_t region = 0;
   uint64_t offset = 0;
@@ -133,8 +123,7 @@ void all_reduce_shared(Context& c, const SharedSpan& span, const void* send, voi
                        size_t count) {
   const int n = c.size(), r = c.rank();
   const size_t es = c.esize();
-  if (recv != send)
-    copy_pieces(static_cast<uint8_t*>(recv), static_cast<const uint8_t*>(send), count * es);
+  copy_if_distinct(recv, send, count * es);
   std::vector<uint8_t*> buf = exchange(c, span, recv, count * es, "all_reduce");
   const size_t b0 = block_offset(count, n, r), b1 = block_offset(count, n, r + 1);
   fold_block(c, buf, buf[size_t(r)] + b0 * es, b0, b1, [&](size_t i, size_t len, uint8_t* o) {
@@ -162,12 +151,11 @@ void all_gather_shared(Context& c, const SharedSpan& span, const void* send, voi
   const int n = c.size(), r = c.rank();
   const size_t bytes = count * c.esize();
   auto* out = static_cast<uint8_t*>(recv);
-  if (out + size_t(r) * bytes != send)
-    copy_pieces(out + size_t(r) * bytes, static_cast<const uint8_t*>(send), bytes);
+  copy_if_distinct(out + size_t(r) * bytes, send, bytes);
   std::vector<uint8_t*> buf = exchange(c, span, recv, bytes * size_t(n), "all_gather");
   for (int k = 1; k < n; ++k) {  // staggered, so that no rank is everyone's first source
     int p = (r + k) % n;
-    copy_pieces(out + size_t(p) * bytes, buf[size_t(p)] + size_t(p) * bytes, bytes);
+    copy_if_distinct(out + size_t(p) * bytes, buf[size_t(p)] + size_t(p) * bytes, bytes);
   }
   finish(c);
 }
