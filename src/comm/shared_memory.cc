@@ -1,8 +1,6 @@
 #include "comm/shared_memory.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 
 #include "braid/comm.h"
 #include "braid/error.h"
+#include "comm/shm_object.h"
 
 namespace braid::comm {
 namespace {
@@ -32,17 +31,12 @@ size_t map_length(size_t bytes) {
   return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
 }
 
-uint8_t* map_fd(int fd, size_t len) {
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-}
-
 }  // namespace
 
 SharedRegion::~SharedRegion() {
   for (size_t p = 0; p < peer_base.size(); ++p)
-    if (peer_base[p] && peer_base[p] != base) ::munmap(peer_base[p], peer_mapped[p]);
-  if (base) ::munmap(base, mapped);
+    if (peer_base[p] && peer_base[p] != base) ::munmap(peer_base[p], map_length(peer_bytes[p]));
+  if (base) ::munmap(base, map_length(bytes));
 }
 
 void SharedRegistry::add(const std::shared_ptr<SharedRegion>& r) {
@@ -64,15 +58,6 @@ SharedSpan SharedRegistry::find(const void* p, size_t bytes) {
   return {};
 }
 
-std::shared_ptr<SharedRegion> SharedRegistry::by_id(uint64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
-  for (auto& w : regions_) {
-    auto r = w.lock();
-    if (r && r->id == id) return r;
-  }
-  return nullptr;
-}
-
 std::shared_ptr<SharedRegion> alloc_shared_region(Communicator& c, SharedRegistry& reg,
                                                   size_t bytes) {
   const int n = c.size(), me = c.rank();
@@ -88,22 +73,12 @@ std::shared_ptr<SharedRegion> alloc_shared_region(Communicator& c, SharedRegistr
 
   NameRecord mine{};
   mine.bytes = bytes;
-  bool created = false;
   if (can) {
     std::random_device rd;
     std::snprintf(mine.name, sizeof mine.name, "/braid-sm-%d-%llu-%08x", int(::getpid()),
                   (unsigned long long)r->id, unsigned(rd()));
-    int fd = ::shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0) {
-      created = true;
-      // posix_fallocate reserves the pages now: a /dev/shm too small for
-      // them (64 MiB in a default container) fails here, and every rank
-      // falls back to private memory, instead of SIGBUS on first touch.
-      if (::ftruncate(fd, off_t(len)) == 0 && ::posix_fallocate(fd, 0, off_t(len)) == 0)
-        r->base = map_fd(fd, len);
-      if (r->base) r->mapped = len;
-      ::close(fd);
-    }
+    const char* step = nullptr;
+    r->base = shm_create(mine.name, len, &step);
     mine.ok = r->base != nullptr;
   }
 
@@ -115,27 +90,28 @@ std::shared_ptr<SharedRegion> alloc_shared_region(Communicator& c, SharedRegistr
     for (auto& a : all) ok &= a.ok;
     r->peer_base.assign(size_t(n), nullptr);
     r->peer_bytes.assign(size_t(n), 0);
-    r->peer_mapped.assign(size_t(n), 0);
     for (int p = 0; p < n && ok; ++p) {
       NameRecord& a = all[size_t(p)];
       a.name[sizeof a.name - 1] = 0;
       r->peer_bytes[size_t(p)] = a.bytes;
-      r->peer_mapped[size_t(p)] = map_length(a.bytes);
       if (p == me) {
         r->peer_base[size_t(p)] = r->base;
         continue;
       }
-      int fd = ::shm_open(a.name, O_RDWR, 0);
-      struct stat st{};
-      if (fd >= 0 && ::fstat(fd, &st) == 0 && size_t(st.st_size) >= r->peer_mapped[size_t(p)])
-        r->peer_base[size_t(p)] = map_fd(fd, r->peer_mapped[size_t(p)]);
-      if (fd >= 0) ::close(fd);
-      ok = r->peer_base[size_t(p)] != nullptr;
+      const char* step = nullptr;
+      size_t got = 0;
+      uint8_t* pb = shm_attach(a.name, &got, &step);
+      if (pb && got != map_length(a.bytes)) {  // not what the peer announced
+        ::munmap(pb, got);
+        pb = nullptr;
+      }
+      r->peer_base[size_t(p)] = pb;
+      ok = pb != nullptr;
     }
     // Every rank has mapped every peer (or someone failed): the names can go.
     c.all_reduce(&ok, &ok, 1, DType::kI32, ReduceOp::kMin);
   }
-  if (created) ::shm_unlink(mine.name);
+  if (mine.ok) ::shm_unlink(mine.name);
 
   if (ok) {
     r->shared = true;
@@ -153,7 +129,6 @@ std::shared_ptr<SharedRegion> alloc_shared_region(Communicator& c, SharedRegistr
                 "alloc_shared: cannot allocate " + std::to_string(bytes) + " bytes on rank " +
                     std::to_string(me) + ": " + std::strerror(errno));
   priv->base = static_cast<uint8_t*>(p);
-  priv->mapped = len;
   return priv;
 }
 

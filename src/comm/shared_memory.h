@@ -26,12 +26,10 @@ namespace braid::comm {
 struct SharedRegion {
   uint64_t id = 0;
   uint8_t* base = nullptr;  // this rank's memory
-  size_t bytes = 0;         // as requested
-  size_t mapped = 0;        // mapping length (page-rounded; 0 for the heap fallback)
+  size_t bytes = 0;         // as requested; mapped rounded up to whole pages
   bool shared = false;      // peers map it (else plain private memory)
   std::vector<uint8_t*> peer_base;  // by rank; this rank's own entry is `base`
   std::vector<size_t> peer_bytes;
-  std::vector<size_t> peer_mapped;
   ~SharedRegion();
 };
 
@@ -48,7 +46,6 @@ class SharedRegistry {
   void add(const std::shared_ptr<SharedRegion>& r);
   // The shared region holding [p, p + bytes) whole, or an empty span.
   SharedSpan find(const void* p, size_t bytes);
-  std::shared_ptr<SharedRegion> by_id(uint64_t id);
 
  private:
   std::mutex mu_;

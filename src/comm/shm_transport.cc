@@ -21,6 +21,7 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
+#include "comm/shm_object.h"
 #include "comm/shm_wire.h"
 
 namespace braid::comm {
@@ -80,28 +81,18 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   spin_ns_ = spin_ns_for(int(group.size()));
   index_.assign(size_t(ctx.size), -1);
 
-  // Create, size (reserving the pages so a full /dev/shm fails here and not
-  // with SIGBUS later), map and initialise my segment.
+  // Create, size, reserve, map and initialise my segment.
   name_ = "/braid." + ctx.token + "." + std::to_string(ctx.rank);
-  int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw_errno("shm_open " + name_);
-  auto fail = [&](const std::string& what) {
-    int e = errno;
-    ::close(fd);
-    ::shm_unlink(name_.c_str());
-    errno = e;
-    throw_errno(what);
-  };
-  if (::ftruncate(fd, off_t(layout_.total)) != 0) fail("ftruncate " + name_);
-  if (int e = ::posix_fallocate(fd, 0, off_t(layout_.total)); e != 0) {
-    errno = e;
-    fail("reserving " + std::to_string(layout_.total >> 10) + " KiB of shared memory for " + name_ +
-         " (is /dev/shm full? lower BRAID_SHM_SLOT_BYTES or BRAID_SHM_SLOTS)");
+  const char* step = nullptr;
+  uint8_t* base = shm_create(name_, layout_.total, &step);
+  if (!base) {
+    if (std::string(step) == "posix_fallocate")
+      throw_errno("reserving " + std::to_string(layout_.total >> 10) +
+                  " KiB of shared memory for " + name_ +
+                  " (is /dev/shm full? lower BRAID_SHM_SLOT_BYTES or BRAID_SHM_SLOTS)");
+    throw_errno(std::string(step) + " " + name_);
   }
-  void* base = ::mmap(nullptr, layout_.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (base == MAP_FAILED) fail("mmap " + name_);
-  ::close(fd);
-  my_ = static_cast<SegHeader*>(base);
+  my_ = reinterpret_cast<SegHeader*>(base);
   my_->total_bytes = layout_.total;
   my_->slot_bytes = layout_.slot_bytes;
   my_->nslots = uint32_t(layout_.nslots);
@@ -130,24 +121,18 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
                                       " to create its segment");
     }
     std::string qname = "/braid." + ctx.token + "." + std::to_string(q);
-    int qfd = ::shm_open(qname.c_str(), O_RDWR, 0);
-    if (qfd < 0) throw_errno("shm_open " + qname + " (segment of " + describe_peer(q) + ")");
-    struct stat st {};
-    if (::fstat(qfd, &st) != 0) {
-      ::close(qfd);
-      throw_errno("fstat " + qname);
-    }
-    void* qb = ::mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, qfd, 0);
-    ::close(qfd);
-    if (qb == MAP_FAILED) throw_errno("mmap " + qname);
-    p.seg = static_cast<SegHeader*>(qb);
-    p.seg_len = size_t(st.st_size);
+    size_t qlen = 0;
+    uint8_t* qb = shm_attach(qname, &qlen, &step);
+    if (!qb)
+      throw_errno(std::string(step) + " " + qname + " (segment of " + describe_peer(q) + ")");
+    p.seg = reinterpret_cast<SegHeader*>(qb);
+    p.seg_len = qlen;
     const SegHeader& h = *p.seg;
-    if (size_t(st.st_size) < sizeof(SegHeader) || h.slot_bytes > (size_t(64) << 20) || h.nslots > 4096)
+    if (qlen < sizeof(SegHeader) || h.slot_bytes > (size_t(64) << 20) || h.nslots > 4096)
       throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) + " is malformed");
     Layout ql(h.slot_bytes, h.nslots, h.nrings);
     if (h.magic != kMagic || h.owner != q ||
-        h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != size_t(st.st_size) ||
+        h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != qlen ||
         h.slot_bytes % kLine != 0 || h.slot_bytes == 0 || h.nslots < 2)
       throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) +
                                        " has an unexpected layout (different braid versions?)");
