@@ -158,6 +158,10 @@ class Communicator {
   std::string chosen_algorithm(const std::string& collective, size_t bytes) const;
   // Text of the flight recorder: the last operations of this communicator.
   std::string flight_record() const;
+  // The algorithm that ran the newest operation of this communicator (read
+  // once it has completed), e.g. "shared" when the buffers lie in
+  // alloc_shared memory.
+  std::string last_algorithm() const;
   // The transport used to reach `peer`: "self", "shm" or "tcp".
   std::string transport_to(int peer) const;
 

@@ -108,6 +108,12 @@ class CommImpl {
 
   // Regions from Communicator::alloc_shared, for collectives to recognise.
   SharedRegistry& shared_registry() { return shared_; }
+  // The region holding a collective's `bytes` at `buf` when the shared
+  // algorithm applies to it (several ranks, at least kSharedMinBytes).
+  SharedSpan shared_span(const void* buf, size_t bytes) {
+    if (size_ < 2 || bytes < Communicator::kSharedMinBytes) return {};
+    return shared_.find(buf, bytes);
+  }
   static const std::string& shared_algo() {
     static const std::string s = "shared";
     return s;
@@ -119,6 +125,7 @@ class CommImpl {
   }
   const Selector& selector() const { return *selector_; }
   std::string flight_record() const;
+  std::string last_algorithm() const { return fr_.last_algo(); }
   std::string transport_to(int peer) const { return tp_->kind_to(peer); }
   std::chrono::milliseconds timeout() const { return timeout_; }
   size_t chunk_bytes() const { return chunk_bytes_; }

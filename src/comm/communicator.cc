@@ -131,6 +131,8 @@ std::string Communicator::chosen_algorithm(const std::string& collective, size_t
 
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
 
+std::string Communicator::last_algorithm() const { return impl_->last_algorithm(); }
+
 std::string Communicator::transport_to(int peer) const {
   check_rank(CollOp::kSend, peer, size(), "peer");
   return impl_->transport_to(peer);
@@ -189,8 +191,7 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
   comm::CommImpl* impl = impl_.get();
-  comm::SharedSpan span;
-  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(recv, bytes);
+  comm::SharedSpan span = impl_->shared_span(recv, bytes);
   return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
                          if (a == "shared" && span)
@@ -213,8 +214,7 @@ Work Communicator::all_gather_async(const void* send, void* recv, size_t count, 
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
-  comm::SharedSpan span;
-  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(recv, bytes);
+  comm::SharedSpan span = impl_->shared_span(recv, bytes);
   return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
                          if (a == "shared" && span) algo::all_gather_shared(c, span, send, recv, count);
@@ -232,8 +232,7 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t cou
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   size_t chunk = impl_->chunk_bytes();
-  comm::SharedSpan span;
-  if (bytes >= kSharedMinBytes && size() > 1) span = impl_->shared_registry().find(send, bytes);
+  comm::SharedSpan span = impl_->shared_span(send, bytes);
   return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
                        [=](Context& c, const std::string& a) {
                          if (a == "shared" && span)

@@ -52,6 +52,16 @@ void FlightRecorder::finish(uint64_t id, bool ok) {
   e.state.store(uint8_t(ok ? State::kDone : State::kFailed), std::memory_order_release);
 }
 
+std::string FlightRecorder::last_algo() const {
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  if (next == 0) return "";
+  const Entry& e = ring_[(next - 1) % ring_.size()];
+  char algo[sizeof e.algo];
+  std::memcpy(algo, e.algo, sizeof algo);
+  algo[sizeof algo - 1] = 0;
+  return algo;
+}
+
 std::string FlightRecorder::dump(const std::string& header) const {
   static const char* states[] = {"queued", "running", "done", "FAILED"};
   const uint64_t next = next_.load(std::memory_order_acquire);

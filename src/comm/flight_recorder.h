@@ -28,6 +28,8 @@ class FlightRecorder {
   void start(uint64_t id, const std::string& algo);
   void finish(uint64_t id, bool ok);
   std::string dump(const std::string& header) const;
+  // The algorithm of the newest operation that has started ("" if none).
+  std::string last_algo() const;
 
  private:
   struct Entry {

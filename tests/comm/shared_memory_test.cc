@@ -1,8 +1,9 @@
-// Communicator::alloc_shared and the "shared" all-reduce (src/comm/algo/
+// Communicator::alloc_shared and the "shared" collectives (src/comm/algo/
 // shared.cc), with real processes: results against a serial fold, bitwise
-// equality with the direct algorithm, the path actually taken (flight
-// recorder), overrides, async overlap, TCP fallback, a rank passing private
-// memory while its peers pass shared memory, and a peer dying.
+// equality with the direct algorithm, the path actually taken
+// (Communicator::last_algorithm), overrides, async overlap, TCP fallback,
+// sub-communicators, a rank passing private memory while its peers pass
+// shared memory, and a peer dying.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -31,15 +32,16 @@ std::shared_ptr<Communicator> make(int rank, int size, std::shared_ptr<Store> st
   return Communicator::create(rank, size, store, o);
 }
 
-bool contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
-
-// The last line of the flight record names the algorithm of the newest call.
-std::string last_record(Communicator& c) {
-  std::string fr = c.flight_record();
-  while (!fr.empty() && fr.back() == '\n') fr.pop_back();
-  return fr.substr(fr.rfind('\n') + 1);
+// A small integer `v` stored as one element of `t` (exact in every dtype).
+void put(uint8_t* dst, DType t, double v) {
+  switch (t) {
+    case DType::kF32: { float f = float(v); std::memcpy(dst, &f, 4); break; }
+    case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(dst, &h, 2); break; }
+    case DType::kI32: { int32_t x = int32_t(v); std::memcpy(dst, &x, 4); break; }
+    case DType::kI64: { int64_t x = int64_t(v); std::memcpy(dst, &x, 8); break; }
+    case DType::kF64: std::memcpy(dst, &v, 8); break;
+    default: FAIL() << "no test values for " << dtype_name(t);
+  }
 }
 
 float value(int rank, size_t i, int salt) {
@@ -66,15 +68,7 @@ void check_matrix(Communicator& c) {
         uint8_t* mine = buf.as<uint8_t>() + size_t(r) * 64;
         std::vector<uint8_t> want(count * es), cur(count * es);
         auto fill = [&](uint8_t* dst, int rank) {
-          for (size_t i = 0; i < count; ++i) {
-            float v = value(rank, i, salt);
-            switch (t) {
-              case DType::kF32: std::memcpy(dst + i * 4, &v, 4); break;
-              case DType::kBF16: { uint16_t h = f32_to_bf16(v); std::memcpy(dst + i * 2, &h, 2); break; }
-              case DType::kI32: { int32_t x = int32_t(v); std::memcpy(dst + i * 4, &x, 4); break; }
-              default: { double d = v; std::memcpy(dst + i * 8, &d, 8); break; }
-            }
-          }
+          for (size_t i = 0; i < count; ++i) put(dst + i * es, t, value(rank, i, salt));
         };
         fill(want.data(), 0);
         for (int q = 1; q < n; ++q) {
@@ -87,7 +81,7 @@ void check_matrix(Communicator& c) {
         ASSERT_EQ(0, std::memcmp(mine, want.data(), count * es))
             << dtype_name(t) << " " << reduce_op_name(op) << " count " << count;
         if (n > 1 && count * es >= Communicator::kSharedMinBytes) {
-          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+          EXPECT_EQ(c.last_algorithm(), "shared");
         }
       }
     }
@@ -101,20 +95,13 @@ void check_gather_scatter(Communicator& c) {
   for (size_t count : {size_t(1), size_t(300), size_t(70001)}) {
     for (DType t : {DType::kF32, DType::kBF16, DType::kI64}) {
       const size_t es = dtype_size(t), total = count * size_t(n);
-      auto put = [&](uint8_t* dst, double v) {
-        switch (t) {
-          case DType::kF32: { float f = float(v); std::memcpy(dst, &f, 4); break; }
-          case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(dst, &h, 2); break; }
-          default: { int64_t x = int64_t(v); std::memcpy(dst, &x, 8); break; }
-        }
-      };
       auto val = [](int rank, size_t i) { return double(int((rank * 5 + i * 7) % 9) - 4); };
       SharedBuffer out = c.alloc_shared(total * es), in = c.alloc_shared(total * es);
       std::vector<uint8_t> want(total * es), mine(count * es);
       // all_gather, out of place (private send) and in place.
-      for (size_t i = 0; i < count; ++i) put(mine.data() + i * es, val(r, i));
+      for (size_t i = 0; i < count; ++i) put(mine.data() + i * es, t, val(r, i));
       for (int p = 0; p < n; ++p)
-        for (size_t i = 0; i < count; ++i) put(want.data() + (size_t(p) * count + i) * es, val(p, i));
+        for (size_t i = 0; i < count; ++i) put(want.data() + (size_t(p) * count + i) * es, t, val(p, i));
       for (bool in_place : {false, true}) {
         std::memset(out.data(), 0xEE, total * es);
         uint8_t* o = out.as<uint8_t>();
@@ -123,27 +110,26 @@ void check_gather_scatter(Communicator& c) {
         ASSERT_EQ(0, std::memcmp(o, want.data(), total * es))
             << "all_gather " << dtype_name(t) << " count " << count << " in place " << in_place;
         if (n > 1 && total * es >= Communicator::kSharedMinBytes) {
-          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+          EXPECT_EQ(c.last_algorithm(), "shared");
         }
       }
       // reduce_scatter: rank r gets block r of the sum, out of place and in place.
-      std::vector<uint8_t> cur(count * es), got(count * es);
+      // Block r of every rank's input, folded in rank order.
+      std::vector<uint8_t> w(count * es), cur(count * es), got(count * es);
+      for (size_t i = 0; i < count; ++i) put(w.data() + i * es, t, val(0, size_t(r) * count + i));
+      for (int p = 1; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) put(cur.data() + i * es, t, val(p, size_t(r) * count + i));
+        reduce2(w.data(), w.data(), cur.data(), count, t, ReduceOp::kSum);
+      }
       for (bool in_place : {false, true}) {
-        // Block r of every rank's input, folded in rank order.
-        std::vector<uint8_t> w(count * es);
-        for (size_t i = 0; i < count; ++i) put(w.data() + i * es, val(0, size_t(r) * count + i));
-        for (int p = 1; p < n; ++p) {
-          for (size_t i = 0; i < count; ++i) put(cur.data() + i * es, val(p, size_t(r) * count + i));
-          reduce2(w.data(), w.data(), cur.data(), count, t, ReduceOp::kSum);
-        }
         uint8_t* src = in.as<uint8_t>();
-        for (size_t i = 0; i < total; ++i) put(src + i * es, val(r, i));
+        for (size_t i = 0; i < total; ++i) put(src + i * es, t, val(r, i));
         uint8_t* dst = in_place ? src + size_t(r) * count * es : got.data();
         c.reduce_scatter(src, dst, count, t, ReduceOp::kSum);
         ASSERT_EQ(0, std::memcmp(dst, w.data(), count * es))
             << "reduce_scatter " << dtype_name(t) << " count " << count << " in place " << in_place;
         if (n > 1 && total * es >= Communicator::kSharedMinBytes) {
-          EXPECT_TRUE(contains(last_record(c), "shared")) << last_record(c);
+          EXPECT_EQ(c.last_algorithm(), "shared");
         }
       }
     }
@@ -176,7 +162,7 @@ void body(int rank, int size, std::shared_ptr<Store> store) {
   c->set_algorithm("all_reduce", "ring");
   c->all_reduce(out.data(), out.data(), n, DType::kF32, ReduceOp::kSum);
   if (size > 1) {
-    EXPECT_TRUE(contains(last_record(*c), "ring")) << last_record(*c);
+    EXPECT_EQ(c->last_algorithm(), "ring");
   }
   for (size_t i = 0; i < n; ++i)
     ASSERT_NEAR(out.as<float>()[i], direct[i], 1e-3f * std::max(1.0f, std::fabs(direct[i])));
@@ -229,7 +215,7 @@ TEST(SharedMemory, SubCommunicatorsShareWithinTheirGroup) {
       ASSERT_EQ(g.as<float>()[i], group_sum);
       ASSERT_EQ(w.as<float>()[i], 10.0f);
     }
-    EXPECT_TRUE(contains(last_record(*sub), "shared")) << last_record(*sub);
+    EXPECT_EQ(sub->last_algorithm(), "shared");
   });
 }
 
@@ -249,7 +235,7 @@ TEST(SharedMemory, NoRoomOnOneRankFallsBackEverywhere) {
     const size_t n = big.bytes() / 4;
     for (size_t i = 0; i < n; ++i) big.as<float>()[i] = float(rank);
     c->all_reduce(big.data(), big.data(), n, DType::kF32, ReduceOp::kSum);
-    EXPECT_FALSE(contains(last_record(*c), "shared")) << last_record(*c);
+    EXPECT_NE(c->last_algorithm(), "shared");
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(big.as<float>()[i], 3.0f);
     SharedBuffer small = c->alloc_shared(4 << 10);  // fits: shared again
     EXPECT_TRUE(small.shared()) << "rank " << rank;
@@ -264,7 +250,7 @@ TEST(SharedMemory, TcpFallsBackToPrivateMemory) {
     const size_t n = buf.bytes() / 4;
     for (size_t i = 0; i < n; ++i) buf.as<float>()[i] = float(rank + 1);
     c->all_reduce(buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum);
-    EXPECT_FALSE(contains(last_record(*c), "shared")) << last_record(*c);
+    EXPECT_NE(c->last_algorithm(), "shared");
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf.as<float>()[i], 3.0f);
   });
 }

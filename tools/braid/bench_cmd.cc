@@ -139,10 +139,8 @@ class Case {
       in_ = in_store_.data();
       out_ = out_store_.data();
     }
-    total_bytes_ = total * es_;
   }
   size_t count() const { return count_; }
-  bool shared() const { return shared_out_.shared(); }
   // Elements in `bytes` (nccl-tests' count column: the whole buffer).
   size_t total_count() const { return bytes() / es_; }
   size_t bytes() const { return (blockwise_ ? count_ * size_t(n_) : count_) * es_; }
@@ -163,7 +161,7 @@ class Case {
   // Fills inputs with the pattern, runs once, counts wrong output elements.
   uint64_t check() {
     const int r = c_.rank();
-    std::fill(out_, out_ + total_bytes_, 0xEE);
+    std::fill(out_, out_ + bytes(), 0xEE);
     size_t total = blockwise_ ? count_ * size_t(n_) : count_;
     std::vector<uint8_t> want;
     size_t check_n = 0;
@@ -221,7 +219,6 @@ class Case {
   SharedBuffer shared_in_, shared_out_;
   uint8_t* in_ = nullptr;
   uint8_t* out_ = nullptr;
-  size_t total_bytes_ = 0;
 };
 
 int run_rank(Communicator& comm, const Opts& o) {
@@ -250,6 +247,7 @@ int run_rank(Communicator& comm, const Opts& o) {
       double t0 = now_s();
       for (int i = 0; i < o.iters; ++i) cs.run();
       double mine = (now_s() - t0) / std::max(o.iters, 1);
+      const std::string algo = comm.last_algorithm();  // what the timed calls ran
       double slowest = 0;
       comm.all_reduce(&mine, &slowest, 1, DType::kF64, ReduceOp::kMax);
       uint64_t wrong_all = 0;
@@ -259,11 +257,6 @@ int run_rank(Communicator& comm, const Opts& o) {
         size_t b = cs.bytes();
         double algbw = slowest > 0 ? double(b) / slowest / 1e9 : 0;
         double busbw = algbw * bus_factor(op, comm.size());
-        std::string algo = comm.chosen_algorithm(op, b);
-        if (o.algo != "auto") algo = o.algo;
-        else if (o.shared && cs.shared() && b >= Communicator::kSharedMinBytes &&
-                 (op == "all_reduce" || op == "all_gather" || op == "reduce_scatter"))
-          algo = "shared";
         if (o.json) {
           nlohmann::json j = {{"op", op}, {"bytes", b}, {"count", cs.total_count()},
                               {"dtype", o.dtype}, {"time_us", slowest * 1e6},
