@@ -183,6 +183,9 @@ class DataParallel {
   void complete(Bucket& b);
   void sum_bf16_chunk(Bucket& b);
   void wait(Work& w);
+  // Runs a blocking communication call, counting its time as waiting.
+  template <class F>
+  void waited(F&& call);
   void poll_done();
   void point_params(Bucket& b);
   void point_grads(Bucket& b);

@@ -180,11 +180,16 @@ void DataParallel::track(int64_t delta) {
   peak_transient_bytes_ = std::max(peak_transient_bytes_, transient_bytes_);
 }
 
+template <class F>
+void DataParallel::waited(F&& call) {
+  double t0 = now_s();
+  call();
+  comm_wait_s_ += now_s() - t0;
+}
+
 void DataParallel::wait(Work& w) {
   if (!w.valid()) return;
-  double t0 = now_s();
-  w.wait();
-  comm_wait_s_ += now_s() - t0;
+  waited([&] { w.wait(); });
   w = Work();
 }
 
@@ -224,9 +229,7 @@ void DataParallel::attach(nn::Trainer& trainer) {
   };
   h.reduce_sums = [this](double* v, int n) {
     if (world_ == 1) return;
-    double t0 = now_s();
-    comm_->all_reduce(v, v, size_t(n), DType::kF64, ReduceOp::kSum);
-    comm_wait_s_ += now_s() - t0;
+    waited([&] { comm_->all_reduce(v, v, size_t(n), DType::kF64, ReduceOp::kSum); });
   };
 }
 
@@ -390,13 +393,13 @@ void DataParallel::launch(Bucket& b) {
     // waited for, it would go to the communicator's worker thread, and the
     // hand-off (a futex wake each way) costs more than it saves when no
     // core is free for the worker anyway.
-    double t0 = now_s();
-    if (opts_.zero <= 1)
-      comm_->all_reduce(b.grad.f32(), b.grad.f32(), n, DType::kF32, ReduceOp::kSum);
-    else
-      comm_->reduce_scatter(b.grad.f32(), b.grad_shard.f32(), shard, DType::kF32,
-                            ReduceOp::kSum);
-    comm_wait_s_ += now_s() - t0;
+    waited([&] {
+      if (opts_.zero <= 1)
+        comm_->all_reduce(b.grad.f32(), b.grad.f32(), n, DType::kF32, ReduceOp::kSum);
+      else
+        comm_->reduce_scatter(b.grad.f32(), b.grad_shard.f32(), shard, DType::kF32,
+                              ReduceOp::kSum);
+    });
     return;
   }
   if (opts_.zero <= 1)
@@ -456,12 +459,12 @@ void DataParallel::finish_gradients() {
   if (!opts_.overlap && world_ > 1) {
     // The plain scheme: one blocking all_reduce per parameter, in
     // grad-ready order, after the whole backward.
-    double t0 = now_s();
-    for (auto& b : buckets_)
-      for (auto* p : b->params)
-        comm_->all_reduce(p->grad.f32(), p->grad.f32(), size_t(p->size()), DType::kF32,
-                          ReduceOp::kSum);
-    comm_wait_s_ += now_s() - t0;
+    waited([&] {
+      for (auto& b : buckets_)
+        for (auto* p : b->params)
+          comm_->all_reduce(p->grad.f32(), p->grad.f32(), size_t(p->size()), DType::kF32,
+                            ReduceOp::kSum);
+    });
     for (auto& b : buckets_) b->reduced = true;
     return;
   }
@@ -475,11 +478,7 @@ double DataParallel::clip_grad_norm(double max_norm) {
   if (opts_.zero == 0) return nn::clip_grad_norm(params_, max_norm);
   double ss = 0;
   for (auto& b : buckets_) ss += sum_squares(b->shard_grads_ptr(rank_), b->shard);
-  if (world_ > 1) {
-    double t0 = now_s();
-    comm_->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum);
-    comm_wait_s_ += now_s() - t0;
-  }
+  if (world_ > 1) waited([&] { comm_->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum); });
   double norm = std::sqrt(ss);
   if (max_norm > 0 && norm > max_norm) {
     float s = float(max_norm / (norm + 1e-6));
