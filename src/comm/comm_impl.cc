@@ -31,7 +31,7 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
      << dtype_name(s.dtype);
   if (s.op == CollOp::kAllReduce || s.op == CollOp::kReduce || s.op == CollOp::kReduceScatter)
     os << " " << reduce_op_name(s.rop);
-  if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " peer " << s.root;
+  if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " tag " << s.root;
   else if (s.root >= 0) os << " root " << s.root;
   os << ", " << algo << ")";
   return os.str();
@@ -241,16 +241,18 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
     std::string msg = e.code() == Errc::kTimeout ? std::string(e.what())
                                                  : "rank " + std::to_string(rank_) + ": " +
                                                        describe_call(sig, algo) + ": " + e.what();
-    if (e.code() != Errc::kInvalidArgument) {
-      std::lock_guard<std::mutex> l(broken_mu_);
-      broken_code_ = e.code();
-      broken_msg_ = msg;
-      broken_.store(true, std::memory_order_release);
-      std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
-      std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
-    }
+    if (e.code() != Errc::kInvalidArgument) set_broken(e.code(), msg);
     throw Error(e.code(), msg);
   }
+}
+
+void CommImpl::set_broken(Errc code, const std::string& msg) {
+  std::lock_guard<std::mutex> l(broken_mu_);
+  broken_code_ = code;
+  broken_msg_ = msg;
+  broken_.store(true, std::memory_order_release);
+  std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
+  std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
 }
 
 void CommImpl::complete(WorkState& w, std::exception_ptr err) {
@@ -274,16 +276,24 @@ void CommImpl::run_blocking(const std::shared_ptr<WorkState>& w) {
     inline_busy_ = true;
   }
   std::exception_ptr err;
-  try {
-    w->run();
-  } catch (...) {
-    err = std::current_exception();
+  if (w->p2p) {
+    run_p2p_group({w});  // completes w, errors included
+  } else {
+    try {
+      w->run();
+    } catch (...) {
+      err = std::current_exception();
+    }
   }
   {
     std::lock_guard<std::mutex> l(qmu_);
     inline_busy_ = false;
   }
   qcv_.notify_all();
+  if (w->p2p) {
+    Work(w).wait();  // done: rethrows its error
+    return;
+  }
   complete(*w, err);
   if (err) std::rethrow_exception(err);
 }
@@ -301,6 +311,17 @@ void CommImpl::enqueue(const std::shared_ptr<WorkState>& w) {
 }
 
 void CommImpl::run_front(std::unique_lock<std::mutex>& l, bool& busy) {
+  if (queue_.front()->p2p) {
+    busy = true;  // keeps the other runner off the queue meanwhile
+    std::vector<std::shared_ptr<WorkState>> ws{std::move(queue_.front())};
+    queue_.pop_front();
+    l.unlock();
+    run_p2p_group(std::move(ws));  // completes each, errors included
+    l.lock();
+    busy = false;
+    qcv_.notify_all();
+    return;
+  }
   auto w = queue_.front();
   queue_.pop_front();
   busy = true;  // keeps the other runner off the queue meanwhile
@@ -332,6 +353,141 @@ void CommImpl::worker_loop() {
     if (queue_.empty() && stop_) return;
     if (queue_.empty() || inline_busy_) continue;
     run_front(l, worker_busy_);
+  }
+}
+
+Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t,
+                          int peer, int tag, size_t bytes, bool async) {
+  // A receive carries the sender's signature (kSend) so the two compare equal.
+  MsgSig sig = next_sig(CollOp::kSend, count, t, ReduceOp::kSum, tag,
+                        int64_t(next_p2p_seq(peer, sending)));
+  const std::string& algo = choose(CollOp::kSend, bytes, t);
+  // A blocking call with nothing queued runs alone, right here (nothing
+  // can join it: a communicator is used by one thread at a time).
+  if (!async && inline_begin()) {
+    auto fn = [=](Context& c, const std::string&) {
+      c.wait(sending ? c.send(peer, src, bytes) : c.recv(peer, dst, bytes));
+    };
+    run_inline(sig, algo, AlgoRef(fn), fr_.record(sig));
+    return Work(completed_work());
+  }
+  sig.bytes = bytes;
+  auto w = std::make_shared<WorkState>();
+  w->timeout = timeout_;
+  w->owner = this;
+  w->p2p = std::make_unique<WorkState::P2p>();
+  auto& p = *w->p2p;
+  p.kind = sending ? Request::Kind::kSend : Request::Kind::kRecv;
+  p.peer = peer;
+  p.src = src;
+  p.dst = dst;
+  p.sig = sig;
+  p.fr_id = fr_.record(sig);
+  p.algo = algo;
+  if (async) enqueue(w);
+  else run_blocking(w);
+  return Work(w);
+}
+
+std::string CommImpl::describe_p2p(const WorkState::P2p& p) const {
+  const bool send = p.kind == Request::Kind::kSend;
+  return std::string(send ? "send to " : "recv from ") + "rank " + std::to_string(p.peer) +
+         " (seq " + std::to_string(p.sig.seq) + ", count " + std::to_string(p.sig.count) + " " +
+         dtype_name(p.sig.dtype) + ", tag " + std::to_string(p.sig.root) + ")";
+}
+
+void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
+  auto take = [&] {  // takes the sends / recvs queued right behind
+    std::lock_guard<std::mutex> g(qmu_);
+    while (!queue_.empty() && queue_.front()->p2p) {
+      ws.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  };
+  const uint64_t timeout_ns = uint64_t(timeout_.count()) * 1000000ull;
+  std::deque<Request> reqs;  // stable addresses while the transport holds them
+  std::vector<uint64_t> deadline;
+  std::vector<char> open;
+  size_t posted = 0, left = 0;
+  auto what = [&](size_t i) { return describe_p2p(*ws[i]->p2p); };
+  auto fail = [&](size_t i, Errc code, const std::string& msg) {
+    open[i] = 0;
+    --left;
+    fr_.finish(ws[i]->p2p->fr_id, false);
+    complete(*ws[i], std::make_exception_ptr(Error(code, msg)));
+  };
+  auto post_new = [&] {
+    for (; posted < ws.size(); ++posted) {
+      const auto& p = *ws[posted]->p2p;
+      reqs.emplace_back();
+      deadline.push_back(now_ns() + timeout_ns);
+      open.push_back(1);
+      ++left;
+      if (broken_.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> g(broken_mu_);
+        fail(posted, broken_code_,
+             "rank " + std::to_string(rank_) + ": " + what(posted) +
+                 " not started: the communicator failed earlier: " + broken_msg_);
+        continue;
+      }
+      fr_.start(p.fr_id, p.algo);
+      Request& r = reqs.back();
+      r.kind = p.kind;
+      r.peer = p.peer;
+      r.sig = p.sig;
+      r.src = p.src;
+      r.dst = p.dst;
+      r.dtype = p.sig.dtype;
+      tp_->post(&r);
+    }
+  };
+  try {
+    unsigned spins = 0;
+    for (;;) {
+      post_new();
+      const bool moved = tp_->progress();
+      for (size_t i = 0; i < ws.size(); ++i)
+        if (open[i] && reqs[i].complete) {
+          open[i] = 0;
+          --left;
+          fr_.finish(ws[i]->p2p->fr_id, true);
+          complete(*ws[i], nullptr);
+        }
+      take();
+      if (left == 0 && posted == ws.size()) break;
+      if (moved || posted < ws.size() || ++spins < 64) continue;
+      spins = 0;
+      const uint64_t now = now_ns();
+      size_t first = ws.size();
+      for (size_t i = 0; i < ws.size(); ++i)
+        if (open[i] && (first == ws.size() || deadline[i] < deadline[first])) first = i;
+      if (now > deadline[first]) {
+        const Request& r = reqs[first];
+        throw Error(Errc::kTimeout,
+                    "rank " + std::to_string(rank_) + ": " + what(first) + " timed out after " +
+                        std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s with " +
+                        std::to_string(r.done) + "/" + std::to_string(r.sig.bytes) +
+                        " bytes moved, waiting on " + tp_->describe_peer(r.peer));
+      }
+      // Short naps: a send or recv queued meanwhile (the other half of an
+      // exchange) is picked up within a millisecond.
+      tp_->wait_activity(std::chrono::microseconds(
+          std::min<uint64_t>((deadline[first] - now) / 1000, 1000)));
+    }
+  } catch (const Error& e) {
+    std::string first_msg;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (!open[i]) continue;
+      // The timed-out operation's own message already names it.
+      const bool own = e.code() == Errc::kTimeout &&
+                       std::string(e.what()).find(what(i)) != std::string::npos;
+      std::string msg =
+          own ? std::string(e.what())
+              : "rank " + std::to_string(rank_) + ": " + what(i) + ": " + e.what();
+      if (first_msg.empty()) first_msg = msg;
+      fail(i, e.code(), msg);
+    }
+    set_broken(e.code(), first_msg.empty() ? std::string(e.what()) : first_msg);
   }
 }
 

@@ -4,6 +4,10 @@
 // flight recorder and the executor. Operations run in issue order: blocking
 // calls execute on the caller's thread when nothing is queued; async calls go
 // to a background thread (started on first use) that runs them one by one.
+// Consecutive point-to-point operations are the exception: they run
+// together (all posted, then progressed as one group), so the MPI idiom
+// "irecv from a peer, then send to it" completes on both ranks instead of
+// each rank's receive waiting for a send queued behind it.
 // After any failure the communicator is broken (like an aborted NCCL
 // communicator): later calls fail at once with the original reason.
 #pragma once
@@ -39,6 +43,17 @@ struct WorkState {
   // The communicator that queued it (alive while it is not done: ~CommImpl
   // drains the queue), so a waiter can run it itself (CommImpl::run_queued_until).
   CommImpl* owner = nullptr;
+  // Set for send / recv: what CommImpl::run_p2p_group posts.
+  struct P2p {
+    Request::Kind kind = Request::Kind::kSend;
+    int peer = -1;
+    const void* src = nullptr;
+    void* dst = nullptr;
+    MsgSig sig;  // sig.bytes = payload
+    uint64_t fr_id = 0;
+    std::string algo;
+  };
+  std::unique_ptr<P2p> p2p;
 };
 
 // A non-owning reference to an algorithm callable: no allocation, one
@@ -94,7 +109,9 @@ class CommImpl {
     }
     return launch_queued(sig, algo, AlgoFn(std::forward<F>(fn)), id, async);
   }
-  uint64_t next_p2p_seq(int peer, bool sending);
+  // send (from src) or recv (into dst) of `bytes` with `peer`.
+  Work launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t, int peer, int tag,
+                  size_t bytes, bool async);
 
   // Called by Work::wait: while the worker thread is idle, runs the queued
   // operations, oldest first, on the calling thread until `w` is done.
@@ -154,6 +171,17 @@ class CommImpl {
   // With qmu_ held by `l`: runs the oldest queued operation with `busy`
   // (worker_busy_ or inline_busy_) raised and qmu_ released meanwhile.
   void run_front(std::unique_lock<std::mutex>& l, bool& busy);
+  // Runs sends / recvs `ws` (taken off the queue, or a blocking one) and
+  // every send / recv queued right behind them, also those queued while
+  // they run, as one group: all posted, progressed together, each completed
+  // (or failed) on its own. Called with qmu_ released and the runner's busy
+  // flag raised.
+  void run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws);
+  // "recv from rank 1 (seq 3, count 10 f32, tag 7)"
+  std::string describe_p2p(const WorkState::P2p& p) const;
+  uint64_t next_p2p_seq(int peer, bool sending);
+  // Marks the communicator broken with `msg` and dumps the flight recorder.
+  void set_broken(Errc code, const std::string& msg);
   static void complete(WorkState& w, std::exception_ptr err);
 
   int rank_, size_;

@@ -322,11 +322,7 @@ Work Communicator::send_async(const void* buf, size_t count, DType t, int peer, 
   BRAID_CHECK_ARG(peer != rank(), "send: peer " + std::to_string(peer) + " is this rank");
   check_ptr(op, buf, count, "send");
   BRAID_CHECK_ARG(tag <= uint32_t(std::numeric_limits<int32_t>::max()), "send: tag too large");
-  return impl_->launch(op, count, t, ReduceOp::kSum, int(tag), bytes, async_now(),
-                       [=](Context& c, const std::string&) {
-                         c.wait(c.send(peer, buf, bytes));
-                       },
-                       int64_t(impl_->next_p2p_seq(peer, true)));
+  return impl_->launch_p2p(true, buf, nullptr, count, t, peer, int(tag), bytes, async_now());
 }
 
 Work Communicator::recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag) {
@@ -336,11 +332,7 @@ Work Communicator::recv_async(void* buf, size_t count, DType t, int peer, uint32
   BRAID_CHECK_ARG(peer != rank(), "recv: peer " + std::to_string(peer) + " is this rank");
   check_ptr(CollOp::kRecv, buf, count, "recv");
   BRAID_CHECK_ARG(tag <= uint32_t(std::numeric_limits<int32_t>::max()), "recv: tag too large");
-  return impl_->launch(op, count, t, ReduceOp::kSum, int(tag), bytes, async_now(),
-                       [=](Context& c, const std::string&) {
-                         c.wait(c.recv(peer, buf, bytes));
-                       },
-                       int64_t(impl_->next_p2p_seq(peer, false)));
+  return impl_->launch_p2p(false, nullptr, buf, count, t, peer, int(tag), bytes, async_now());
 }
 
 // Blocking forms: the async form, then wait. (launch runs it inline when

@@ -78,6 +78,8 @@ std::string FlightRecorder::dump(const std::string& header) const {
     uint64_t t1 = e.t_end.load(std::memory_order_relaxed);
     double run_us = t0 ? double((state == State::kRunning ? tnow : t1) - t0) * ns_per_tick / 1e3 : 0.0;
     int32_t root = e.root.load(std::memory_order_relaxed);
+    const auto op = CollOp(e.op.load(std::memory_order_relaxed));
+    const bool p2p = op == CollOp::kSend || op == CollOp::kRecv;  // root holds the tag
     char algo[sizeof e.algo];
     std::memcpy(algo, e.algo, sizeof algo);
     algo[sizeof algo - 1] = 0;
@@ -85,11 +87,11 @@ std::string FlightRecorder::dump(const std::string& header) const {
     std::snprintf(line, sizeof line,
                   "  seq %-6llu %-14s %-5s count %-10llu %-4s %s %-6s %-8s %10.1f us%s\n",
                   (unsigned long long)e.seq.load(std::memory_order_relaxed),
-                  coll_op_name(CollOp(e.op.load(std::memory_order_relaxed))),
+                  p2p ? "send/recv" : coll_op_name(op),
                   dtype_name(DType(e.dtype.load(std::memory_order_relaxed))),
                   (unsigned long long)e.count.load(std::memory_order_relaxed),
                   reduce_op_name(ReduceOp(e.rop.load(std::memory_order_relaxed))),
-                  root >= 0 ? ("root/peer " + std::to_string(root)).c_str() : "", algo,
+                  root < 0 ? "" : ((p2p ? "tag " : "root ") + std::to_string(root)).c_str(), algo,
                   states[int(state)], run_us, state == State::kRunning ? "  <- in progress" : "");
     os << line;
   }

@@ -346,3 +346,92 @@ TEST(CommP2P, ManySmallMessagesToASlowReceiverAllArrive) {
     c->barrier();
   });
 }
+
+TEST(CommP2P, ExchangeIdiomsCompleteOnBothTransports) {
+  // The MPI idioms that post the other half of an exchange before waiting:
+  // each rank's queued receive must not wait for a send queued behind it.
+  // Messages of 3 MiB do not fit in the wires' buffers, so nothing completes
+  // eagerly. Three ranks: every rank talks to both neighbours.
+  for (const char* transport : {"shm", "tcp"}) {
+    expect_all_pass(3, [transport](int rank, int size, std::shared_ptr<Store> store) {
+      auto c = make(rank, size, store, 20, transport);
+      const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+      const size_t n = (3u << 20) / 8 + 5;
+      auto pattern = [&](int from, int round, size_t i) {
+        return int64_t(from) * 1000000007 + int64_t(round) * 1000 + int64_t(i % 997);
+      };
+      auto check = [&](const std::vector<int64_t>& got, int from, int round, const char* what) {
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) bad += got[i] != pattern(from, round, i);
+        EXPECT_EQ(bad, 0u) << transport << " " << what << " rank " << rank;
+      };
+      std::vector<int64_t> out(n), in(n, -1);
+      auto fill = [&](int round) {
+        for (size_t i = 0; i < n; ++i) out[i] = pattern(rank, round, i);
+      };
+      // 1. irecv from the left, blocking send to the right, wait.
+      fill(1);
+      Work r1 = c->recv_async(in.data(), n, DType::kI64, left, 1);
+      c->send(out.data(), n, DType::kI64, right, 1);
+      r1.wait();
+      check(in, left, 1, "irecv + send");
+      // 2. isend to the right, blocking recv from the left.
+      fill(2);
+      Work s2 = c->send_async(out.data(), n, DType::kI64, right, 2);
+      c->recv(in.data(), n, DType::kI64, left, 2);
+      s2.wait();
+      check(in, left, 2, "isend + recv");
+      // 3. both async, waited in the opposite order, with a collective
+      //    between this exchange and the next.
+      fill(3);
+      Work r3 = c->recv_async(in.data(), n, DType::kI64, left, 3);
+      Work s3 = c->send_async(out.data(), n, DType::kI64, right, 3);
+      s3.wait();
+      r3.wait();
+      check(in, left, 3, "isend + irecv");
+      int64_t x = rank, sum = 0;
+      c->all_reduce(&x, &sum, 1, DType::kI64, ReduceOp::kSum);
+      EXPECT_EQ(sum, int64_t(size * (size - 1) / 2));
+      // 4. two exchanges in flight at once, the other way round the ring.
+      std::vector<int64_t> in2(n, -1);
+      fill(4);
+      Work a = c->recv_async(in.data(), n, DType::kI64, right, 4);
+      Work b = c->recv_async(in2.data(), n, DType::kI64, left, 5);
+      Work d = c->send_async(out.data(), n, DType::kI64, left, 4);
+      c->send(out.data(), n, DType::kI64, right, 5);
+      a.wait();
+      b.wait();
+      d.wait();
+      check(in, right, 4, "two exchanges (from the right)");
+      check(in2, left, 4, "two exchanges (from the left)");
+      c->barrier();
+    }, std::chrono::seconds(120));
+  }
+}
+
+TEST(CommP2P, UnmatchedReceiveTimesOutNamingPeerAndBytes) {
+  auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make(rank, size, store, 2);
+    c->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));  // never sends
+      return;
+    }
+    std::vector<float> v(1 << 20);
+    double t0 = now_s();
+    Work w = c->recv_async(v.data(), v.size(), DType::kF32, 1, 9);
+    Work w2 = c->recv_async(v.data(), 4, DType::kF32, 1, 10);
+    auto e = expect_error([&] { w.wait(); });
+    EXPECT_EQ(e.code(), Errc::kTimeout) << e.what();
+    EXPECT_LT(now_s() - t0, 4.5);
+    std::string m = e.what();
+    EXPECT_TRUE(contains(m, "rank 0: recv from rank 1") && contains(m, "tag 9") &&
+                contains(m, "0/4194304 bytes") && contains(m, "waiting on rank 1 (pid"))
+        << m;
+    // The receive queued behind it fails too, and names itself.
+    auto e2 = expect_error([&] { w2.wait(); });
+    EXPECT_TRUE(contains(e2.what(), "count 4 f32")) << e2.what();
+    EXPECT_TRUE(contains(c->flight_record(), "FAILED")) << c->flight_record();
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+}
