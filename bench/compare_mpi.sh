@@ -13,6 +13,10 @@
 #   ROUNDS=N       rounds (default 3; QUICK sets 1)
 #   KEEPMEM=0      skip the third column, "MPI*" (see below)
 #   BRAID=0        skip braid (Open MPI's numbers alone)
+#   ONLY=REGEX     run only the configurations whose name matches (e.g.
+#                  ONLY=a2a2_shm; names: ar2_shm ar2_tcp ar4_over ar8_over
+#                  ag2_shm rs2_shm bc2_shm a2a2_shm); targets of the others
+#                  show as pending
 #   RUN_TIMEOUT=S  seconds before one run is killed (default 300)
 #   QUIET_WAIT=S   before each run, wait up to S seconds (default 60; at most
 #                  QUIET_BUDGET=300 s over the whole script) for the machine
@@ -119,6 +123,13 @@ else
   done
 fi
 
+if [[ -n ${ONLY:-} ]]; then
+  kept=()
+  for p in "${parts[@]}"; do [[ ${p%% *} =~ $ONLY ]] && kept+=("$p"); done
+  ((${#kept[@]})) || { echo "compare_mpi.sh: ONLY=$ONLY matches no configuration" >&2; exit 2; }
+  parts=("${kept[@]}")
+fi
+
 tools=()
 ((have_braid)) && tools+=(braid)
 tools+=(mpi)
@@ -205,6 +216,7 @@ done
 command="bench/compare_mpi.sh"
 ((quick)) && command="QUICK=1 $command"
 [[ -n ${ROUNDS:-} ]] && command="ROUNDS=$ROUNDS $command"
+[[ -n ${ONLY:-} ]] && command="ONLY='$ONLY' $command"
 ((keepmem)) || command="KEEPMEM=0 $command"
 command+=" BUILD_DIR${md:+ --md $md}"
 table_args=("$results" --rounds "$rounds" --command "$command")
