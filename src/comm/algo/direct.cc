@@ -62,6 +62,7 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
     c.recv(from, out + rd[from] * es, rc[from] * es);
     c.send(to, in + sd[to] * es, sc[to] * es);
   }
+  c.poll();  // first pieces out before the local copy
   if (sc[r] != rc[r])
     throw Error(Errc::kMismatch, "rank " + std::to_string(r) + ": all_to_all_v sends " +
                                      std::to_string(sc[r]) + " elements to itself but expects " +
