@@ -435,3 +435,26 @@ TEST(CommP2P, UnmatchedReceiveTimesOutNamingPeerAndBytes) {
   }, std::chrono::seconds(60));
   EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
 }
+
+TEST(CommP2P, PeerDeathFailsAQueuedExchangeQuickly) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto res = run_ranks(2, [transport](int rank, int size, std::shared_ptr<Store> store) {
+      auto c = make(rank, size, store, 60, transport);
+      c->barrier();
+      if (rank == 1) ::_exit(0);  // dies without a word
+      // 64 MiB out: more than any wire buffers, so the send cannot
+      // complete without the peer.
+      std::vector<float> in(1 << 20), out(16 << 20, 1.0f);
+      double t0 = now_s();
+      Work r = c->recv_async(in.data(), in.size(), DType::kF32, 1, 3);
+      Work s = c->send_async(out.data(), out.size(), DType::kF32, 1, 3);
+      auto e = expect_error([&] { r.wait(); });
+      auto e2 = expect_error([&] { s.wait(); });
+      EXPECT_LT(now_s() - t0, 10.0) << transport;
+      EXPECT_EQ(e.code(), Errc::kPeerDied) << transport << ": " << e.what();
+      EXPECT_TRUE(contains(e.what(), "recv from rank 1")) << transport << ": " << e.what();
+      EXPECT_TRUE(contains(e2.what(), "send to rank 1")) << transport << ": " << e2.what();
+    }, std::chrono::seconds(60));
+    EXPECT_EQ(res[0].exit_code, 0) << transport << ": " << res[0].output;
+  }
+}
