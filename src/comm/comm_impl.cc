@@ -476,7 +476,7 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
     }
   } catch (const Error& e) {
     std::string first_msg;
-    for (size_t i = 0; i < ws.size(); ++i) {
+    for (size_t i = 0; i < open.size(); ++i) {
       if (!open[i]) continue;
       // The timed-out operation's own message already names it.
       const bool own = e.code() == Errc::kTimeout &&
@@ -487,7 +487,15 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
       if (first_msg.empty()) first_msg = msg;
       fail(i, e.code(), msg);
     }
-    set_broken(e.code(), first_msg.empty() ? std::string(e.what()) : first_msg);
+    if (first_msg.empty()) first_msg = e.what();
+    // Taken but not posted (a post that threw): they never started.
+    for (size_t i = open.size(); i < ws.size(); ++i) {
+      fr_.finish(ws[i]->p2p->fr_id, false);
+      complete(*ws[i], std::make_exception_ptr(
+                           Error(e.code(), "rank " + std::to_string(rank_) + ": " + what(i) +
+                                               " not started: " + first_msg)));
+    }
+    set_broken(e.code(), first_msg);
   }
 }
 
