@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <cstdio>
@@ -210,14 +211,8 @@ Work CommImpl::launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn 
 
 void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id) {
   if (broken_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> l(broken_mu_);
-    {
-      fr_.finish(fr_id, false);
-      throw Error(broken_code_, "rank " + std::to_string(rank_) + ": " +
-                                    describe_call(sig, algo) +
-                                    " not started: the communicator failed earlier: " +
-                                    broken_msg_);
-    }
+    fr_.finish(fr_id, false);
+    throw broken_error(describe_call(sig, algo));
   }
   fr_.start(fr_id, algo);
   struct Call {
@@ -244,6 +239,12 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
     if (e.code() != Errc::kInvalidArgument) set_broken(e.code(), msg);
     throw Error(e.code(), msg);
   }
+}
+
+Error CommImpl::broken_error(const std::string& what) {
+  std::lock_guard<std::mutex> l(broken_mu_);
+  return Error(broken_code_, "rank " + std::to_string(rank_) + ": " + what +
+                                 " not started: the communicator failed earlier: " + broken_msg_);
 }
 
 void CommImpl::set_broken(Errc code, const std::string& msg) {
@@ -405,64 +406,55 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
     }
   };
   const uint64_t timeout_ns = uint64_t(timeout_.count()) * 1000000ull;
+  // One entry per operation taken, in posting order, so the first open one
+  // has the earliest deadline.
   std::deque<Request> reqs;  // stable addresses while the transport holds them
   std::vector<uint64_t> deadline;
   std::vector<char> open;
-  size_t posted = 0, left = 0;
   auto what = [&](size_t i) { return describe_p2p(*ws[i]->p2p); };
-  auto fail = [&](size_t i, Errc code, const std::string& msg) {
+  auto finish = [&](size_t i, std::exception_ptr err) {
     open[i] = 0;
-    --left;
-    fr_.finish(ws[i]->p2p->fr_id, false);
-    complete(*ws[i], std::make_exception_ptr(Error(code, msg)));
+    fr_.finish(ws[i]->p2p->fr_id, err == nullptr);
+    complete(*ws[i], err);
   };
-  auto post_new = [&] {
-    for (; posted < ws.size(); ++posted) {
-      const auto& p = *ws[posted]->p2p;
-      reqs.emplace_back();
-      deadline.push_back(now_ns() + timeout_ns);
-      open.push_back(1);
-      ++left;
-      if (broken_.load(std::memory_order_acquire)) {
-        std::lock_guard<std::mutex> g(broken_mu_);
-        fail(posted, broken_code_,
-             "rank " + std::to_string(rank_) + ": " + what(posted) +
-                 " not started: the communicator failed earlier: " + broken_msg_);
-        continue;
-      }
-      fr_.start(p.fr_id, p.algo);
-      Request& r = reqs.back();
-      r.kind = p.kind;
-      r.peer = p.peer;
-      r.sig = p.sig;
-      r.src = p.src;
-      r.dst = p.dst;
-      r.dtype = p.sig.dtype;
-      tp_->post(&r);
-    }
-  };
+  size_t timed_out = SIZE_MAX;  // set with the kTimeout thrown below (ws grows)
   try {
     unsigned spins = 0;
     for (;;) {
-      post_new();
-      const bool moved = tp_->progress();
-      for (size_t i = 0; i < ws.size(); ++i)
-        if (open[i] && reqs[i].complete) {
-          open[i] = 0;
-          --left;
-          fr_.finish(ws[i]->p2p->fr_id, true);
-          complete(*ws[i], nullptr);
+      for (size_t i = reqs.size(); i < ws.size(); ++i) {  // post the newly taken
+        const auto& p = *ws[i]->p2p;
+        Request& r = reqs.emplace_back();
+        deadline.push_back(now_ns() + timeout_ns);
+        open.push_back(1);
+        if (broken_.load(std::memory_order_acquire)) {
+          finish(i, std::make_exception_ptr(broken_error(what(i))));
+          continue;
         }
+        fr_.start(p.fr_id, p.algo);
+        r.kind = p.kind;
+        r.peer = p.peer;
+        r.sig = p.sig;
+        r.src = p.src;
+        r.dst = p.dst;
+        r.dtype = p.sig.dtype;
+        tp_->post(&r);
+      }
+      const bool moved = tp_->progress();
+      size_t first = ws.size();  // the first operation still open
+      for (size_t i = 0; i < ws.size(); ++i) {
+        if (!open[i]) continue;
+        if (reqs[i].complete) finish(i, nullptr);
+        else if (first == ws.size()) first = i;
+      }
+      const size_t taken = ws.size();
       take();
-      if (left == 0 && posted == ws.size()) break;
-      if (moved || posted < ws.size() || ++spins < 64) continue;
+      if (first == ws.size() && taken == ws.size()) break;
+      if (moved || taken < ws.size() || ++spins < 64) continue;
       spins = 0;
       const uint64_t now = now_ns();
-      size_t first = ws.size();
-      for (size_t i = 0; i < ws.size(); ++i)
-        if (open[i] && (first == ws.size() || deadline[i] < deadline[first])) first = i;
       if (now > deadline[first]) {
         const Request& r = reqs[first];
+        timed_out = first;
         throw Error(Errc::kTimeout,
                     "rank " + std::to_string(rank_) + ": " + what(first) + " timed out after " +
                         std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s with " +
@@ -475,26 +467,22 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
           std::min<uint64_t>((deadline[first] - now) / 1000, 1000)));
     }
   } catch (const Error& e) {
+    // The timed-out operation's message already names it.
     std::string first_msg;
     for (size_t i = 0; i < open.size(); ++i) {
       if (!open[i]) continue;
-      // The timed-out operation's own message already names it.
-      const bool own = e.code() == Errc::kTimeout &&
-                       std::string(e.what()).find(what(i)) != std::string::npos;
-      std::string msg =
-          own ? std::string(e.what())
-              : "rank " + std::to_string(rank_) + ": " + what(i) + ": " + e.what();
+      std::string msg = i == timed_out ? std::string(e.what())
+                                       : "rank " + std::to_string(rank_) + ": " + what(i) +
+                                             ": " + e.what();
       if (first_msg.empty()) first_msg = msg;
-      fail(i, e.code(), msg);
+      finish(i, std::make_exception_ptr(Error(e.code(), msg)));
     }
     if (first_msg.empty()) first_msg = e.what();
-    // Taken but not posted (a post that threw): they never started.
-    for (size_t i = open.size(); i < ws.size(); ++i) {
-      fr_.finish(ws[i]->p2p->fr_id, false);
-      complete(*ws[i], std::make_exception_ptr(
-                           Error(e.code(), "rank " + std::to_string(rank_) + ": " + what(i) +
-                                               " not started: " + first_msg)));
-    }
+    // Taken but never posted (a post threw): they never started.
+    open.resize(ws.size(), 1);
+    for (size_t i = reqs.size(); i < ws.size(); ++i)
+      finish(i, std::make_exception_ptr(Error(e.code(), "rank " + std::to_string(rank_) + ": " +
+                                                            what(i) + " not started: " + first_msg)));
     set_broken(e.code(), first_msg);
   }
 }

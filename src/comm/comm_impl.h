@@ -182,6 +182,8 @@ class CommImpl {
   uint64_t next_p2p_seq(int peer, bool sending);
   // Marks the communicator broken with `msg` and dumps the flight recorder.
   void set_broken(Errc code, const std::string& msg);
+  // Once broken: the error for operation `what`, which was not started.
+  Error broken_error(const std::string& what);
   static void complete(WorkState& w, std::exception_ptr err);
 
   int rank_, size_;
