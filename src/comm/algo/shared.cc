@@ -44,7 +44,18 @@ struct Descriptor {
   uint64_t bytes = 0;
 };
 
-// Steps 1: swaps descriptors of `mine` (bytes at `span`) with every peer and
+// Sends `bytes` at `mine` to every peer and receives each peer's into
+// theirs + p * bytes (one round; `step` labels the messages).
+void swap_with_peers(Context& c, const void* mine, size_t bytes, void* theirs, uint32_t step) {
+  for (int p = 0; p < c.size(); ++p) {
+    if (p == c.rank()) continue;
+    c.send(p, mine, bytes, step);
+    c.recv(p, static_cast<uint8_t*>(theirs) + size_t(p) * bytes, bytes, step);
+  }
+  c.wait_all();
+}
+
+// Step 1: swaps descriptors of `mine` (bytes at `span`) with every peer and
 // returns each rank's buffer in this process (this rank's own: `mine`).
 std::vector<uint8_t*> exchange(Context& c, const SharedSpan& span, void* mine, size_t bytes,
                                const char* what) {
@@ -52,12 +63,7 @@ std::vector<uint8_t*> exchange(Context& c, const SharedSpan& span, void* mine, s
   const SharedRegion& reg = *span.region;
   Descriptor d_mine{reg.id, span.offset, bytes};
   std::vector<Descriptor> theirs(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    c.send(p, &d_mine, sizeof d_mine, 0);
-    c.recv(p, &theirs[size_t(p)], sizeof(Descriptor), 0);
-  }
-  c.wait_all();
+  swap_with_peers(c, &d_mine, sizeof d_mine, theirs.data(), 0);
 
   std::vector<uint8_t*> buf(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
@@ -87,15 +93,9 @@ std::vector<uint8_t*> exchange(Context& c, const SharedSpan& span, void* mine, s
 
 // Step 3.
 void finish(Context& c) {
-  const int n = c.size(), r = c.rank();
-  uint8_t done = 1;
-  std::vector<uint8_t> got(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    c.send(p, &done, 1, 1);
-    c.recv(p, &got[size_t(p)], 1, 1);
-  }
-  c.wait_all();
+  const uint8_t done = 1;
+  std::vector<uint8_t> got(static_cast<size_t>(c.size()));
+  swap_with_peers(c, &done, 1, got.data(), 1);
 }
 
 // out[b0, b1) = fold of every rank's [b0, b1), in rank order, piece by piece;
