@@ -210,10 +210,7 @@ void run_matrix(Communicator& c, const Matrix& m) {
 Matrix default_matrix() { return Matrix{{0, 1, 7, 1000, 1000003}}; }
 
 void body(int rank, int size, std::shared_ptr<Store> store) {
-  CommOptions o;
-  o.timeout = std::chrono::seconds(60);
-  auto c = Communicator::create(rank, size, store, o);
-  run_matrix(*c, default_matrix());
+  run_matrix(*braid::testing::make_comm(rank, size, store, 60), default_matrix());
 }
 
 }  // namespace

@@ -16,17 +16,10 @@
 
 using namespace braid;
 using braid::testing::expect_all_pass;
+using braid::testing::make_comm;
 using braid::testing::run_ranks;
 
 namespace {
-
-std::shared_ptr<Communicator> make(int rank, int size, std::shared_ptr<Store> store,
-                                   int timeout_s = 30, const std::string& transport = "") {
-  CommOptions o;
-  o.timeout = std::chrono::seconds(timeout_s);
-  o.transport = transport;
-  return Communicator::create(rank, size, store, o);
-}
 
 template <class F>
 Error expect_error(F&& f) {
@@ -47,7 +40,7 @@ bool contains(const std::string& s, const std::string& sub) {
 
 TEST(CommFaults, BadArgumentsAreClearErrors) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     std::vector<float> v(10);
     auto e = expect_error([&] { c->all_reduce(nullptr, v.data(), 10, DType::kF32, ReduceOp::kSum); });
     EXPECT_EQ(e.code(), Errc::kInvalidArgument);
@@ -69,7 +62,7 @@ TEST(CommFaults, BadArgumentsAreClearErrors) {
 
 TEST(CommFaults, MismatchedCountsNameBothSides) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 20);
+    auto c = make_comm(rank, size, store, 20);
     std::vector<float> v(100, 1.0f);
     size_t count = rank == 0 ? 100 : 50;
     auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), count, DType::kF32, ReduceOp::kSum); });
@@ -82,7 +75,7 @@ TEST(CommFaults, MismatchedSmallAndLargeMessagesNameBothSides) {
   // Small messages travel through shared-memory fast boxes, large ones
   // through the slot ring; a mismatch across the two must still be named.
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 20);
+    auto c = make_comm(rank, size, store, 20);
     c->set_algorithm("all_reduce", "rd");
     std::vector<float> v(1000, 1.0f);
     size_t count = rank == 0 ? 4 : 1000;
@@ -94,7 +87,7 @@ TEST(CommFaults, MismatchedSmallAndLargeMessagesNameBothSides) {
 
 TEST(CommFaults, MismatchedCollectivesNameBothSides) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 20);
+    auto c = make_comm(rank, size, store, 20);
     std::vector<float> v(64, 1.0f), out(128);
     auto e = expect_error([&] {
       if (rank == 0) c->all_reduce(v.data(), v.data(), 64, DType::kF32, ReduceOp::kSum);
@@ -107,7 +100,7 @@ TEST(CommFaults, MismatchedCollectivesNameBothSides) {
 
 TEST(CommFaults, TimeoutNamesRankOpSequenceAndPeer) {
   auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 2);
+    auto c = make_comm(rank, size, store, 2);
     std::vector<float> v(1000, 1.0f);
     c->all_reduce(v.data(), v.data(), 1000, DType::kF32, ReduceOp::kSum);
     if (rank == 1) {
@@ -134,7 +127,7 @@ TEST(CommFaults, TimeoutNamesRankOpSequenceAndPeer) {
 TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
   for (const char* transport : {"shm", "tcp"}) {
     auto res = run_ranks(3, [transport](int rank, int size, std::shared_ptr<Store> store) {
-      auto c = make(rank, size, store, 60, transport);
+      auto c = make_comm(rank, size, store, 60, transport);
       std::vector<float> v(1 << 16, 1.0f);
       c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
       if (rank == 2) ::_exit(0);  // dies without a word
@@ -152,7 +145,7 @@ TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
 
 TEST(CommSplit, SubCommunicatorsRunConcurrentlyWithEachOtherAndParent) {
   expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto world = make(rank, size, store);
+    auto world = make_comm(rank, size, store);
     auto sub = world->split(rank % 2, -rank);  // key reverses the order
     ASSERT_NE(sub, nullptr);
     EXPECT_EQ(sub->size(), 2);
@@ -179,7 +172,7 @@ TEST(CommSplit, SubCommunicatorsRunConcurrentlyWithEachOtherAndParent) {
 
 TEST(CommAsync, ManyOutstandingOperationsCompleteInOrder) {
   expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     const int k = 16;
     std::vector<std::vector<float>> bufs(k, std::vector<float>(50000));
     std::vector<Work> works;
@@ -202,7 +195,7 @@ TEST(CommAsync, ManyOutstandingOperationsCompleteInOrder) {
 
 TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {
   expect_all_pass(5, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     std::mt19937 rng(1234 + rank);
     std::uniform_real_distribution<float> dist(-1, 1);
     const size_t n = 300007;
@@ -234,7 +227,7 @@ TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {
 
 TEST(CommTcp, CollectivesOverTcpMatchReference) {
   expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 30, "tcp");
+    auto c = make_comm(rank, size, store, 30, "tcp");
     EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
     for (const char* algo : {"ring", "hd", "rd", "direct"}) {
       c->set_algorithm("all_reduce", algo);
@@ -263,7 +256,7 @@ TEST(CommHierarchy, TwoPretendHostsInterleaved) {
   expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
     // ranks 0 and 2 on host "a", 1 and 3 on "b": the ring must reorder.
     ::setenv("BRAID_HOSTNAME", rank % 2 == 0 ? "a" : "b", 1);
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     EXPECT_EQ(c->transport_to((rank + 2) % 4), "shm");
     EXPECT_EQ(c->transport_to((rank + 1) % 4), "tcp");
     for (const char* algo : {"hier", "ring", "hd"}) {
@@ -298,7 +291,7 @@ TEST(CommHierarchy, TwoPretendHostsInterleaved) {
 TEST(CommFlightRecorder, Sigusr1DumpsRecentOperations) {
   std::string path = braid::testing::temp_dir("fr") + "/stderr.txt";
   expect_all_pass(2, [path](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     install_flight_recorder_signal();
     std::vector<float> v(1000, 1.0f);
     c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
@@ -321,7 +314,7 @@ TEST(CommP2P, ManySmallMessagesToASlowReceiverAllArrive) {
   // Fills the shared-memory fast boxes while the receiver is asleep; the
   // sender must be woken when boxes free up, not stall on its sleep slice.
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store);
     const int n = 300;
     if (rank == 0) {
       std::vector<int64_t> v(n);
@@ -354,7 +347,7 @@ TEST(CommP2P, ExchangeIdiomsCompleteOnBothTransports) {
   // eagerly. Three ranks: every rank talks to both neighbours.
   for (const char* transport : {"shm", "tcp"}) {
     expect_all_pass(3, [transport](int rank, int size, std::shared_ptr<Store> store) {
-      auto c = make(rank, size, store, 20, transport);
+      auto c = make_comm(rank, size, store, 20, transport);
       const int right = (rank + 1) % size, left = (rank + size - 1) % size;
       const size_t n = (3u << 20) / 8 + 5;
       auto pattern = [&](int from, int round, size_t i) {
@@ -411,7 +404,7 @@ TEST(CommP2P, ExchangeIdiomsCompleteOnBothTransports) {
 
 TEST(CommP2P, UnmatchedReceiveTimesOutNamingPeerAndBytes) {
   auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, 2);
+    auto c = make_comm(rank, size, store, 2);
     c->barrier();
     if (rank == 1) {
       std::this_thread::sleep_for(std::chrono::seconds(5));  // never sends
@@ -439,7 +432,7 @@ TEST(CommP2P, UnmatchedReceiveTimesOutNamingPeerAndBytes) {
 TEST(CommP2P, PeerDeathFailsAQueuedExchangeQuickly) {
   for (const char* transport : {"shm", "tcp"}) {
     auto res = run_ranks(2, [transport](int rank, int size, std::shared_ptr<Store> store) {
-      auto c = make(rank, size, store, 60, transport);
+      auto c = make_comm(rank, size, store, 60, transport);
       c->barrier();
       if (rank == 1) ::_exit(0);  // dies without a word
       // 64 MiB out: more than any wire buffers, so the send cannot

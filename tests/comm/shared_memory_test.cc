@@ -20,17 +20,10 @@
 
 using namespace braid;
 using braid::testing::expect_all_pass;
+using braid::testing::make_comm;
 using braid::testing::run_ranks;
 
 namespace {
-
-std::shared_ptr<Communicator> make(int rank, int size, std::shared_ptr<Store> store,
-                                   const std::string& transport = "", int timeout_s = 60) {
-  CommOptions o;
-  o.timeout = std::chrono::seconds(timeout_s);
-  o.transport = transport;
-  return Communicator::create(rank, size, store, o);
-}
 
 // A small integer `v` stored as one element of `t` (exact in every dtype).
 void put(uint8_t* dst, DType t, double v) {
@@ -137,7 +130,7 @@ void check_gather_scatter(Communicator& c) {
 }
 
 void body(int rank, int size, std::shared_ptr<Store> store) {
-  auto c = make(rank, size, store);
+  auto c = make_comm(rank, size, store, 60);
   check_matrix(*c);
   check_gather_scatter(*c);
 
@@ -194,7 +187,7 @@ TEST(SharedMemory, World4) { expect_all_pass(4, body, std::chrono::seconds(400))
 
 TEST(SharedMemory, SubCommunicatorsShareWithinTheirGroup) {
   expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store, 60);
     auto sub = c->split(rank % 2, rank);  // {0, 2} and {1, 3}
     ASSERT_NE(sub, nullptr);
     const size_t n = 100003;
@@ -224,7 +217,7 @@ TEST(SharedMemory, SubCommunicatorsShareWithinTheirGroup) {
 // every rank gets private memory, and no rank is left on the shared path.
 TEST(SharedMemory, NoRoomOnOneRankFallsBackEverywhere) {
   expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store);
+    auto c = make_comm(rank, size, store, 60);
     if (rank == 1) {
       ::signal(SIGXFSZ, SIG_IGN);
       rlimit lim{1 << 16, 1 << 16};  // files (shm objects too) up to 64 KiB
@@ -244,7 +237,7 @@ TEST(SharedMemory, NoRoomOnOneRankFallsBackEverywhere) {
 
 TEST(SharedMemory, TcpFallsBackToPrivateMemory) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, "tcp");
+    auto c = make_comm(rank, size, store, 60, "tcp");
     SharedBuffer buf = c->alloc_shared(1 << 20);
     EXPECT_FALSE(buf.shared());
     const size_t n = buf.bytes() / 4;
@@ -257,7 +250,7 @@ TEST(SharedMemory, TcpFallsBackToPrivateMemory) {
 
 TEST(SharedMemory, PrivateBufferOnOneRankIsAnErrorNotAHang) {
   auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, "", 20);
+    auto c = make_comm(rank, size, store, 20);
     SharedBuffer buf = c->alloc_shared(1 << 20);
     std::vector<float> priv(buf.bytes() / 4, 1.0f);
     float* p = rank == 0 ? buf.as<float>() : priv.data();
@@ -275,7 +268,7 @@ TEST(SharedMemory, PrivateBufferOnOneRankIsAnErrorNotAHang) {
 
 TEST(SharedMemory, PeerDeathFailsTheReduction) {
   auto res = run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make(rank, size, store, "", 60);
+    auto c = make_comm(rank, size, store, 60);
     SharedBuffer buf = c->alloc_shared(4 << 20);
     const size_t n = buf.bytes() / 4;
     c->all_reduce(buf.data(), buf.data(), n, DType::kF32, ReduceOp::kSum);

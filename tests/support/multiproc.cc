@@ -12,9 +12,19 @@
 #include <filesystem>
 #include <thread>
 
+#include "braid/comm.h"
 #include "braid/env.h"
 
 namespace braid::testing {
+
+std::shared_ptr<Communicator> make_comm(int rank, int size, std::shared_ptr<Store> store,
+                                        int timeout_s, const std::string& transport) {
+  CommOptions o;
+  o.timeout = std::chrono::seconds(timeout_s);
+  o.transport = transport;
+  return Communicator::create(rank, size, std::move(store), o);
+}
+
 namespace {
 
 // Collects gtest failures inside a child so they can be reported.

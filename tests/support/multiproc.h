@@ -11,6 +11,10 @@
 
 #include "braid/store.h"
 
+namespace braid {
+class Communicator;
+}
+
 namespace braid::testing {
 
 struct RankResult {
@@ -32,6 +36,11 @@ std::vector<RankResult> run_ranks(int n,
 void expect_all_pass(int n, const std::function<void(int, int, std::shared_ptr<Store>)>& body,
                      std::chrono::seconds timeout = std::chrono::seconds(120),
                      const std::vector<std::string>& env = {});
+
+// Rank `rank` of a run_ranks job as a communicator: every operation with a
+// deadline of `timeout_s`, over `transport` ("" = BRAID_TRANSPORT or auto).
+std::shared_ptr<Communicator> make_comm(int rank, int size, std::shared_ptr<Store> store,
+                                        int timeout_s = 30, const std::string& transport = "");
 
 // A fresh temporary directory (removed at process exit by the parent).
 std::string temp_dir(const std::string& tag);
