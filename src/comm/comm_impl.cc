@@ -60,8 +60,11 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   topt.timeout = timeout_;
   auto pstore = make_prefix_store(store_, prefix_);
   tp_ = make_transport(rank_, size_, *pstore, topt);
-  bool any_tcp = false;
-  for (int p = 0; p < size_; ++p) any_tcp |= tp_->kind_to(p) == "tcp";
+  bool any_tcp = false, all_shm = true;
+  for (int p = 0; p < size_; ++p) {
+    any_tcp |= tp_->kind_to(p) == "tcp";
+    if (p != rank_) all_shm &= tp_->kind_to(p) == "shm";
+  }
   build_topology(*pstore, flat);
   int nhosts = 1, max_local = 1;
   {
@@ -71,7 +74,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
     for (auto& [h, k] : per_host) max_local = std::max(max_local, k);
   }
   selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params(),
-                                         local_ ? nhosts : 1, max_local);
+                                         local_ ? nhosts : 1, max_local, all_shm);
   selector_->load_env_overrides();
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);

@@ -27,6 +27,7 @@
 #include "comm/algo/context.h"
 #include "comm/flight_recorder.h"
 #include "comm/select.h"
+#include "comm/algo/host_ring.h"
 #include "comm/shared_memory.h"
 #include "comm/transport.h"
 
@@ -154,6 +155,8 @@ class CommImpl {
   CommImpl* local() { return local_.get(); }
   CommImpl* leaders() { return leaders_.get(); }
   bool hierarchical() const { return local_ != nullptr; }
+  // The chain all-reduce's shared ring (set up by its first call).
+  algo::HostRing& host_ring() { return host_ring_; }
 
  private:
   void build_topology(Store& pstore, bool flat);
@@ -200,6 +203,7 @@ class CommImpl {
   FlightRecorder fr_;
   ContextPool pool_;
   SharedRegistry shared_;
+  algo::HostRing host_ring_;
   // The last selection, reused while calls repeat (op, size, dtype).
   struct LastChoice {
     CollOp op = CollOp::kProbe;

@@ -201,6 +201,8 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
                                                  count);
                          else if (a == "ring" || a == "hier")
                            algo::all_reduce_ring(c, send, recv, count, chunk);
+                         else if (a == "chain")
+                           algo::all_reduce_chain(c, impl->host_ring(), send, recv, count, chunk);
                          else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
                          else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
                          else algo::all_reduce_direct(c, send, recv, count, chunk);

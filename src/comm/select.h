@@ -39,8 +39,10 @@ std::string default_tuning_path();
 
 class Selector {
  public:
-  // hosts > 1 enables the hierarchical all-reduce (max_local ranks per host).
-  Selector(int size, bool any_tcp, CostParams p, int hosts = 1, int max_local = 1);
+  // hosts > 1 enables the hierarchical all-reduce (max_local ranks per host);
+  // all_shm (every peer over shared memory) the chain all-reduce.
+  Selector(int size, bool any_tcp, CostParams p, int hosts = 1, int max_local = 1,
+           bool all_shm = false);
   // Parses BRAID_ALGO; throws Error(kInvalidArgument) on an unknown name.
   void load_env_overrides();
   void set_override(const std::string& collective, const std::string& algo);
@@ -60,6 +62,8 @@ class Selector {
   LinkCost link_, shm_;
   double gamma_;
   int hosts_, max_local_;
+  bool all_shm_;
+  bool oversubscribed_;  // more ranks on a host than it has cores
   bool deterministic_;
   std::map<CollOp, std::string> overrides_;
 };

@@ -143,6 +143,69 @@ TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
   }
 }
 
+// The chain all-reduce waits on counters in shared memory, not on messages:
+// a mismatch, a dead peer or a timeout must still reach every rank quickly.
+TEST(CommChain, MismatchFailsEveryRankNamingBothSides) {
+  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make_comm(rank, size, store, 30);
+    c->set_algorithm("all_reduce", "chain");
+    std::vector<float> v(300000, 1.0f);
+    c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(c->last_algorithm(), "chain");
+    EXPECT_EQ(v[12345], 3.0f);
+    size_t count = rank == 0 ? 300000 : 200000;
+    double t0 = now_s();
+    auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), count, DType::kF32, ReduceOp::kSum); });
+    EXPECT_LT(now_s() - t0, 10.0);
+    EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+    EXPECT_TRUE(contains(e.what(), "count 300000") && contains(e.what(), "count 200000")) << e.what();
+  });
+}
+
+TEST(CommChain, PeerKilledMidCallFailsTheOthersQuickly) {
+  auto res = run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make_comm(rank, size, store, 60);
+    c->set_algorithm("all_reduce", "chain");
+    std::vector<float> v(size_t(8) << 20, 1.0f);  // 32 MiB: many chunks per call
+    c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    if (rank == 2)
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    double t0 = now_s();
+    auto e = expect_error([&] {
+      for (int i = 0; i < 100000; ++i)
+        c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kMax);
+    });
+    EXPECT_LT(now_s() - t0, 10.0);
+    EXPECT_EQ(e.code(), Errc::kPeerDied) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 2")) << e.what();
+  }, std::chrono::seconds(90));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  EXPECT_EQ(res[1].exit_code, 0) << res[1].output;
+}
+
+TEST(CommChain, TimeoutReachesEveryWaitingRank) {
+  auto res = run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make_comm(rank, size, store, 2);
+    c->set_algorithm("all_reduce", "chain");
+    std::vector<float> v(1 << 20, 1.0f);
+    c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(6));  // never joins the second call
+      return;
+    }
+    double t0 = now_s();
+    auto e = expect_error([&] { c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum); });
+    EXPECT_LT(now_s() - t0, 5.0);
+    EXPECT_EQ(e.code(), Errc::kTimeout) << e.what();
+    EXPECT_TRUE(contains(e.what(), "all_reduce seq 2") && contains(e.what(), "rank 2")) << e.what();
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  EXPECT_EQ(res[1].exit_code, 0) << res[1].output;
+}
+
 TEST(CommSplit, SubCommunicatorsRunConcurrentlyWithEachOtherAndParent) {
   expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
     auto world = make_comm(rank, size, store);
@@ -229,7 +292,8 @@ TEST(CommTcp, CollectivesOverTcpMatchReference) {
   expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = make_comm(rank, size, store, 30, "tcp");
     EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
-    for (const char* algo : {"ring", "hd", "rd", "direct"}) {
+    // "chain" needs shared memory: over TCP every rank falls back to the ring.
+    for (const char* algo : {"ring", "hd", "rd", "direct", "chain"}) {
       c->set_algorithm("all_reduce", algo);
       for (size_t count : {size_t(0), size_t(7), size_t(1 << 20) + 3}) {
         std::vector<int32_t> v(count);

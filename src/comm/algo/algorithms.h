@@ -64,6 +64,13 @@ void reduce_scatter_shared(Context& c, const SharedSpan& span, const void* send,
 void all_gather_shared(Context& c, const SharedSpan& span, const void* send, void* recv,
                        size_t count);
 
+// chain_reduce.cc: ranks that all share memory fold each chunk in rank
+// order into a shared slot and copy it out; falls back to the ring when
+// some peer is not on shared memory.
+struct HostRing;
+void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, size_t count,
+                      size_t chunk_bytes);
+
 // barrier.cc
 void barrier_dissemination(Context& c);
 

@@ -1,0 +1,93 @@
+/* The chain all-reduce (src/comm/algo/chain_reduce.cc) outside braid, the
+ * prototype its numbers came from: N processes fold each chunk of their
+ * input in rank order into a shared slot (rank 0 copies, the others add),
+ * then every process copies the slot out. K slots; a process adds chunk
+ * k+W before it copies out chunk k. Waits spin SPIN pauses, then sleep on a
+ * futex.
+ *
+ *   gcc -O3 -march=native bench/micro/chain_allreduce.c -o /tmp/chain
+ *   chrt -f 10 /tmp/chain N MIB CHUNK_KIB SLOTS WINDOW ITERS [SPIN]
+ *   chrt -f 10 /tmp/chain 4 16 512 16 8 60 100    # 4 processes, 16 MiB
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+struct slot { _Atomic uint32_t adds; _Atomic uint32_t reads; _Atomic uint32_t waiters; char pad[52]; };
+static int N, SPIN;
+static void waitfor(struct slot* s, _Atomic uint32_t* w, uint32_t want) {
+  for (int i = 0; i < SPIN; ++i) { if (atomic_load(w) >= want) return; __builtin_ia32_pause(); }
+  for (;;) {
+    uint32_t v = atomic_load(w);
+    if (v >= want) return;
+    atomic_fetch_add(&s->waiters, 1);
+    v = atomic_load(w);
+    if (v < want) syscall(SYS_futex, w, FUTEX_WAIT, v, 0, 0, 0);
+    atomic_fetch_sub(&s->waiters, 1);
+  }
+}
+static void bump(struct slot* s, _Atomic uint32_t* w) {
+  atomic_fetch_add(w, 1);
+  if (atomic_load(&s->waiters)) syscall(SYS_futex, w, FUTEX_WAKE, 1 << 30, 0, 0, 0);
+}
+int main(int argc, char** argv) {
+  if (argc < 7) { fprintf(stderr, "usage: chain N MIB CHUNK_KIB SLOTS WINDOW ITERS [SPIN]\n"); return 2; }
+  N = atoi(argv[1]);
+  size_t S = (size_t)atoi(argv[2]) << 20, C = (size_t)atoi(argv[3]) << 10;
+  int K = atoi(argv[4]), W = atoi(argv[5]), iters = atoi(argv[6]);
+  SPIN = argc > 7 ? atoi(argv[7]) : 2000;
+  size_t cnt = S / 4, ccnt = C / 4, nch = (cnt + ccnt - 1) / ccnt;
+  float* acc = mmap(0, (size_t)K * C, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  struct slot* sl = mmap(0, sizeof(struct slot) * K + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  _Atomic uint32_t* bar = (void*)(sl + K);
+  int r = 0;
+  for (int i = 1; i < N; ++i) if (fork() == 0) { r = i; break; }
+  float* in = malloc(S); float* out = malloc(S);
+  for (size_t i = 0; i < cnt; ++i) in[i] = (float)(r + 1);
+  memset(out, 0, S);
+  double t0 = 0;
+  uint64_t use = 0; /* chunks processed so far across iterations (per slot use counting) */
+  for (int it = -3; it < iters; ++it) {
+    if (it == 0) { atomic_fetch_add(bar, 1); while (atomic_load(bar) < (uint32_t)N) sched_yield(); t0 = now(); }
+    uint64_t base = use;
+    size_t nout = 0;
+    for (size_t c = 0; c <= nch; ++c) {
+      if (c < nch) {
+        uint64_t g = base + c; struct slot* s = &sl[g % K]; uint32_t u = (uint32_t)(g / K);
+        float* a = acc + (g % K) * ccnt;
+        size_t off = c * ccnt, len = cnt - off < ccnt ? cnt - off : ccnt;
+        if (r == 0) { waitfor(s, &s->reads, u * N); waitfor(s, &s->adds, u * N); memcpy(a, in + off, len * 4); }
+        else { waitfor(s, &s->adds, u * N + r); float* x = in + off; for (size_t i = 0; i < len; ++i) a[i] += x[i]; }
+        bump(s, &s->adds);
+      }
+      while (nout < nch && (nout + W <= c || c == nch)) {
+        uint64_t g = base + nout; struct slot* s = &sl[g % K]; uint32_t u = (uint32_t)(g / K);
+        float* a = acc + (g % K) * ccnt;
+        size_t off = nout * ccnt, len = cnt - off < ccnt ? cnt - off : ccnt;
+        waitfor(s, &s->adds, (u + 1) * N);
+        memcpy(out + off, a, len * 4);
+        bump(s, &s->reads);
+        ++nout;
+      }
+    }
+    use += nch;
+  }
+  double t = (now() - t0) / iters;
+  if (r == 0) {
+    float want = (float)(N * (N + 1) / 2);
+    size_t bad = 0; for (size_t i = 0; i < cnt; ++i) bad += out[i] != want;
+    printf("n=%d S=%zu MiB chunk=%zu KiB K=%d W=%d: %.0f us, busbw %.2f GB/s, wrong %zu\n", N, S >> 20, C >> 10, K, W, t * 1e6, S / t * 2 * (N - 1) / N / 1e9, bad);
+  }
+  if (r == 0) while (wait(NULL) > 0) {}
+  return 0;
+}

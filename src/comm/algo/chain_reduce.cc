@@ -1,0 +1,393 @@
+// Chain all-reduce through a shared accumulator ("chain"), for communicators
+// whose ranks all reach each other over shared memory.
+//
+// One segment, made by rank 0 in the first call and mapped by every rank
+// (HostRing), holds K slots of C bytes. The buffer is cut into chunks of C
+// bytes, and chunk k passes through slot (k mod K):
+//   rank 0 copies its chunk k into the slot; then rank 1 adds its own chunk
+//   k to it, then rank 2, …, rank n−1 (a left fold in rank order, the same
+//   bits as the direct algorithm's reduce_many for every dtype but f16 and
+//   bf16, which round after each add); then every rank copies the slot into
+//   its output. A slot is reused once all n ranks have copied it out.
+// Ranks do not go in lock step: each rank adds chunk k+W before it copies
+// out chunk k (W = K/2), so a rank only waits when it is K chunks ahead of
+// the slowest peer. Each rank sends its successor one small message first,
+// so a peer in a different call (or the same one with another count, dtype
+// or op) is caught by the message signature, as in every other algorithm.
+//
+// Waits are on counters in the segment: spin briefly, then sleep on a futex
+// with a deadline; while asleep a rank checks that its peers are alive. A
+// rank that fails marks the segment, and its peers fail with its message
+// instead of waiting out their deadlines.
+//
+// Cost per rank: one read of the input and one write of the output (N
+// bytes each) plus N bytes of reduction or copy into the slot, whatever n:
+// N(β + γ) + (n − 1 + K)·C(β + γ) of pipeline fill, and a handful of wake-ups.
+// The ring moves 2(n−1)/n·N bytes per rank through a staging copy on each
+// side (≈ 1.5× the chain's memory traffic at 4 ranks, 1.75× at 8) in 2(n−1)
+// steps, each of which costs a wake-up when ranks outnumber cores. On 2
+// cores at 16 MiB: 4 ranks 4.7–5.8 GB/s busbw against the ring's 3.4–4.0,
+// 8 ranks 2.9–3.4 against 1.7–1.8 (bench/micro/chain_allreduce.c).
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/reduce.h"
+#include "comm/algo/algorithms.h"
+#include "comm/algo/host_ring.h"
+#include "comm/shm_object.h"
+#include "comm/transport_wire.h"
+
+namespace braid::comm::algo {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x62726169642d6368ULL;  // "braid-ch"
+constexpr size_t kSlotBytes = 512 << 10;
+constexpr uint32_t kSlots = 16;
+constexpr uint64_t kSleepSliceNs = 20'000'000;
+constexpr uint64_t kLivenessEveryNs = 100'000'000;
+// Message steps of the set-up and hello rounds.
+constexpr uint32_t kStepName = 1, kStepAck = 2, kStepVerdict = 3, kStepHello = 4;
+
+struct Header {
+  uint64_t magic;
+  uint64_t slot_bytes;
+  uint32_t nslots;
+  uint32_t nranks;
+  std::atomic<uint32_t> claim;  // the first rank to fail takes it
+  std::atomic<uint32_t> abort;  // 0, or 1 + the failed rank once its message is written
+  int32_t abort_code;
+  char abort_msg[1020];
+};
+struct alignas(64) RankCtl {
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> added;   // chunks this rank has added / copied out
+  std::atomic<uint64_t> copied;  // (HostRing::chunks_done + k)
+};
+struct alignas(64) SlotCtl {
+  std::atomic<uint32_t> adds;   // n per use: ranks 0..n−1 in turn
+  std::atomic<uint32_t> reads;  // n per use
+  std::atomic<uint32_t> waiters;
+};
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t ranks_offset() { return round_up(sizeof(Header), 64); }
+size_t slots_offset(int n) { return ranks_offset() + sizeof(RankCtl) * size_t(n); }
+size_t data_offset(int n, uint32_t k) {
+  return round_up(slots_offset(n) + sizeof(SlotCtl) * k, 4096);
+}
+
+Header* header(HostRing& h) { return reinterpret_cast<Header*>(h.base); }
+RankCtl* ranks(HostRing& h) { return reinterpret_cast<RankCtl*>(h.base + ranks_offset()); }
+
+// Counters wrap; they never run 2^31 apart.
+bool reached(uint32_t v, uint32_t want) { return int32_t(v - want) >= 0; }
+
+void futex_wait(std::atomic<uint32_t>* w, uint32_t seen, uint64_t ns) {
+  timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>* w) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Set-up, in the first chain call: rank 0 creates the segment and sends its
+// name to every peer; each maps it and answers; rank 0 removes the name and
+// tells everyone whether all could. Any rank with a peer not on shared
+// memory answers no, so every rank ends in the same state.
+void setup(Context& c, HostRing& h) {
+  const int n = c.size(), r = c.rank();
+  bool local = true;
+  for (int p = 0; p < n; ++p)
+    if (p != r && c.transport_kind(p) != "shm") local = false;
+  // At least two slots per rank, so that all n stages of the chain can work
+  // on different chunks at once.
+  const uint32_t nslots = std::max<uint32_t>(kSlots, 2 * uint32_t(n));
+  const size_t len = data_offset(n, nslots) + size_t(nslots) * kSlotBytes;
+  char name[64] = {};
+  uint32_t ok = 0;
+  if (r == 0) {
+    if (local) {
+      std::random_device rd;
+      std::snprintf(name, sizeof name, "/braid-chain-%d-%08x", int(::getpid()), unsigned(rd()));
+      const char* step = nullptr;
+      h.base = shm_create(name, len, &step);
+      if (h.base) {
+        h.len = len;
+        auto* hd = new (h.base) Header{};
+        hd->magic = kMagic;
+        hd->slot_bytes = kSlotBytes;
+        hd->nslots = nslots;
+        hd->nranks = uint32_t(n);
+        for (int p = 0; p < n; ++p) new (&ranks(h)[p]) RankCtl{};
+        for (uint32_t s = 0; s < nslots; ++s)
+          new (h.base + slots_offset(n) + sizeof(SlotCtl) * s) SlotCtl{};
+      } else {
+        name[0] = 0;
+      }
+    }
+    for (int p = 1; p < n; ++p) c.send(p, name, sizeof name, kStepName);
+    c.wait_all();
+    std::vector<uint32_t> acks(size_t(n), 0);
+    for (int p = 1; p < n; ++p) c.recv(p, &acks[size_t(p)], sizeof(uint32_t), kStepAck);
+    c.wait_all();
+    if (name[0]) ::shm_unlink(name);
+    ok = h.base != nullptr;
+    for (int p = 1; p < n; ++p) ok &= acks[size_t(p)];
+    for (int p = 1; p < n; ++p) c.send(p, &ok, sizeof ok, kStepVerdict);
+    c.wait_all();
+  } else {
+    c.wait(c.recv(0, name, sizeof name, kStepName));
+    name[sizeof name - 1] = 0;
+    uint32_t ack = 0;
+    if (name[0] && local) {
+      const char* step = nullptr;
+      size_t got = 0;
+      h.base = shm_attach(name, &got, &step);
+      if (h.base) {
+        h.len = got;
+        const Header* hd = header(h);
+        ack = got == len && hd->magic == kMagic && hd->nranks == uint32_t(n) &&
+              hd->nslots == nslots && hd->slot_bytes == kSlotBytes;
+      }
+    }
+    c.send(0, &ack, sizeof ack, kStepAck);
+    c.wait_all();
+    c.wait(c.recv(0, &ok, sizeof ok, kStepVerdict));
+  }
+  if (!ok) {
+    if (h.base) ::munmap(h.base, h.len);
+    h.base = nullptr;
+    h.state = HostRing::State::kUnavailable;
+    return;
+  }
+  // Touch every data page through this rank's own mapping now, while no
+  // one uses the slots: populated shared pages still take a fault on a
+  // process's first write (~10 µs each on a VM), which would otherwise land
+  // on the first calls.
+  for (size_t off = data_offset(n, nslots); off < h.len; off += 4096)
+    reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
+  ranks(h)[r].pid.store(int32_t(::getpid()), std::memory_order_release);
+  h.pidfd.assign(size_t(n), -1);
+  h.slot_bytes = kSlotBytes;
+  h.nslots = nslots;
+  h.state = HostRing::State::kReady;
+}
+
+// One call's view of the ring: the waits, with their deadline, liveness
+// checks and the peers' failures.
+class Chain {
+ public:
+  Chain(Context& c, HostRing& h, size_t nch)
+      : c_(c), h_(h), hd_(header(h)), rk_(ranks(h)),
+        slots_(reinterpret_cast<SlotCtl*>(h.base + slots_offset(c.size()))),
+        data_(h.base + data_offset(c.size(), h.nslots)), base_(h.chunks_done), nch_(nch),
+        spin_ns_(spin_ns_for(c.size())) {}
+
+  SlotCtl& slot(size_t k) { return slots_[(base_ + k) % h_.nslots]; }
+  uint8_t* slot_data(size_t k) { return data_ + (base_ + k) % h_.nslots * h_.slot_bytes; }
+  // How many times slot(k) was used before chunk k, times n.
+  uint32_t use_n(size_t k) { return uint32_t((base_ + k) / h_.nslots * uint64_t(c_.size())); }
+
+  // Waits until *w reaches `want`. `who` is the rank this rank waits for
+  // (-1: all of them), for the timeout message.
+  void wait(SlotCtl& s, std::atomic<uint32_t>& w, uint32_t want, size_t k, const char* what,
+            int who) {
+    for (int i = 0; i < 64; ++i) {
+      if (reached(w.load(std::memory_order_acquire), want)) return;
+      cpu_relax();
+    }
+    const uint64_t t0 = now_ns();
+    while (now_ns() - t0 < spin_ns_) {
+      for (int i = 0; i < 64; ++i) {
+        if (reached(w.load(std::memory_order_acquire), want)) return;
+        cpu_relax();
+      }
+    }
+    for (;;) {
+      if (reached(w.load(std::memory_order_acquire), want)) return;
+      check_abort();
+      const uint64_t now = now_ns();
+      if (deadline_ == 0) deadline_ = now + c_.timeout_ns();
+      if (now > deadline_) timeout(k, what, who);
+      if (now >= next_liveness_) {
+        check_peers(k);
+        next_liveness_ = now + kLivenessEveryNs;
+      }
+      s.waiters.fetch_add(1, std::memory_order_seq_cst);
+      uint32_t v = w.load(std::memory_order_seq_cst);
+      if (!reached(v, want)) futex_wait(&w, v, std::min(kSleepSliceNs, deadline_ - now));
+      s.waiters.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  void bump(SlotCtl& s, std::atomic<uint32_t>& w) {
+    w.fetch_add(1, std::memory_order_seq_cst);
+    if (s.waiters.load(std::memory_order_seq_cst) != 0) futex_wake(&w);
+  }
+
+  // Marks the segment failed with this rank's error and wakes every waiter.
+  void fail(const Error& e) {
+    uint32_t none = 0;
+    if (!hd_->claim.compare_exchange_strong(none, 1)) return;
+    std::snprintf(hd_->abort_msg, sizeof hd_->abort_msg, "%s", e.what());
+    hd_->abort_code = int32_t(e.code());
+    hd_->abort.store(uint32_t(c_.rank()) + 1, std::memory_order_release);
+    for (uint32_t s = 0; s < h_.nslots; ++s) {
+      futex_wake(&slots_[s].adds);
+      futex_wake(&slots_[s].reads);
+    }
+  }
+  bool failed_elsewhere() const { return failed_elsewhere_; }
+
+ private:
+  void check_abort() {
+    uint32_t a = hd_->abort.load(std::memory_order_acquire);
+    if (a == 0) return;
+    failed_elsewhere_ = true;
+    std::string msg(hd_->abort_msg, strnlen(hd_->abort_msg, sizeof hd_->abort_msg));
+    throw Error(Errc(hd_->abort_code), "stopped, because " + c_.peer_name(int(a) - 1) +
+                                           " failed: " + msg);
+  }
+  // A peer has exited: its pidfd polls readable (also while it is an
+  // unreaped zombie), or, without pidfds, it is gone from the process table.
+  bool gone(int p) {
+    pid_t pid = rk_[p].pid.load(std::memory_order_acquire);
+    if (pid <= 0) return false;
+    int& fd = h_.pidfd[size_t(p)];
+#ifdef SYS_pidfd_open
+    if (fd < 0) fd = int(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+    if (fd >= 0) {
+      pollfd pf{fd, POLLIN, 0};
+      return ::poll(&pf, 1, 0) > 0;
+    }
+    return ::kill(pid, 0) != 0 && errno == ESRCH;
+  }
+  void check_peers(size_t k) {
+    for (int p = 0; p < c_.size(); ++p) {
+      if (p == c_.rank() || !gone(p)) continue;
+      throw Error(Errc::kPeerDied, "peer " + c_.peer_name(p) + " exited (chunk " +
+                                       std::to_string(k) + " of " + std::to_string(nch_) +
+                                       " through shared memory)");
+    }
+  }
+  [[noreturn]] void timeout(size_t k, const char* what, int who) {
+    std::string behind;
+    for (int p = 0; p < c_.size(); ++p) {
+      uint64_t a = rk_[p].added.load() - base_, o = rk_[p].copied.load() - base_;
+      if (a >= nch_ && o >= nch_) continue;
+      if (!behind.empty()) behind += "; ";
+      behind += c_.peer_name(p) + " added " + std::to_string(std::min(a, nch_)) + " and copied out " +
+                std::to_string(std::min(o, nch_));
+    }
+    std::string waiting = who >= 0 ? c_.peer_name(who) : std::string("every rank");
+    throw Error(Errc::kTimeout,
+                "rank " + std::to_string(c_.rank()) + ": " + c_.describe() +
+                    " timed out; waiting on " + waiting + " to " + what + " chunk " +
+                    std::to_string(k) + " of " + std::to_string(nch_) + " (" +
+                    std::to_string(h_.slot_bytes) + "-byte chunks through shared memory); " +
+                    behind);
+  }
+
+  Context& c_;
+  HostRing& h_;
+  Header* hd_;
+  RankCtl* rk_;
+  SlotCtl* slots_;
+  uint8_t* data_;
+  const uint64_t base_;
+  const size_t nch_;
+  const uint64_t spin_ns_;
+  uint64_t deadline_ = 0, next_liveness_ = 0;
+  bool failed_elsewhere_ = false;
+};
+
+}  // namespace
+
+HostRing::~HostRing() {
+  if (base) ::munmap(base, len);
+  for (int fd : pidfd)
+    if (fd >= 0) ::close(fd);
+}
+
+void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, size_t count,
+                      size_t chunk_bytes) {
+  const int n = c.size(), r = c.rank();
+  const size_t es = c.esize();
+  if (n == 1) {
+    copy_if_distinct(recv, send, count * es);
+    return;
+  }
+  if (h.state == HostRing::State::kUnset) setup(c, h);
+  if (h.state != HostRing::State::kReady) {
+    all_reduce_ring(c, send, recv, count, chunk_bytes);
+    return;
+  }
+  const size_t per = h.slot_bytes / es;
+  const size_t nch = (count + per - 1) / per;
+  Chain ch(c, h, nch);
+  const ReduceOp op = c.rop() == ReduceOp::kAvg ? ReduceOp::kSum : c.rop();
+  const auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  RankCtl& me = ranks(h)[r];
+  try {
+    // Hello: the successor checks this call's signature against its own.
+    uint64_t mine = h.chunks_done, theirs = 0;
+    c.send((r + 1) % n, &mine, sizeof mine, kStepHello);
+    c.recv((r + n - 1) % n, &theirs, sizeof theirs, kStepHello);
+    c.wait_all();
+    if (theirs != mine)
+      throw Error(Errc::kProtocol, "the chain's shared ring is at chunk " +
+                                       std::to_string(mine) + " here but at " +
+                                       std::to_string(theirs) + " on " +
+                                       c.peer_name((r + n - 1) % n));
+    const size_t window = std::max<size_t>(1, h.nslots / 2);
+    size_t nout = 0;
+    auto copy_out = [&](size_t k) {
+      SlotCtl& s = ch.slot(k);
+      ch.wait(s, s.adds, ch.use_n(k) + uint32_t(n), k, "add", n - 1);
+      const size_t lo = k * per, len = std::min(per, count - lo);
+      std::memcpy(out + lo * es, ch.slot_data(k), len * es);
+      me.copied.store(h.chunks_done + k + 1, std::memory_order_relaxed);
+      ch.bump(s, s.reads);
+    };
+    for (size_t k = 0; k < nch; ++k) {
+      SlotCtl& s = ch.slot(k);
+      const size_t lo = k * per, len = std::min(per, count - lo);
+      uint8_t* acc = ch.slot_data(k);
+      if (r == 0) {
+        ch.wait(s, s.reads, ch.use_n(k), k, "copy out the previous use of", -1);
+        std::memcpy(acc, in + lo * es, len * es);
+      } else {
+        ch.wait(s, s.adds, ch.use_n(k) + uint32_t(r), k, "add", r - 1);
+        reduce2(acc, acc, in + lo * es, len, c.dtype(), op);
+      }
+      if (r == n - 1 && c.rop() == ReduceOp::kAvg) scale_avg(acc, len, c.dtype(), n);
+      me.added.store(h.chunks_done + k + 1, std::memory_order_relaxed);
+      ch.bump(s, s.adds);
+      while (nout + window <= k) copy_out(nout++);
+    }
+    while (nout < nch) copy_out(nout++);
+  } catch (const Error& e) {
+    if (!ch.failed_elsewhere()) ch.fail(e);
+    throw;
+  }
+  h.chunks_done += nch;
+}
+
+}  // namespace braid::comm::algo

@@ -1,0 +1,36 @@
+// HostRing: the shared accumulator ring of the chain all-reduce
+// (src/comm/algo/chain_reduce.cc), one per communicator.
+//
+// Rank 0 creates the segment during the first chain all-reduce and every
+// peer maps it; it lives until the communicator is destroyed. When some
+// rank cannot map it (a peer over TCP, /dev/shm full), every rank learns so
+// in the same call and the chain falls back to the ring from then on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace braid::comm::algo {
+
+struct HostRing {
+  enum class State : uint8_t { kUnset, kReady, kUnavailable };
+  State state = State::kUnset;
+  uint8_t* base = nullptr;  // the mapped segment
+  size_t len = 0;
+  size_t slot_bytes = 0;
+  uint32_t nslots = 0;
+  // Chunks this communicator has passed through the ring, the same on every
+  // rank: chunk k of the next call uses slot (chunks_done + k) mod nslots.
+  uint64_t chunks_done = 0;
+  // Per peer: a pidfd (opened at the first liveness check), -1 if none yet.
+  std::vector<int> pidfd;
+
+  HostRing() = default;
+  HostRing(const HostRing&) = delete;
+  HostRing& operator=(const HostRing&) = delete;
+  ~HostRing();
+};
+
+}  // namespace braid::comm::algo
