@@ -115,10 +115,15 @@ void setup(Context& c, HostRing& h) {
   bool local = true;
   for (int p = 0; p < n; ++p)
     if (p != r && c.transport_kind(p) != "shm") local = false;
-  // At least two slots per rank, so that all n stages of the chain can work
-  // on different chunks at once.
-  const uint32_t nslots = std::max<uint32_t>(kSlots, 2 * uint32_t(n));
-  const size_t len = data_offset(n, nslots) + size_t(nslots) * kSlotBytes;
+  // Rank 0 picks the geometry (BRAID_CHAIN_SLOT_BYTES, rounded to whole
+  // pages, and BRAID_CHAIN_SLOTS, both clamped); peers read it from the
+  // header. By default at least two slots per rank, so that all n stages of
+  // the chain can work on different chunks at once.
+  const uint64_t slot_bytes = std::clamp<uint64_t>(
+      round_up(size_t(std::max<int64_t>(env_int("BRAID_CHAIN_SLOT_BYTES", kSlotBytes), 1)), 4096),
+      4096, uint64_t(64) << 20);
+  const uint32_t nslots = uint32_t(std::clamp<int64_t>(
+      env_int("BRAID_CHAIN_SLOTS", std::max<int64_t>(kSlots, 2 * int64_t(n))), 2, 4096));
   char name[64] = {};
   uint32_t ok = 0;
   if (r == 0) {
@@ -126,12 +131,13 @@ void setup(Context& c, HostRing& h) {
       std::random_device rd;
       std::snprintf(name, sizeof name, "/braid-chain-%d-%08x", int(::getpid()), unsigned(rd()));
       const char* step = nullptr;
+      const size_t len = data_offset(n, nslots) + size_t(nslots) * slot_bytes;
       h.base = shm_create(name, len, &step);
       if (h.base) {
         h.len = len;
         auto* hd = new (h.base) Header{};
         hd->magic = kMagic;
-        hd->slot_bytes = kSlotBytes;
+        hd->slot_bytes = slot_bytes;
         hd->nslots = nslots;
         hd->nranks = uint32_t(n);
         for (int p = 0; p < n; ++p) new (&ranks(h)[p]) RankCtl{};
@@ -162,8 +168,10 @@ void setup(Context& c, HostRing& h) {
       if (h.base) {
         h.len = got;
         const Header* hd = header(h);
-        ack = got == len && hd->magic == kMagic && hd->nranks == uint32_t(n) &&
-              hd->nslots == nslots && hd->slot_bytes == kSlotBytes;
+        ack = got >= sizeof(Header) && hd->magic == kMagic && hd->nranks == uint32_t(n) &&
+              hd->nslots >= 2 && hd->nslots <= 4096 && hd->slot_bytes % 4096 == 0 &&
+              hd->slot_bytes > 0 && hd->slot_bytes <= (uint64_t(64) << 20) &&
+              got == data_offset(n, hd->nslots) + size_t(hd->nslots) * hd->slot_bytes;
       }
     }
     c.send(0, &ack, sizeof ack, kStepAck);
@@ -180,12 +188,12 @@ void setup(Context& c, HostRing& h) {
   // one uses the slots: populated shared pages still take a fault on a
   // process's first write (~10 µs each on a VM), which would otherwise land
   // on the first calls.
-  for (size_t off = data_offset(n, nslots); off < h.len; off += 4096)
+  h.slot_bytes = header(h)->slot_bytes;
+  h.nslots = header(h)->nslots;
+  for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
   ranks(h)[r].pid.store(int32_t(::getpid()), std::memory_order_release);
   h.pidfd.assign(size_t(n), -1);
-  h.slot_bytes = kSlotBytes;
-  h.nslots = nslots;
   h.state = HostRing::State::kReady;
 }
 
