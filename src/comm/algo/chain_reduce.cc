@@ -194,6 +194,7 @@ void setup(Context& c, HostRing& h) {
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
   ranks(h)[r].pid.store(int32_t(::getpid()), std::memory_order_release);
   h.pidfd.assign(size_t(n), -1);
+  h.spin_ns = spin_ns_for(n);
   h.state = HostRing::State::kReady;
 }
 
@@ -205,7 +206,7 @@ class Chain {
       : c_(c), h_(h), hd_(header(h)), rk_(ranks(h)),
         slots_(reinterpret_cast<SlotCtl*>(h.base + slots_offset(c.size()))),
         data_(h.base + data_offset(c.size(), h.nslots)), base_(h.chunks_done), nch_(nch),
-        spin_ns_(spin_ns_for(c.size())) {}
+        spin_ns_(h.spin_ns) {}
 
   SlotCtl& slot(size_t k) { return slots_[(base_ + k) % h_.nslots]; }
   uint8_t* slot_data(size_t k) { return data_ + (base_ + k) % h_.nslots * h_.slot_bytes; }
@@ -262,7 +263,7 @@ class Chain {
   }
   bool failed_elsewhere() const { return failed_elsewhere_; }
 
- private:
+  // Throws this rank's share of a peer's failure, if one is marked.
   void check_abort() {
     uint32_t a = hd_->abort.load(std::memory_order_acquire);
     if (a == 0) return;
@@ -271,6 +272,8 @@ class Chain {
     throw Error(Errc(hd_->abort_code), "stopped, because " + c_.peer_name(int(a) - 1) +
                                            " failed: " + msg);
   }
+
+ private:
   // A peer has exited: its pidfd polls readable (also while it is an
   // unreaped zombie), or, without pidfds, it is gone from the process table.
   bool gone(int p) {
@@ -356,9 +359,15 @@ void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, siz
   try {
     // Hello: the successor checks this call's signature against its own.
     uint64_t mine = h.chunks_done, theirs = 0;
-    c.send((r + 1) % n, &mine, sizeof mine, kStepHello);
-    c.recv((r + n - 1) % n, &theirs, sizeof theirs, kStepHello);
-    c.wait_all();
+    // A predecessor that failed before its hello left marks the segment
+    // instead (and may exit soon after): look there too.
+    Request* hs = c.send((r + 1) % n, &mine, sizeof mine, kStepHello);
+    Request* hr = c.recv((r + n - 1) % n, &theirs, sizeof theirs, kStepHello);
+    for (;;) {
+      ch.check_abort();
+      if (hs->complete && hr->complete) break;
+      if (!c.poll()) c.idle();
+    }
     if (theirs != mine)
       throw Error(Errc::kProtocol, "the chain's shared ring is at chunk " +
                                        std::to_string(mine) + " here but at " +
