@@ -11,7 +11,8 @@
 //   its output. A slot is reused once all n ranks have copied it out.
 // Ranks do not go in lock step: each rank adds chunk k+W before it copies
 // out chunk k (W = K/2), so a rank only waits when it is K chunks ahead of
-// the slowest peer. Each rank sends its successor one small message first,
+// the slowest peer. Rank n−1 completes each chunk, so it copies it out at
+// once (W = 0), while the chunk is still in its cache. Each rank sends its successor one small message first,
 // so a peer in a different call (or the same one with another count, dtype
 // or op) is caught by the message signature, as in every other algorithm.
 //
@@ -373,7 +374,9 @@ void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, siz
                                        std::to_string(mine) + " here but at " +
                                        std::to_string(theirs) + " on " +
                                        c.peer_name((r + n - 1) % n));
-    const size_t window = std::max<size_t>(1, h.nslots / 2);
+    // The last rank completes each chunk, so it can copy it out at once,
+    // while the chunk is still in its cache; the others run ahead.
+    const size_t window = r == n - 1 ? 0 : std::max<size_t>(1, h.nslots / 2);
     size_t nout = 0;
     auto copy_out = [&](size_t k) {
       SlotCtl& s = ch.slot(k);
