@@ -75,6 +75,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   }
   selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params(),
                                          local_ ? nhosts : 1, max_local, all_shm);
+  host_ring_.peers_on_shm = all_shm && size_ > 1;
   selector_->load_env_overrides();
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);

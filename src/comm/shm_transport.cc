@@ -424,6 +424,13 @@ bool ShmWire::check_liveness() {
   return newly;
 }
 
+int ShmWire::exited_peer() {
+  check_liveness();
+  for (const Peer& p : peers_local_)
+    if (p.dead) return p.rank;
+  return -1;
+}
+
 void ShmWire::fail_dead(Peer& p) {
   const Request* r = !p.recvs.empty() ? p.recvs.front() : !p.cma_wait.empty() ? p.cma_wait.front() : p.sends.front();
   throw_peer_died(p.rank, r, "exited");
@@ -463,22 +470,11 @@ bool ShmWire::progress() {
 
 void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   // Spin on the rings themselves: no doorbell traffic while both sides are
-  // awake. The clock (~40 ns under a hypervisor) is read only every 64
-  // polls, and not at all when the answer comes quickly.
-  for (int i = 0; i < 64; ++i) {
-    if (ready()) return;
-    cpu_relax();
-  }
-  const uint64_t t0 = now_ns();
+  // awake. Then sleep on the doorbell for the rest of the timeout.
   const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
-  const uint64_t deadline = t0 + tmo;
-  const uint64_t spin_end = t0 + std::min(spin_ns_, tmo);
-  while (now_ns() < spin_end) {
-    for (int i = 0; i < 64; ++i) {
-      if (ready()) return;
-      cpu_relax();
-    }
-  }
+  const uint64_t spin = std::min(spin_ns_, tmo);
+  if (spin_until([&] { return ready(); }, spin)) return;
+  const uint64_t deadline = now_ns() + (tmo - spin);
   for (;;) {
     uint64_t now = now_ns();
     if (now >= deadline) return;

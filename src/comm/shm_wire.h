@@ -109,10 +109,6 @@ struct Layout {
   uint8_t* ring(void* base, size_t i) const { return static_cast<uint8_t*>(base) + hdr_len + i * ring_len; }
 };
 
-inline long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
-}
-
 // BRAID_SHM_CMA_BYTES (shm_cma.cc): sends of at least this many bytes go
 // single-copy; 0 turns single copy off.
 uint64_t env_cma_bytes();
@@ -125,6 +121,7 @@ class ShmWire final : public Wire {
   void post(Request* r) override;
   bool progress() override;
   void wait_activity(std::chrono::microseconds timeout) override;
+  int exited_peer() override;
   std::string kind_to(int) const override { return "shm"; }
   bool busy() const override { return npending_ > 0; }
   bool poll_ready() override { return ready(); }

@@ -220,6 +220,12 @@ class CompositeTransport final : public Transport {
     }
   }
 
+  int exited_peer() override {
+    for (Wire* w : wires_)
+      if (int p = w->exited_peer(); p >= 0) return p;
+    return -1;
+  }
+
   std::string kind_to(int peer) const override {
     if (peer < 0 || size_t(peer) >= route_.size()) return "none";
     return route_[size_t(peer)]->kind_to(peer);

@@ -91,6 +91,10 @@ class Transport {
   virtual std::string kind_to(int peer) const = 0;
   // "rank 3 (pid 1234 on host h)".
   virtual std::string describe_peer(int peer) const = 0;
+  // Looks now for a peer whose process has exited, as far as this transport
+  // can tell without traffic (the shm wire watches pidfds); its rank, or -1.
+  // For waits outside the transport (the chain all-reduce's counters).
+  virtual int exited_peer() { return -1; }
 };
 
 // Builds the transport for `rank` of `size`, meeting the peers through

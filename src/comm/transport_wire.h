@@ -2,12 +2,18 @@
 // (transport.cc routes each peer to one wire: self, shm or tcp).
 #pragma once
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "braid/env.h"
 #include "comm/transport.h"
 
 namespace braid::comm {
@@ -100,6 +106,32 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// The spinning part of a wait: true as soon as ready() holds, false once
+// about spin_ns have passed without it. The clock (~40 ns under a
+// hypervisor) is read only every 64 polls, and not at all when the answer
+// comes quickly.
+template <class F>
+bool spin_until(F&& ready, uint64_t spin_ns) {
+  for (int i = 0; i < 64; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+  }
+  const uint64_t t0 = now_ns();
+  while (now_ns() - t0 < spin_ns) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+  }
+  return false;
+}
+
+// FUTEX_WAIT / FUTEX_WAKE on a 32-bit word, shared between processes when
+// it lies in shared memory.
+inline long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
 }
 
 }  // namespace braid::comm

@@ -12,14 +12,15 @@
 // Ranks do not go in lock step: each rank adds chunk k+W before it copies
 // out chunk k (W = K/2), so a rank only waits when it is K chunks ahead of
 // the slowest peer. Rank n−1 completes each chunk, so it copies it out at
-// once (W = 0), while the chunk is still in its cache. Each rank sends its successor one small message first,
-// so a peer in a different call (or the same one with another count, dtype
-// or op) is caught by the message signature, as in every other algorithm.
+// once (W = 0), while the chunk is still in its cache. Each rank sends its
+// successor one small message first, so a peer in a different call (or the
+// same one with another count, dtype or op) is caught by the message
+// signature, as in every other algorithm.
 //
 // Waits are on counters in the segment: spin briefly, then sleep on a futex
-// with a deadline; while asleep a rank checks that its peers are alive. A
-// rank that fails marks the segment, and its peers fail with its message
-// instead of waiting out their deadlines.
+// with a deadline; while asleep a rank asks the transport whether a peer has
+// exited. A rank that fails marks the segment, and its peers fail with its
+// message instead of waiting out their deadlines.
 //
 // Cost per rank: one read of the input and one write of the output (N
 // bytes each) plus N bytes of reduction or copy into the slot, whatever n:
@@ -27,19 +28,15 @@
 // The ring moves 2(n−1)/n·N bytes per rank through a staging copy on each
 // side (≈ 1.5× the chain's memory traffic at 4 ranks, 1.75× at 8) in 2(n−1)
 // steps, each of which costs a wake-up when ranks outnumber cores. On 2
-// cores at 16 MiB: 4 ranks 4.7–5.8 GB/s busbw against the ring's 3.4–4.0,
-// 8 ranks 2.9–3.4 against 1.7–1.8 (bench/micro/chain_allreduce.c).
-#include <linux/futex.h>
-#include <poll.h>
+// cores at 16 MiB (braid bench, alternating): 4 ranks 6.1–6.6 GB/s busbw
+// against the ring's 3.7, 8 ranks 3.1–3.3 against 1.6
+// (bench/micro/chain_allreduce.c is the prototype).
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -76,9 +73,8 @@ struct Header {
   char abort_msg[1020];
 };
 struct alignas(64) RankCtl {
-  std::atomic<int32_t> pid;
   std::atomic<uint64_t> added;   // chunks this rank has added / copied out
-  std::atomic<uint64_t> copied;  // (HostRing::chunks_done + k)
+  std::atomic<uint64_t> copied;  // (HostRing::chunks_done + k), for timeouts
 };
 struct alignas(64) SlotCtl {
   std::atomic<uint32_t> adds;   // n per use: ranks 0..n−1 in turn
@@ -99,13 +95,7 @@ RankCtl* ranks(HostRing& h) { return reinterpret_cast<RankCtl*>(h.base + ranks_o
 // Counters wrap; they never run 2^31 apart.
 bool reached(uint32_t v, uint32_t want) { return int32_t(v - want) >= 0; }
 
-void futex_wait(std::atomic<uint32_t>* w, uint32_t seen, uint64_t ns) {
-  timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-void futex_wake(std::atomic<uint32_t>* w) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
+void futex_wake(std::atomic<uint32_t>* w) { futex(w, FUTEX_WAKE, INT_MAX, nullptr); }
 
 // Set-up, in the first chain call: rank 0 creates the segment and sends its
 // name to every peer; each maps it and answers; rank 0 removes the name and
@@ -113,9 +103,7 @@ void futex_wake(std::atomic<uint32_t>* w) {
 // memory answers no, so every rank ends in the same state.
 void setup(Context& c, HostRing& h) {
   const int n = c.size(), r = c.rank();
-  bool local = true;
-  for (int p = 0; p < n; ++p)
-    if (p != r && c.transport_kind(p) != "shm") local = false;
+  const bool local = h.peers_on_shm;
   // Rank 0 picks the geometry (BRAID_CHAIN_SLOT_BYTES, rounded to whole
   // pages, and BRAID_CHAIN_SLOTS, both clamped); peers read it from the
   // header. By default at least two slots per rank, so that all n stages of
@@ -185,16 +173,14 @@ void setup(Context& c, HostRing& h) {
     h.state = HostRing::State::kUnavailable;
     return;
   }
+  h.slot_bytes = header(h)->slot_bytes;
+  h.nslots = header(h)->nslots;
   // Touch every data page through this rank's own mapping now, while no
   // one uses the slots: populated shared pages still take a fault on a
   // process's first write (~10 µs each on a VM), which would otherwise land
   // on the first calls.
-  h.slot_bytes = header(h)->slot_bytes;
-  h.nslots = header(h)->nslots;
   for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
-  ranks(h)[r].pid.store(int32_t(::getpid()), std::memory_order_release);
-  h.pidfd.assign(size_t(n), -1);
   h.spin_ns = spin_ns_for(n);
   h.state = HostRing::State::kReady;
 }
@@ -206,8 +192,7 @@ class Chain {
   Chain(Context& c, HostRing& h, size_t nch)
       : c_(c), h_(h), hd_(header(h)), rk_(ranks(h)),
         slots_(reinterpret_cast<SlotCtl*>(h.base + slots_offset(c.size()))),
-        data_(h.base + data_offset(c.size(), h.nslots)), base_(h.chunks_done), nch_(nch),
-        spin_ns_(h.spin_ns) {}
+        data_(h.base + data_offset(c.size(), h.nslots)), base_(h.chunks_done), nch_(nch) {}
 
   SlotCtl& slot(size_t k) { return slots_[(base_ + k) % h_.nslots]; }
   uint8_t* slot_data(size_t k) { return data_ + (base_ + k) % h_.nslots * h_.slot_bytes; }
@@ -218,17 +203,8 @@ class Chain {
   // (-1: all of them), for the timeout message.
   void wait(SlotCtl& s, std::atomic<uint32_t>& w, uint32_t want, size_t k, const char* what,
             int who) {
-    for (int i = 0; i < 64; ++i) {
-      if (reached(w.load(std::memory_order_acquire), want)) return;
-      cpu_relax();
-    }
-    const uint64_t t0 = now_ns();
-    while (now_ns() - t0 < spin_ns_) {
-      for (int i = 0; i < 64; ++i) {
-        if (reached(w.load(std::memory_order_acquire), want)) return;
-        cpu_relax();
-      }
-    }
+    if (spin_until([&] { return reached(w.load(std::memory_order_acquire), want); }, h_.spin_ns))
+      return;
     for (;;) {
       if (reached(w.load(std::memory_order_acquire), want)) return;
       check_abort();
@@ -241,7 +217,11 @@ class Chain {
       }
       s.waiters.fetch_add(1, std::memory_order_seq_cst);
       uint32_t v = w.load(std::memory_order_seq_cst);
-      if (!reached(v, want)) futex_wait(&w, v, std::min(kSleepSliceNs, deadline_ - now));
+      if (!reached(v, want)) {
+        const uint64_t ns = std::min(kSleepSliceNs, deadline_ - now);
+        timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+        futex(&w, FUTEX_WAIT, v, &ts);
+      }
       s.waiters.fetch_sub(1, std::memory_order_relaxed);
     }
   }
@@ -250,7 +230,9 @@ class Chain {
     if (s.waiters.load(std::memory_order_seq_cst) != 0) futex_wake(&w);
   }
 
-  // Marks the segment failed with this rank's error and wakes every waiter.
+  // Marks the segment failed with this rank's error and wakes every waiter;
+  // the first rank to fail wins, so a rank passing on a peer's failure
+  // changes nothing.
   void fail(const Error& e) {
     uint32_t none = 0;
     if (!hd_->claim.compare_exchange_strong(none, 1)) return;
@@ -262,41 +244,22 @@ class Chain {
       futex_wake(&slots_[s].reads);
     }
   }
-  bool failed_elsewhere() const { return failed_elsewhere_; }
-
   // Throws this rank's share of a peer's failure, if one is marked.
   void check_abort() {
     uint32_t a = hd_->abort.load(std::memory_order_acquire);
     if (a == 0) return;
-    failed_elsewhere_ = true;
     std::string msg(hd_->abort_msg, strnlen(hd_->abort_msg, sizeof hd_->abort_msg));
     throw Error(Errc(hd_->abort_code), "stopped, because " + c_.peer_name(int(a) - 1) +
                                            " failed: " + msg);
   }
 
  private:
-  // A peer has exited: its pidfd polls readable (also while it is an
-  // unreaped zombie), or, without pidfds, it is gone from the process table.
-  bool gone(int p) {
-    pid_t pid = rk_[p].pid.load(std::memory_order_acquire);
-    if (pid <= 0) return false;
-    int& fd = h_.pidfd[size_t(p)];
-#ifdef SYS_pidfd_open
-    if (fd < 0) fd = int(::syscall(SYS_pidfd_open, pid, 0));
-#endif
-    if (fd >= 0) {
-      pollfd pf{fd, POLLIN, 0};
-      return ::poll(&pf, 1, 0) > 0;
-    }
-    return ::kill(pid, 0) != 0 && errno == ESRCH;
-  }
   void check_peers(size_t k) {
-    for (int p = 0; p < c_.size(); ++p) {
-      if (p == c_.rank() || !gone(p)) continue;
-      throw Error(Errc::kPeerDied, "peer " + c_.peer_name(p) + " exited (chunk " +
-                                       std::to_string(k) + " of " + std::to_string(nch_) +
-                                       " through shared memory)");
-    }
+    const int p = c_.exited_peer();
+    if (p < 0) return;
+    throw Error(Errc::kPeerDied, "peer " + c_.peer_name(p) + " exited (chunk " +
+                                     std::to_string(k) + " of " + std::to_string(nch_) +
+                                     " through shared memory)");
   }
   [[noreturn]] void timeout(size_t k, const char* what, int who) {
     std::string behind;
@@ -324,17 +287,13 @@ class Chain {
   uint8_t* data_;
   const uint64_t base_;
   const size_t nch_;
-  const uint64_t spin_ns_;
   uint64_t deadline_ = 0, next_liveness_ = 0;
-  bool failed_elsewhere_ = false;
 };
 
 }  // namespace
 
 HostRing::~HostRing() {
   if (base) ::munmap(base, len);
-  for (int fd : pidfd)
-    if (fd >= 0) ::close(fd);
 }
 
 void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, size_t count,
@@ -404,7 +363,7 @@ void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, siz
     }
     while (nout < nch) copy_out(nout++);
   } catch (const Error& e) {
-    if (!ch.failed_elsewhere()) ch.fail(e);
+    ch.fail(e);  // a no-op when a peer's failure is already marked
     throw;
   }
   h.chunks_done += nch;

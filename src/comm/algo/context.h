@@ -53,11 +53,11 @@ class Context {
   size_t esize() const { return dtype_size(call_.dtype); }
   // For algorithms that wait on something other than messages (the chain
   // all-reduce's shared counters): the call as error messages name it, the
-  // timeout, and the peers.
+  // timeout, the peers, and a peer known to have exited (-1: none).
   std::string describe() const { return describe_(); }
   uint64_t timeout_ns() const { return timeout_ns_; }
   std::string peer_name(int peer) const { return tp_.describe_peer(peer); }
-  std::string transport_kind(int peer) const { return tp_.kind_to(peer); }
+  int exited_peer() { return tp_.exited_peer(); }
 
   // Post one message. The returned pointer stays valid for the life of the
   // context; poll it with done() or wait with wait()/wait_all().

@@ -9,14 +9,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace braid::comm::algo {
 
 struct HostRing {
   enum class State : uint8_t { kUnset, kReady, kUnavailable };
   State state = State::kUnset;
+  // Every peer is on the shm wire (set by the communicator): only then can
+  // set-up succeed.
+  bool peers_on_shm = false;
   uint8_t* base = nullptr;  // the mapped segment
   size_t len = 0;
   size_t slot_bytes = 0;
@@ -25,8 +26,6 @@ struct HostRing {
   // Chunks this communicator has passed through the ring, the same on every
   // rank: chunk k of the next call uses slot (chunks_done + k) mod nslots.
   uint64_t chunks_done = 0;
-  // Per peer: a pidfd (opened at the first liveness check), -1 if none yet.
-  std::vector<int> pidfd;
 
   HostRing() = default;
   HostRing(const HostRing&) = delete;
