@@ -79,10 +79,11 @@ CostParams load_cost_params() {
   return p;
 }
 
-Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_local, bool all_shm)
+Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_local, bool all_shm,
+                   int cores)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
       hosts_(hosts), max_local_(max_local), all_shm_(all_shm && !any_tcp && size > 1),
-      oversubscribed_(max_local > usable_cores()),
+      oversubscribed_(max_local > cores),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {
   // More ranks than cores on a host: a message usually finds its receiver
   // asleep, so each step of a schedule costs a wake-up, not α.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/env.h"
 #include "comm/transport.h"
 
 namespace braid::comm {
@@ -40,9 +41,10 @@ std::string default_tuning_path();
 class Selector {
  public:
   // hosts > 1 enables the hierarchical all-reduce (max_local ranks per host);
-  // all_shm (every peer over shared memory) the chain all-reduce.
+  // all_shm (every peer over shared memory) the chain all-reduce. cores: of
+  // a host, to tell whether its ranks outnumber them.
   Selector(int size, bool any_tcp, CostParams p, int hosts = 1, int max_local = 1,
-           bool all_shm = false);
+           bool all_shm = false, int cores = usable_cores());
   // Parses BRAID_ALGO; throws Error(kInvalidArgument) on an unknown name.
   void load_env_overrides();
   void set_override(const std::string& collective, const std::string& algo);

@@ -4,7 +4,6 @@
 
 #include <limits>
 
-#include "braid/env.h"
 #include "braid/error.h"
 #include "comm/select.h"
 
@@ -16,9 +15,8 @@ namespace {
 constexpr size_t k16M = size_t(16) << 20;
 
 TEST(Select, ChainWhenEveryPeerSharesMemoryAndRanksOutnumberCores) {
-  if (usable_cores() >= 8) GTEST_SKIP() << "needs fewer than 8 cores";
   Selector s(8, /*any_tcp=*/false, CostParams{}, /*hosts=*/1, /*max_local=*/8,
-             /*all_shm=*/true);
+             /*all_shm=*/true, /*cores=*/2);
   EXPECT_EQ(s.choose(CollOp::kAllReduce, k16M, DType::kF32), "chain");
   EXPECT_EQ(s.choose(CollOp::kAllReduce, size_t(4) << 20, DType::kI32), "chain");
   // Small messages stay with the latency-bound schedules.
@@ -28,24 +26,23 @@ TEST(Select, ChainWhenEveryPeerSharesMemoryAndRanksOutnumberCores) {
 }
 
 TEST(Select, NoChainWithoutSharedMemoryEverywhere) {
-  Selector tcp(8, /*any_tcp=*/true, CostParams{}, 1, 8, /*all_shm=*/true);
+  Selector tcp(8, /*any_tcp=*/true, CostParams{}, 1, 8, /*all_shm=*/true, /*cores=*/2);
   EXPECT_NE(tcp.choose(CollOp::kAllReduce, k16M, DType::kF32), "chain");
   EXPECT_EQ(tcp.predict(CollOp::kAllReduce, "chain", k16M),
             std::numeric_limits<double>::infinity());
-  Selector mixed(8, false, CostParams{}, 1, 8, /*all_shm=*/false);
+  Selector mixed(8, false, CostParams{}, 1, 8, /*all_shm=*/false, /*cores=*/2);
   EXPECT_NE(mixed.choose(CollOp::kAllReduce, k16M, DType::kF32), "chain");
 }
 
 TEST(Select, TwoRanksWithACoreEachKeepTheRing) {
-  if (usable_cores() < 2) GTEST_SKIP() << "needs 2 cores";
-  Selector s(2, false, CostParams{}, 1, 2, /*all_shm=*/true);
+  Selector s(2, false, CostParams{}, 1, 2, /*all_shm=*/true, /*cores=*/2);
   EXPECT_EQ(s.choose(CollOp::kAllReduce, k16M, DType::kF32), "ring");
   EXPECT_LT(s.predict(CollOp::kAllReduce, "ring", k16M),
             s.predict(CollOp::kAllReduce, "chain", k16M));
 }
 
 TEST(Select, ChainCanBeForcedAndUnknownNamesAreRejected) {
-  Selector s(4, false, CostParams{}, 1, 4, true);
+  Selector s(4, false, CostParams{}, 1, 4, true, /*cores=*/2);
   s.set_override("all_reduce", "chain");
   EXPECT_EQ(s.choose(CollOp::kAllReduce, 8, DType::kF32), "chain");
   EXPECT_THROW(s.set_override("all_reduce", "bogus"), Error);
