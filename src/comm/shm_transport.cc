@@ -12,10 +12,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -27,6 +23,7 @@
 #include "braid/reduce.h"
 #include "comm/shm_object.h"
 #include "comm/shm_wire.h"
+#include "comm/stream_copy.h"
 
 namespace braid::comm {
 namespace shm {
@@ -91,32 +88,11 @@ size_t env_stream_bytes() {
 // (2026-11-22, three and two rounds alternating). The sfence orders the
 // streamed lines before the seq_cst store that publishes the slot.
 void copy_to_slot(uint8_t* d, const uint8_t* s, size_t n, size_t stream_min) {
-#if defined(__SSE2__)
   if (n >= stream_min) {
-    const size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
-    std::memcpy(d, s, head);
-    d += head;
-    s += head;
-    n -= head;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-      const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-      const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a0);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), a1);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), a2);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), a3);
-    }
-    std::memcpy(d + i, s + i, n - i);
-    _mm_sfence();
-    return;
+    stream_copy(d, s, n);
+  } else {
+    std::memcpy(d, s, n);
   }
-#else
-  (void)stream_min;
-#endif
-  std::memcpy(d, s, n);
 }
 
 }  // namespace
@@ -148,6 +124,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   my_->owner = ctx.rank;
   cma_bytes_ = env_cma_bytes();
   stream_bytes_ = env_stream_bytes();
+  out_stream_bytes_ = stream_out_min_bytes();
   my_->cma_probe_word = ctx.peers[size_t(ctx.rank)].nonce | 1;
   my_->cma_probe_addr = uint64_t(reinterpret_cast<uintptr_t>(&my_->cma_probe_word));
   my_->magic = kMagic;
@@ -383,7 +360,11 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
         const uint8_t* src = s + payload_off(len);
         if (r->kind == Request::Kind::kRecv) {
-          std::memcpy(dst, src, len);
+          if (r->final_dst && bytes >= out_stream_bytes_) {
+            stream_copy(dst, src, len);
+          } else {
+            std::memcpy(dst, src, len);
+          }
         } else {
           const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
           reduce2(dst, acc, src, len / dtype_size(r->dtype), r->dtype, r->rop);

@@ -221,3 +221,12 @@ TEST(Collectives, World3) { braid::testing::expect_all_pass(3, body, std::chrono
 TEST(Collectives, World4) { braid::testing::expect_all_pass(4, body, std::chrono::seconds(400)); }
 TEST(Collectives, World5) { braid::testing::expect_all_pass(5, body, std::chrono::seconds(400)); }
 TEST(Collectives, World8) { braid::testing::expect_all_pass(8, body, std::chrono::seconds(600)); }
+
+// Every output that a call does not read again (all_to_all blocks, gathered
+// and scattered blocks) written with streaming stores, whatever its size:
+// odd lengths and misaligned destinations (1-byte dtypes, 7 elements).
+TEST(Collectives, StreamedOutputsWorld3) {
+  braid::testing::expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    run_matrix(*braid::testing::make_comm(rank, size, store, 60), Matrix{{0, 1, 7, 1000, 70001}});
+  }, std::chrono::seconds(300), {"BRAID_STREAM_OUT_BYTES=1"});
+}

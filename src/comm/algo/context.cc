@@ -50,6 +50,14 @@ Request* Context::recv(int peer, void* buf, size_t bytes, uint32_t step) {
   return r;
 }
 
+Request* Context::recv_final(int peer, void* buf, size_t bytes, uint32_t step) {
+  Request* r = post(Request::Kind::kRecv, peer, bytes, step);
+  r->dst = buf;
+  r->final_dst = true;
+  tp_.post(r);
+  return r;
+}
+
 Request* Context::recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step) {
   Request* r = post(Request::Kind::kRecvReduce, peer, count * esize(), step);
   r->dst = dst;
