@@ -124,7 +124,6 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   my_->owner = ctx.rank;
   cma_bytes_ = env_cma_bytes();
   stream_bytes_ = env_stream_bytes();
-  out_stream_bytes_ = stream_out_min_bytes();
   my_->cma_probe_word = ctx.peers[size_t(ctx.rank)].nonce | 1;
   my_->cma_probe_addr = uint64_t(reinterpret_cast<uintptr_t>(&my_->cma_probe_word));
   my_->magic = kMagic;
@@ -360,7 +359,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
         const uint8_t* src = s + payload_off(len);
         if (r->kind == Request::Kind::kRecv) {
-          if (r->final_dst && bytes >= out_stream_bytes_) {
+          if (r->stream_dst) {
             stream_copy(dst, src, len);
           } else {
             std::memcpy(dst, src, len);

@@ -6,7 +6,7 @@ namespace braid::comm {
 
 size_t stream_out_min_bytes() {
   static const size_t v = [] {
-    const int64_t b = env_int("BRAID_STREAM_OUT_BYTES", 4 << 20);
+    const int64_t b = env_int("BRAID_STREAM_OUT_BYTES", 16 << 20);
     return b <= 0 ? ~size_t(0) : size_t(b);
   }();
   return v;

@@ -44,10 +44,11 @@ inline void stream_copy(void* dst, const void* src, size_t n) {
 #endif
 }
 
-// Outputs a call does not read again are written with stream_copy from
-// this many bytes per message or block (BRAID_STREAM_OUT_BYTES, read once;
-// 0: never). Below it, the output may still be in cache when the caller
-// reads it.
+// A call whose output on this rank is at least this many bytes
+// (BRAID_STREAM_OUT_BYTES, read once; 0: never) writes the parts it does not
+// read again with stream_copy. Smaller outputs may still be in cache when
+// the caller reads them, and are written through it.
 size_t stream_out_min_bytes();
+inline bool stream_out(size_t out_bytes) { return out_bytes >= stream_out_min_bytes(); }
 
 }  // namespace braid::comm

@@ -62,10 +62,10 @@ struct Request {
   void* copy_to = nullptr;
   void* dst = nullptr;        // kRecv: destination. kRecvReduce: dst = acc op incoming
   const void* acc = nullptr;  // kRecvReduce: left operand (may equal dst)
-  // kRecv: the call does not read dst again (an all_to_all block, a gathered
-  // block). Wires may then write large messages past the cache
-  // (stream_copy.h), leaving it for data that is read again.
-  bool final_dst = false;
+  // kRecv: write dst with streaming stores, past the cache (stream_copy.h):
+  // set for large outputs that the call does not read again, so they do not
+  // evict data that is read again.
+  bool stream_dst = false;
   DType dtype = DType::kU8;   // kRecvReduce: element type; bytes % dtype_size == 0
   ReduceOp rop = ReduceOp::kSum;
   // Filled by the transport:

@@ -76,9 +76,10 @@ void barrier_dissemination(Context& c);
 
 // Shared helpers (ring.cc).
 void copy_if_distinct(void* dst, const void* src, size_t bytes);
-// The same for a block the call does not read again: large blocks are
-// written past the cache (stream_copy.h).
-void copy_final_if_distinct(void* dst, const void* src, size_t bytes);
+// The same for a block the call does not read again: written past the
+// cache when the call's output on this rank (out_bytes) is large
+// (stream_copy.h).
+void copy_final_if_distinct(void* dst, const void* src, size_t bytes, size_t out_bytes);
 void finish_avg(Context& c, void* buf, size_t count);  // divides by n when op is avg
 
 }  // namespace braid::comm::algo

@@ -4,6 +4,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/stream_copy.h"
 
 namespace braid::comm {
 
@@ -50,10 +51,10 @@ Request* Context::recv(int peer, void* buf, size_t bytes, uint32_t step) {
   return r;
 }
 
-Request* Context::recv_final(int peer, void* buf, size_t bytes, uint32_t step) {
+Request* Context::recv_final(int peer, void* buf, size_t bytes, size_t out_bytes, uint32_t step) {
   Request* r = post(Request::Kind::kRecv, peer, bytes, step);
   r->dst = buf;
-  r->final_dst = true;
+  r->stream_dst = stream_out(out_bytes);
   tp_.post(r);
   return r;
 }

@@ -65,8 +65,10 @@ class Context {
   Request* send(int peer, const void* buf, size_t bytes, uint32_t step = 0,
                 void* copy_to = nullptr);
   Request* recv(int peer, void* buf, size_t bytes, uint32_t step = 0);
-  // A receive into memory this call does not read again (Request::final_dst).
-  Request* recv_final(int peer, void* buf, size_t bytes, uint32_t step = 0);
+  // A receive into memory this call does not read again. If the call's
+  // output (out_bytes, on this rank) is large, the wire writes it past the
+  // cache (Request::stream_dst, stream_out(); else a plain recv.
+  Request* recv_final(int peer, void* buf, size_t bytes, size_t out_bytes, uint32_t step = 0);
   // dst = acc op incoming, `count` elements of the call's dtype and op (avg
   // reduces as sum).
   Request* recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step = 0);

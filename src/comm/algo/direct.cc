@@ -26,9 +26,10 @@ void gather_direct(Context& c, const void* send, void* recv, size_t count, int r
   const size_t bytes = count * c.esize();
   if (r == root) {
     auto* out = static_cast<uint8_t*>(recv);
+    const size_t out_bytes = size_t(n) * bytes;
     for (int j = 0; j < n; ++j)
-      if (j != r) c.recv_final(j, out + size_t(j) * bytes, bytes);
-    copy_final_if_distinct(out + size_t(r) * bytes, send, bytes);
+      if (j != r) c.recv_final(j, out + size_t(j) * bytes, bytes, out_bytes);
+    copy_final_if_distinct(out + size_t(r) * bytes, send, bytes, out_bytes);
   } else {
     c.send(root, send, bytes);
   }
@@ -42,9 +43,9 @@ void scatter_direct(Context& c, const void* send, void* recv, size_t count, int 
     auto* in = static_cast<const uint8_t*>(send);
     for (int j = 0; j < n; ++j)
       if (j != r) c.send(j, in + size_t(j) * bytes, bytes);
-    copy_final_if_distinct(recv, in + size_t(r) * bytes, bytes);
+    copy_final_if_distinct(recv, in + size_t(r) * bytes, bytes, bytes);
   } else {
-    c.recv_final(root, recv, bytes);
+    c.recv_final(root, recv, bytes, bytes);
   }
   c.wait_all();
 }
@@ -56,10 +57,12 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
   const size_t es = c.esize();
   auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
+  size_t out_bytes = 0;
+  for (int j = 0; j < n; ++j) out_bytes += rc[j] * es;
   // Stagger partners (r+k, r−k) so that no rank is everyone's first target.
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    c.recv_final(from, out + rd[from] * es, rc[from] * es);
+    c.recv_final(from, out + rd[from] * es, rc[from] * es, out_bytes);
     c.send(to, in + sd[to] * es, sc[to] * es);
   }
   c.poll();  // first pieces out before the local copy
@@ -67,7 +70,7 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
     throw Error(Errc::kMismatch, "rank " + std::to_string(r) + ": all_to_all_v sends " +
                                      std::to_string(sc[r]) + " elements to itself but expects " +
                                      std::to_string(rc[r]));
-  copy_final_if_distinct(out + rd[r] * es, in + sd[r] * es, sc[r] * es);
+  copy_final_if_distinct(out + rd[r] * es, in + sd[r] * es, sc[r] * es, out_bytes);
   c.wait_all();
 }
 
@@ -78,7 +81,7 @@ void all_gather_direct(Context& c, const void* send, void* recv, size_t count) {
   copy_if_distinct(out + size_t(r) * bytes, send, bytes);
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    c.recv_final(from, out + size_t(from) * bytes, bytes);
+    c.recv_final(from, out + size_t(from) * bytes, bytes, size_t(n) * bytes);
     c.send(to, out + size_t(r) * bytes, bytes);
   }
   c.wait_all();

@@ -39,10 +39,10 @@ void copy_if_distinct(void* dst, const void* src, size_t bytes) {
   for (size_t i = 0; i < bytes; i += kPiece) std::memcpy(d + i, s + i, std::min(kPiece, bytes - i));
 }
 
-void copy_final_if_distinct(void* dst, const void* src, size_t bytes) {
+void copy_final_if_distinct(void* dst, const void* src, size_t bytes, size_t out_bytes) {
   auto* d = static_cast<uint8_t*>(dst);
   auto* s = static_cast<const uint8_t*>(src);
-  if (bytes >= stream_out_min_bytes() && (d + bytes <= s || s + bytes <= d)) {
+  if (bytes > 0 && stream_out(out_bytes) && (d + bytes <= s || s + bytes <= d)) {
     stream_copy(d, s, bytes);
   } else {
     copy_if_distinct(dst, src, bytes);
