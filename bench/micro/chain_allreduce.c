@@ -8,6 +8,11 @@
  *   gcc -O3 -march=native bench/micro/chain_allreduce.c -o /tmp/chain
  *   chrt -f 10 /tmp/chain N MIB CHUNK_KIB SLOTS WINDOW ITERS [SPIN]
  *   chrt -f 10 /tmp/chain 4 16 512 16 8 60 100    # 4 processes, 16 MiB
+ *
+ * V=k in the environment: each process plays k consecutive ranks (k inputs
+ * and outputs; N*k ranks in all), so V=4 with N=2 is the 8-rank work with
+ * one process per core and only two cross-process hand-offs per chunk.
+ * PIN=1 pins process i to core 2i/N (halves), PIN=2 to core i%2.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -52,9 +57,24 @@ int main(int argc, char** argv) {
   _Atomic uint32_t* bar = (void*)(sl + K);
   int r = 0;
   for (int i = 1; i < N; ++i) if (fork() == 0) { r = i; break; }
-  float* in = malloc(S); float* out = malloc(S);
-  for (size_t i = 0; i < cnt; ++i) in[i] = (float)(r + 1);
-  memset(out, 0, S);
+  {
+    const char* pm = getenv("PIN");
+    if (pm) {
+      cpu_set_t cs;
+      CPU_ZERO(&cs);
+      CPU_SET(atoi(pm) == 1 ? (r * 2) / N : r % 2, &cs);
+      sched_setaffinity(0, sizeof cs, &cs);
+    }
+  }
+  const int V = getenv("V") ? atoi(getenv("V")) : 1;
+  if (V < 1 || V > 16) { fprintf(stderr, "V: 1 to 16\n"); return 2; }
+  float* ins[16]; float* outs[16];
+  for (int v = 0; v < V; ++v) {
+    ins[v] = malloc(S); outs[v] = malloc(S);
+    for (size_t i = 0; i < cnt; ++i) ins[v][i] = (float)(r * V + v + 1);
+    memset(outs[v], 0, S);
+  }
+  float* in = ins[0]; float* out = outs[0];
   double t0 = 0;
   uint64_t use = 0; /* chunks processed so far across iterations (per slot use counting) */
   for (int it = -3; it < iters; ++it) {
@@ -66,8 +86,10 @@ int main(int argc, char** argv) {
         uint64_t g = base + c; struct slot* s = &sl[g % K]; uint32_t u = (uint32_t)(g / K);
         float* a = acc + (g % K) * ccnt;
         size_t off = c * ccnt, len = cnt - off < ccnt ? cnt - off : ccnt;
-        if (r == 0) { waitfor(s, &s->reads, u * N); waitfor(s, &s->adds, u * N); memcpy(a, in + off, len * 4); }
-        else { waitfor(s, &s->adds, u * N + r); float* x = in + off; for (size_t i = 0; i < len; ++i) a[i] += x[i]; }
+        int v0 = 0;
+        if (r == 0) { waitfor(s, &s->reads, u * N); waitfor(s, &s->adds, u * N); memcpy(a, in + off, len * 4); v0 = 1; }
+        else waitfor(s, &s->adds, u * N + r);
+        for (int v = v0; v < V; ++v) { float* x = ins[v] + off; for (size_t i = 0; i < len; ++i) a[i] += x[i]; }
         bump(s, &s->adds);
       }
       while (nout < nch && (nout + W <= c || c == nch)) {
@@ -75,7 +97,7 @@ int main(int argc, char** argv) {
         float* a = acc + (g % K) * ccnt;
         size_t off = nout * ccnt, len = cnt - off < ccnt ? cnt - off : ccnt;
         waitfor(s, &s->adds, (u + 1) * N);
-        memcpy(out + off, a, len * 4);
+        for (int v = 0; v < V; ++v) memcpy(outs[v] + off, a, len * 4);
         bump(s, &s->reads);
         ++nout;
       }
@@ -84,9 +106,10 @@ int main(int argc, char** argv) {
   }
   double t = (now() - t0) / iters;
   if (r == 0) {
-    float want = (float)(N * (N + 1) / 2);
+    const int R = N * V;
+    float want = (float)(R * (R + 1) / 2);
     size_t bad = 0; for (size_t i = 0; i < cnt; ++i) bad += out[i] != want;
-    printf("n=%d S=%zu MiB chunk=%zu KiB K=%d W=%d: %.0f us, busbw %.2f GB/s, wrong %zu\n", N, S >> 20, C >> 10, K, W, t * 1e6, S / t * 2 * (N - 1) / N / 1e9, bad);
+    printf("n=%d x V=%d S=%zu MiB chunk=%zu KiB K=%d W=%d: %.0f us, busbw %.2f GB/s, wrong %zu\n", N, V, S >> 20, C >> 10, K, W, t * 1e6, S / t * 2 * (R - 1) / R / 1e9, bad);
   }
   if (r == 0) while (wait(NULL) > 0) {}
   return 0;
