@@ -13,6 +13,8 @@
  * and outputs; N*k ranks in all), so V=4 with N=2 is the 8-rank work with
  * one process per core and only two cross-process hand-offs per chunk.
  * PIN=1 pins process i to core 2i/N (halves), PIN=2 to core i%2.
+ * XCOUNT=1: each process prints how many of its hand-offs (adding to a slot
+ * the previous process left) ran on another core than that process.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -28,7 +30,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-struct slot { _Atomic uint32_t adds; _Atomic uint32_t reads; _Atomic uint32_t waiters; char pad[52]; };
+struct slot { _Atomic uint32_t adds; _Atomic uint32_t reads; _Atomic uint32_t waiters; int lastcpu; char pad[48]; };
 static int N, SPIN;
 static void waitfor(struct slot* s, _Atomic uint32_t* w, uint32_t want) {
   for (int i = 0; i < SPIN; ++i) { if (atomic_load(w) >= want) return; __builtin_ia32_pause(); }
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
     }
   }
   const int V = getenv("V") ? atoi(getenv("V")) : 1;
+  const int xcount = getenv("XCOUNT") ? atoi(getenv("XCOUNT")) : 0;
+  long crossed = 0, handoffs = 0;
   if (V < 1 || V > 16) { fprintf(stderr, "V: 1 to 16\n"); return 2; }
   float* ins[16]; float* outs[16];
   for (int v = 0; v < V; ++v) {
@@ -89,6 +93,11 @@ int main(int argc, char** argv) {
         int v0 = 0;
         if (r == 0) { waitfor(s, &s->reads, u * N); waitfor(s, &s->adds, u * N); memcpy(a, in + off, len * 4); v0 = 1; }
         else waitfor(s, &s->adds, u * N + r);
+        if (xcount) {
+          int cpu = sched_getcpu();
+          if (r != 0) { ++handoffs; crossed += cpu != s->lastcpu; }
+          s->lastcpu = cpu;
+        }
         for (int v = v0; v < V; ++v) { float* x = ins[v] + off; for (size_t i = 0; i < len; ++i) a[i] += x[i]; }
         bump(s, &s->adds);
       }
@@ -105,6 +114,7 @@ int main(int argc, char** argv) {
     use += nch;
   }
   double t = (now() - t0) / iters;
+  if (xcount) fprintf(stderr, "process %d: %ld of %ld hand-offs crossed cores\n", r, crossed, handoffs);
   if (r == 0) {
     const int R = N * V;
     float want = (float)(R * (R + 1) / 2);
