@@ -16,6 +16,9 @@
 // reduce-scatter alone: the same first phase, shifted so rank r ends with
 // segment r: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ (N = the whole input).
 // all-gather alone: the second phase: (n−1)α + (n−1)/n·Nβ (N = whole output).
+//
+// The last step's chunks are not forwarded: when the call's output is large
+// (stream_copy.h) they are received with streaming stores (recv_final).
 #include <cstring>
 
 #include "braid/reduce.h"
@@ -119,8 +122,9 @@ void ring_reduce_phases(Context& c, const void* send, uint8_t* out, size_t count
     for (int k = 0; k < C; ++k) {
       size_t off = L.chunk_off(j, k) * es, len = L.chunk_len(j, k);
       rq[size_t(s) * C + k] =
-          s < n - 1 ? c.recv_reduce(prev, out + off, in + off, len, uint32_t(s))
-                    : c.recv(prev, out + off, len * es, uint32_t(s));
+          s < n - 1   ? c.recv_reduce(prev, out + off, in + off, len, uint32_t(s))
+          : s < S - 1 ? c.recv(prev, out + off, len * es, uint32_t(s))
+                      : c.recv_final(prev, out + off, len * es, count * es, uint32_t(s));
     }
   }
   for (int k = 0; k < C; ++k) {
@@ -202,9 +206,12 @@ void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
   std::vector<Request*> rq(size_t(S) * C);
   for (int s = 0; s < S; ++s) {
     int j = mod(r - s - 1, n);
-    for (int k = 0; k < C; ++k)
-      rq[size_t(s) * C + k] =
-          c.recv(prev, b + L.chunk_off(j, k) * es, L.chunk_len(j, k) * es, step_base + s);
+    for (int k = 0; k < C; ++k) {
+      uint8_t* at = b + L.chunk_off(j, k) * es;
+      const size_t len = L.chunk_len(j, k) * es;
+      rq[size_t(s) * C + k] = s + 1 < S ? c.recv(prev, at, len, step_base + s)
+                                        : c.recv_final(prev, at, len, offs.back() * es, step_base + s);
+    }
   }
   const size_t own0 = L.chunk_off(r, 0);
   for (int k = 0; k < C; ++k) {
