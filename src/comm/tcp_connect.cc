@@ -33,7 +33,7 @@ struct Hello {
   uint32_t magic;
   int32_t rank;
   int32_t size;
-  int32_t pad;
+  int32_t stream;  // which of the pair's connections (0 .. streams-1)
   char token[32];
 };
 struct Ack {
@@ -78,7 +78,7 @@ std::string local_address(bool all_local) {
 
 void tcp_set_buffers(int fd, int bytes) { set_buffers_(fd, bytes); }
 
-int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes) {
+int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int streams) {
   int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (lfd < 0) throw_errno("tcp: socket");
   try {
@@ -94,7 +94,8 @@ int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes) {
     socklen_t sl = sizeof sa;
     ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl);
     ctx.store->set_str("tcp/addr/" + std::to_string(ctx.rank),
-                       local_address(all_local) + " " + std::to_string(ntohs(sa.sin_port)));
+                       local_address(all_local) + " " + std::to_string(ntohs(sa.sin_port)) + " " +
+                           std::to_string(streams));
   } catch (...) {
     ::close(lfd);
     throw;
@@ -102,7 +103,7 @@ int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes) {
   return lfd;
 }
 
-int tcp_connect(const WireContext& ctx, int q, int buf_bytes) {
+int tcp_connect(const WireContext& ctx, int q, int buf_bytes, int stream, int streams) {
   const int rank_ = ctx.rank;
   const PeerInfo& pi = ctx.peers[size_t(q)];
   std::string key = "tcp/addr/" + std::to_string(q);
@@ -117,6 +118,13 @@ int tcp_connect(const WireContext& ctx, int q, int buf_bytes) {
   auto sp = v.find(' ');
   std::string host = v.substr(0, sp);
   int port = sp == std::string::npos ? 0 : std::atoi(v.c_str() + sp + 1);
+  auto sp2 = sp == std::string::npos ? sp : v.find(' ', sp + 1);
+  const int theirs = sp2 == std::string::npos ? 1 : std::atoi(v.c_str() + sp2 + 1);
+  if (theirs != streams)
+    throw Error(Errc::kMismatch, "rank " + std::to_string(rank_) + " opens " + std::to_string(streams) +
+                                     " TCP connections per peer (BRAID_TCP_STREAMS) but " +
+                                     describe_peer_info(pi) + " opens " + std::to_string(theirs) +
+                                     "; set BRAID_TCP_STREAMS alike on every rank");
   if (pi.host_id == ctx.peers[size_t(rank_)].host_id) host = "127.0.0.1";
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -155,6 +163,7 @@ int tcp_connect(const WireContext& ctx, int q, int buf_bytes) {
     h.magic = kHelloMagic;
     h.rank = rank_;
     h.size = ctx.size;
+    h.stream = stream;
     copy_token(h.token, ctx.token);
     write_full(fd, &h, sizeof h, ctx.deadline_ns, "tcp hello");
     Ack a{};
@@ -169,7 +178,8 @@ int tcp_connect(const WireContext& ctx, int q, int buf_bytes) {
   return fd;
 }
 
-void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds) {
+void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds,
+                int streams) {
   const int rank_ = ctx.rank;
   auto describe_peer = [&](int q) { return describe_peer_info(ctx.peers[size_t(q)]); };
   std::mutex mu;
@@ -188,12 +198,19 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
         throw Error(Errc::kProtocol, "hello from another job or communicator");
       if (h.rank < 0 || h.rank >= ctx.size || std::find(expect.begin(), expect.end(), h.rank) == expect.end())
         throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
+      if (h.stream < 0 || h.stream >= streams)
+        throw Error(Errc::kProtocol, "hello names connection " + std::to_string(h.stream) + " of rank " +
+                                         std::to_string(h.rank) + ", but this rank takes " +
+                                         std::to_string(streams) + " per peer");
+      const size_t at = size_t(h.rank) * size_t(streams) + size_t(h.stream);
       {
         std::lock_guard<std::mutex> g(mu);
-        if (fds[size_t(h.rank)] >= 0) throw Error(Errc::kProtocol, "rank " + std::to_string(h.rank) + " connected twice");
+        if (fds[at] >= 0)
+          throw Error(Errc::kProtocol, "rank " + std::to_string(h.rank) + " connected twice (connection " +
+                                           std::to_string(h.stream) + ")");
         Ack a{kHelloMagic, rank_};
         write_full(fd, &a, sizeof a, now_ns() + 1000000000ull, "tcp hello ack");
-        fds[size_t(h.rank)] = fd;
+        fds[at] = fd;
         inflight.erase(fd);
         ++got;
       }
@@ -210,13 +227,16 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
   for (;;) {
     {
       std::lock_guard<std::mutex> g(mu);
-      if (got == expect.size()) break;
+      if (got == expect.size() * size_t(streams)) break;
     }
     if (ctx.ms_left() <= 0) {
       std::lock_guard<std::mutex> g(mu);
       std::string missing;
-      for (int q : expect)
-        if (fds[size_t(q)] < 0) missing += (missing.empty() ? "" : ", ") + describe_peer(q);
+      for (int q : expect) {
+        bool all = true;
+        for (int s = 0; s < streams; ++s) all &= fds[size_t(q) * size_t(streams) + size_t(s)] >= 0;
+        if (!all) missing += (missing.empty() ? "" : ", ") + describe_peer(q);
+      }
       failure = "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for connections from " + missing;
       break;
     }

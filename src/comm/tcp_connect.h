@@ -3,8 +3,9 @@
 // Each rank listens on one socket and publishes "tcp/addr/<rank>" = "ip port"
 // in the store; the higher rank of a pair connects to the lower one. A new
 // connection first proves the job secret (authenticate_connect/accept), then
-// the connector sends a fixed-size hello (magic, rank, size, communicator
-// token) and the acceptor answers with its own rank. Connections that fail
+// the connector sends a fixed-size hello (magic, rank, size, connection
+// index, communicator token) and the acceptor answers with its own rank.
+// Each pair opens BRAID_TCP_STREAMS connections (tcp_transport.h). Connections that fail
 // any step are logged and dropped; handshakes run on their own threads so a
 // slow or silent stranger cannot hold up the real peers.
 #pragma once
@@ -19,15 +20,20 @@ namespace braid::comm {
 void tcp_set_buffers(int fd, int bytes);
 
 // Creates the listening socket (loopback only when every TCP peer is on
-// this host) and publishes its address. Returns the fd.
-int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes);
+// this host) and publishes its address and how many connections per peer
+// it takes (`streams`). Returns the fd.
+int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int streams);
 
-// Connects to rank q, authenticates and exchanges hellos. Returns the fd.
-// Throws Error(kTimeout) naming q when it cannot be reached in time.
-int tcp_connect(const WireContext& ctx, int q, int buf_bytes);
+// Opens connection `stream` (0 .. streams-1) to rank q, authenticates and
+// exchanges hellos. Returns the fd. Throws Error(kTimeout) naming q when it
+// cannot be reached in time, Error(kMismatch) when q takes another number
+// of connections per peer.
+int tcp_connect(const WireContext& ctx, int q, int buf_bytes, int stream, int streams);
 
-// Accepts until every rank in `expect` has connected; fds[rank] receives
-// each connection. Throws Error(kTimeout) naming the ranks still missing.
-void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds);
+// Accepts until every rank in `expect` has opened all `streams`
+// connections; fds[rank * streams + stream] receives each. Throws
+// Error(kTimeout) naming the ranks still missing.
+void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds,
+                int streams);
 
 }  // namespace braid::comm

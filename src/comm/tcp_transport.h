@@ -9,7 +9,16 @@
 //
 // Data: non-blocking sockets with TCP_NODELAY, epoll (edge triggered).
 // A message is its 40-byte MsgSig followed by sig.bytes payload bytes, sent
-// with one sendmsg (header + payload iovecs). Receives go through a per-peer
+// with one sendmsg (header + payload iovecs). A pair may open several
+// connections (BRAID_TCP_STREAMS, default 1, at most 16; every rank must use
+// the same value, checked at set-up): messages of 256 KiB and up are then
+// cut into one stripe per connection (boundaries on 64-byte multiples, so
+// stripes hold whole elements), each stripe behind its own copy of the
+// header; smaller messages go whole on connection 0, which therefore sees
+// every message, so a mismatch is caught there first. On this 2-core
+// machine's loopback, 2-4 connections measured a wash (docs/PERFORMANCE.md);
+// between hosts, where one flow is bound to one core's network processing,
+// they are the usual remedy. Receives go through a per-peer
 // buffer (BRAID_TCP_RXBUF_BYTES, default 256 KiB) that also serves as the
 // staging area of kRecvReduce (whole elements are reduced, a partial element
 // waits for the next read); large kRecv payloads are read straight into the

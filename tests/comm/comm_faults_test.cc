@@ -316,30 +316,79 @@ TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {
   }, std::chrono::seconds(120), {"BRAID_DETERMINISTIC=1", "BRAID_CHUNK_BYTES=4096"});
 }
 
-TEST(CommTcp, CollectivesOverTcpMatchReference) {
-  expect_all_pass(3, [](int rank, int size, std::shared_ptr<Store> store) {
-    auto c = make_comm(rank, size, store, 30, "tcp");
-    EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
-    // "chain" needs shared memory: over TCP every rank falls back to the ring.
-    for (const char* algo : {"ring", "hd", "rd", "direct", "chain"}) {
-      c->set_algorithm("all_reduce", algo);
-      for (size_t count : {size_t(0), size_t(7), size_t(1 << 20) + 3}) {
-        std::vector<int32_t> v(count);
-        for (size_t i = 0; i < count; ++i) v[i] = int32_t(i % 100) + rank;
-        c->all_reduce(v.data(), v.data(), count, DType::kI32, ReduceOp::kSum);
-        for (size_t i = 0; i < count; i += 997)
-          ASSERT_EQ(v[i], 3 * int32_t(i % 100) + 3) << algo << " " << count;
-      }
+// The TCP matrix: every all_reduce algorithm, all_gather, and (for
+// messages of 256 KiB and up, which several connections per pair stripe)
+// odd byte counts through all_to_all, broadcast and send/recv.
+namespace {
+
+void tcp_matrix(int rank, int size, std::shared_ptr<Store> store) {
+  auto c = make_comm(rank, size, store, 30, "tcp");
+  EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
+  // "chain" needs shared memory: over TCP every rank falls back to the ring.
+  for (const char* algo : {"ring", "hd", "rd", "direct", "chain"}) {
+    c->set_algorithm("all_reduce", algo);
+    for (size_t count : {size_t(0), size_t(7), size_t(1 << 20) + 3}) {
+      std::vector<int32_t> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = int32_t(i % 100) + rank;
+      c->all_reduce(v.data(), v.data(), count, DType::kI32, ReduceOp::kSum);
+      for (size_t i = 0; i < count; i += 997)
+        ASSERT_EQ(v[i], 3 * int32_t(i % 100) + 3) << algo << " " << count;
     }
-    // The ring sends its own block from the input and asks for the copy into
-    // the output on the way (Request::copy_to), which TCP does at post time.
-    for (const char* algo : {"ring", "direct"}) {
-      c->set_algorithm("all_gather", algo);
-      std::vector<double> g(3 * 1000, -1.0), mine(1000, rank);
-      c->all_gather(mine.data(), g.data(), 1000, DType::kF64);
-      for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], double(i / 1000)) << algo << " element " << i;
+  }
+  // The ring sends its own block from the input and asks for the copy into
+  // the output on the way (Request::copy_to), which TCP does at post time.
+  for (const char* algo : {"ring", "direct"}) {
+    c->set_algorithm("all_gather", algo);
+    std::vector<double> g(3 * 1000, -1.0), mine(1000, rank);
+    c->all_gather(mine.data(), g.data(), 1000, DType::kF64);
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], double(i / 1000)) << algo << " element " << i;
+  }
+  for (size_t block : {size_t(1), size_t(300001), size_t(1 << 20) + 5}) {
+    std::vector<uint8_t> in(block * size_t(size)), out(in.size(), 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = uint8_t(i * 7 + size_t(rank) * 31);
+    c->all_to_all(in.data(), out.data(), block, DType::kU8);
+    for (int j = 0; j < size; ++j)
+      for (size_t i = 0; i < block; i += 101)
+        ASSERT_EQ(out[size_t(j) * block + i], uint8_t((size_t(rank) * block + i) * 7 + size_t(j) * 31))
+            << "all_to_all block " << block << " from rank " << j << " byte " << i;
+    std::vector<uint8_t> b(block, 0);
+    if (rank == 1)
+      for (size_t i = 0; i < block; ++i) b[i] = uint8_t(i % 251);
+    c->broadcast(b.data(), block, DType::kU8, 1);
+    for (size_t i = 0; i < block; i += 97) ASSERT_EQ(b[i], uint8_t(i % 251)) << "broadcast " << block;
+    std::vector<uint8_t> got(block, 0);
+    Work s = c->send_async(in.data(), block, DType::kU8, (rank + 1) % size, 3);
+    c->recv(got.data(), block, DType::kU8, (rank + size - 1) % size, 3);
+    s.wait();
+    const size_t from = size_t((rank + size - 1) % size);
+    for (size_t i = 0; i < block; i += 89)
+      ASSERT_EQ(got[i], uint8_t(i * 7 + from * 31)) << "send/recv " << block << " byte " << i;
+  }
+}
+
+}  // namespace
+
+TEST(CommTcp, CollectivesOverTcpMatchReference) { expect_all_pass(3, tcp_matrix); }
+
+// Three connections per pair (BRAID_TCP_STREAMS): large messages in three
+// stripes, small ones whole on the first connection, in any mix.
+TEST(CommTcp, ThreeConnectionsPerPairMatchReference) {
+  expect_all_pass(3, tcp_matrix, std::chrono::seconds(120), {"BRAID_TCP_STREAMS=3"});
+}
+
+// Ranks that disagree on the connection count fail at set-up, naming it.
+TEST(CommTcp, ConnectionCountMismatchIsNamed) {
+  auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    ::setenv("BRAID_TCP_STREAMS", rank == 0 ? "1" : "2", 1);
+    auto e = expect_error([&] { make_comm(rank, size, store, 4, "tcp"); });
+    if (rank == 1) {
+      EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+      EXPECT_TRUE(std::strstr(e.what(), "BRAID_TCP_STREAMS") != nullptr) << e.what();
+    } else {
+      EXPECT_EQ(e.code(), Errc::kTimeout) << e.what();
     }
   });
+  for (const auto& r : res) EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ": " << r.output;
 }
 
 // Ranks on pretend hosts (BRAID_HOSTNAME): TCP between hosts, shared memory
