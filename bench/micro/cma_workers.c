@@ -48,11 +48,19 @@ static void fwake(_Atomic uint32_t *w) {
   syscall(SYS_futex, w, FUTEX_WAKE, 1 << 30, 0, 0, 0);
 }
 int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: cmaw N MIB CHUNK_KIB ITERS [WORKERS]\n");
+    return 2;
+  }
   int N = atoi(argv[1]);
   size_t S = (size_t)atoi(argv[2]) << 20;
   size_t C = (size_t)atoi(argv[3]) << 10;
   int iters = atoi(argv[4]);
   int W = argc > 5 ? atoi(argv[5]) : 2;
+  if (N < 2 || N > 64 || W < 1 || W > N || C == 0 || C % 4 != 0) {
+    fprintf(stderr, "need 2 <= N <= 64, 1 <= WORKERS <= N, CHUNK_KIB > 0\n");
+    return 2;
+  }
   struct sh *s = mmap(0, sizeof *s, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int r = 0;
