@@ -10,6 +10,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/algo/host_ring.h"
 
 namespace braid::comm {
 namespace {
@@ -24,7 +25,6 @@ constexpr size_t kChunk = 256 * 1024;  // pipelining chunk assumed by the model
 //   rd/ring gaps: rd 1.67 vs ring 2.71 µs at 4 KiB, 7.37 vs 6.70 at 64 KiB,
 //   26.8 vs 19.4 at 256 KiB), ~8× the 16 MiB figure the probe reports.
 constexpr double kWakeAlpha = 12e-6;
-constexpr size_t kChainSlot = 512 * 1024;  // chain_reduce.cc's slot
 constexpr size_t kCacheBytes = 256 * 1024;
 constexpr double kCacheSpeedup = 8;
 
@@ -170,7 +170,7 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
         // meanwhile. Measured (4 ranks on 2 cores, 1 MiB): chain 307 µs,
         // ring 637 µs; 2 ranks, 1–4 MiB: ring 1.2–1.4× faster.
         if (!all_shm_) return kInf;
-        const double fill = oversubscribed_ ? 0 : (n - 1) * std::min(N, double(kChainSlot)) * (b + g);
+        const double fill = oversubscribed_ ? 0 : (n - 1) * std::min(N, double(algo::kChainSlotBytes)) * (b + g);
         return (n + 1) * a + N * (b + g) + fill;
       }
       if (algo == "hier") {

@@ -73,26 +73,17 @@ size_t env_slots(size_t slot_bytes, size_t nrings) {
 }
 
 // Slot copies of at least this many bytes bypass the sender's cache
-// (BRAID_SHM_STREAM_BYTES; 0: never). See copy_to_slot.
+// (BRAID_SHM_STREAM_BYTES; 0: never). With ordinary stores a piece sits
+// modified in this core's cache and the reader pulls every line across from
+// it; streaming stores hand it over through memory instead, which measured
+// faster here for pieces of 64 KiB and up: 2-rank all_to_all +10-20 % at
+// 1-8 MiB, all_reduce +10-17 %, broadcast +20-40 %, all_gather +10-40 % at
+// 1-64 MiB (2026-11-22, three and two rounds alternating). stream_copy's
+// sfence orders the streamed lines before the seq_cst store that publishes
+// the slot.
 size_t env_stream_bytes() {
   int64_t v = env_int("BRAID_SHM_STREAM_BYTES", 64 << 10);
   return v <= 0 ? ~size_t(0) : size_t(v);
-}
-
-// Copies a message piece into a slot that the peer's core reads next. With
-// ordinary stores the piece sits modified in this core's cache, and the
-// reader pulls every line across from it; streaming (non-temporal) stores
-// hand it over through memory instead, which measured faster here for
-// pieces of 64 KiB and up: 2-rank all_to_all +10-20 % at 1-8 MiB,
-// all_reduce +10-17 %, broadcast +20-40 %, all_gather +10-40 % at 1-64 MiB
-// (2026-11-22, three and two rounds alternating). The sfence orders the
-// streamed lines before the seq_cst store that publishes the slot.
-void copy_to_slot(uint8_t* d, const uint8_t* s, size_t n, size_t stream_min) {
-  if (n >= stream_min) {
-    stream_copy(d, s, n);
-  } else {
-    std::memcpy(d, s, n);
-  }
 }
 
 }  // namespace
@@ -252,7 +243,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       }
       h->len = uint32_t(chunk);
       const uint8_t* from = static_cast<const uint8_t*>(r->src) + r->done;
-      if (chunk) copy_to_slot(s + payload_off(chunk), from, chunk, stream_bytes_);
+      if (chunk) copy_maybe_streamed(s + payload_off(chunk), from, chunk, chunk >= stream_bytes_);
       p.out->head.store(++p.out_head, std::memory_order_seq_cst);
       // The sender's own copy, from the source the slot copy just read.
       if (r->copy_to != nullptr && chunk) std::memcpy(static_cast<uint8_t*>(r->copy_to) + r->done, from, chunk);
@@ -359,11 +350,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         uint8_t* dst = static_cast<uint8_t*>(r->dst) + r->done;
         const uint8_t* src = s + payload_off(len);
         if (r->kind == Request::Kind::kRecv) {
-          if (r->stream_dst) {
-            stream_copy(dst, src, len);
-          } else {
-            std::memcpy(dst, src, len);
-          }
+          copy_maybe_streamed(dst, src, len, r->stream_dst);
         } else {
           const uint8_t* acc = static_cast<const uint8_t*>(r->acc) + r->done;
           reduce2(dst, acc, src, len / dtype_size(r->dtype), r->dtype, r->rop);

@@ -248,7 +248,7 @@ class ShmWire final : public Wire {
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;
   uint64_t cma_bytes_ = 0;            // BRAID_SHM_CMA_BYTES; 0: single copy off
-  size_t stream_bytes_ = ~size_t(0);  // BRAID_SHM_STREAM_BYTES (copy_to_slot)
+  size_t stream_bytes_ = ~size_t(0);  // BRAID_SHM_STREAM_BYTES (slot copies)
   std::vector<uint8_t> cma_scratch_;  // kRecvReduce pieces, allocated on first use
 };
 

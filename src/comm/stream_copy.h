@@ -44,6 +44,15 @@ inline void stream_copy(void* dst, const void* src, size_t n) {
 #endif
 }
 
+// stream_copy when `stream`, else memcpy.
+inline void copy_maybe_streamed(void* dst, const void* src, size_t n, bool stream) {
+  if (stream) {
+    stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // A call whose output on this rank is at least this many bytes
 // (BRAID_STREAM_OUT_BYTES, read once; 0: never) writes the parts it does not
 // read again with stream_copy. Smaller outputs may still be in cache when

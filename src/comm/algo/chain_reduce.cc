@@ -55,7 +55,6 @@ namespace braid::comm::algo {
 namespace {
 
 constexpr uint64_t kMagic = 0x62726169642d6368ULL;  // "braid-ch"
-constexpr size_t kSlotBytes = 512 << 10;
 constexpr uint32_t kSlots = 16;
 constexpr uint64_t kSleepSliceNs = 20'000'000;
 constexpr uint64_t kLivenessEveryNs = 100'000'000;
@@ -109,7 +108,7 @@ void setup(Context& c, HostRing& h) {
   // header. By default at least two slots per rank, so that all n stages of
   // the chain can work on different chunks at once.
   const uint64_t slot_bytes = std::clamp<uint64_t>(
-      round_up(size_t(std::max<int64_t>(env_int("BRAID_CHAIN_SLOT_BYTES", kSlotBytes), 1)), 4096),
+      round_up(size_t(std::max<int64_t>(env_int("BRAID_CHAIN_SLOT_BYTES", kChainSlotBytes), 1)), 4096),
       4096, uint64_t(64) << 20);
   const uint32_t nslots = uint32_t(std::clamp<int64_t>(
       env_int("BRAID_CHAIN_SLOTS", std::max<int64_t>(kSlots, 2 * int64_t(n))), 2, 4096));
@@ -300,12 +299,8 @@ void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, siz
                       size_t chunk_bytes) {
   const int n = c.size(), r = c.rank();
   const size_t es = c.esize();
-  if (n == 1) {
-    copy_if_distinct(recv, send, count * es);
-    return;
-  }
-  if (h.state == HostRing::State::kUnset) setup(c, h);
-  if (h.state != HostRing::State::kReady) {
+  if (n > 1 && h.state == HostRing::State::kUnset) setup(c, h);
+  if (n == 1 || h.state != HostRing::State::kReady) {
     all_reduce_ring(c, send, recv, count, chunk_bytes);
     return;
   }

@@ -67,7 +67,7 @@ class Context {
   Request* recv(int peer, void* buf, size_t bytes, uint32_t step = 0);
   // A receive into memory this call does not read again. If the call's
   // output (out_bytes, on this rank) is large, the wire writes it past the
-  // cache (Request::stream_dst, stream_out(); else a plain recv.
+  // cache (Request::stream_dst, stream_out()); else a plain recv.
   Request* recv_final(int peer, void* buf, size_t bytes, size_t out_bytes, uint32_t step = 0);
   // dst = acc op incoming, `count` elements of the call's dtype and op (avg
   // reduces as sum).

@@ -12,6 +12,10 @@
 
 namespace braid::comm::algo {
 
+// The default slot (chunk) size; BRAID_CHAIN_SLOT_BYTES overrides it. The
+// selector's cost model assumes it.
+constexpr size_t kChainSlotBytes = 512 << 10;
+
 struct HostRing {
   enum class State : uint8_t { kUnset, kReady, kUnavailable };
   State state = State::kUnset;
