@@ -103,42 +103,21 @@ int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int stream
   return lfd;
 }
 
-int tcp_connect(const WireContext& ctx, int q, int buf_bytes, int stream, int streams) {
+namespace {
+
+// Opens connection `stream` to rank q at `sa` (published as `v`): connect
+// (retrying until the set-up deadline), authenticate, exchange hellos.
+int open_stream(const WireContext& ctx, int q, const sockaddr_in& sa, const std::string& v,
+                int buf_bytes, int stream) {
   const int rank_ = ctx.rank;
   const PeerInfo& pi = ctx.peers[size_t(q)];
-  std::string key = "tcp/addr/" + std::to_string(q);
-  try {
-    ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
-  } catch (const Error& e) {
-    if (e.code() != Errc::kTimeout) throw;
-    throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for " +
-                                    describe_peer_info(pi) + " to publish its address");
-  }
-  std::string v = ctx.store->get_str(key);
-  auto sp = v.find(' ');
-  std::string host = v.substr(0, sp);
-  int port = sp == std::string::npos ? 0 : std::atoi(v.c_str() + sp + 1);
-  auto sp2 = sp == std::string::npos ? sp : v.find(' ', sp + 1);
-  const int theirs = sp2 == std::string::npos ? 1 : std::atoi(v.c_str() + sp2 + 1);
-  if (theirs != streams)
-    throw Error(Errc::kMismatch, "rank " + std::to_string(rank_) + " opens " + std::to_string(streams) +
-                                     " TCP connections per peer (BRAID_TCP_STREAMS) but " +
-                                     describe_peer_info(pi) + " opens " + std::to_string(theirs) +
-                                     "; set BRAID_TCP_STREAMS alike on every rank");
-  if (pi.host_id == ctx.peers[size_t(rank_)].host_id) host = "127.0.0.1";
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(uint16_t(port));
-  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
-    throw Error(Errc::kProtocol, "tcp: " + describe_peer_info(pi) + " published a bad address '" + v + "'");
-
   int fd = -1;
   for (;;) {
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) throw_errno("tcp: socket");
     set_buffers_(fd, buf_bytes);
     int err = 0;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
       err = errno;
       if (err == EINPROGRESS) {
         pollfd p{fd, POLLOUT, 0};
@@ -176,6 +155,47 @@ int tcp_connect(const WireContext& ctx, int q, int buf_bytes, int stream, int st
                               ": " + e.what());
   }
   return fd;
+}
+
+}  // namespace
+
+std::vector<int> tcp_connect(const WireContext& ctx, int q, int buf_bytes, int streams) {
+  const int rank_ = ctx.rank;
+  const PeerInfo& pi = ctx.peers[size_t(q)];
+  std::string key = "tcp/addr/" + std::to_string(q);
+  try {
+    ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
+  } catch (const Error& e) {
+    if (e.code() != Errc::kTimeout) throw;
+    throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": TCP set-up timed out waiting for " +
+                                    describe_peer_info(pi) + " to publish its address");
+  }
+  std::string v = ctx.store->get_str(key);
+  auto sp = v.find(' ');
+  std::string host = v.substr(0, sp);
+  int port = sp == std::string::npos ? 0 : std::atoi(v.c_str() + sp + 1);
+  auto sp2 = sp == std::string::npos ? sp : v.find(' ', sp + 1);
+  const int theirs = sp2 == std::string::npos ? 1 : std::atoi(v.c_str() + sp2 + 1);
+  if (theirs != streams)
+    throw Error(Errc::kMismatch, "rank " + std::to_string(rank_) + " opens " + std::to_string(streams) +
+                                     " TCP connections per peer (BRAID_TCP_STREAMS) but " +
+                                     describe_peer_info(pi) + " opens " + std::to_string(theirs) +
+                                     "; set BRAID_TCP_STREAMS alike on every rank");
+  if (pi.host_id == ctx.peers[size_t(rank_)].host_id) host = "127.0.0.1";
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(port));
+  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1)
+    throw Error(Errc::kProtocol, "tcp: " + describe_peer_info(pi) + " published a bad address '" + v + "'");
+
+  std::vector<int> fds;
+  try {
+    for (int k = 0; k < streams; ++k) fds.push_back(open_stream(ctx, q, sa, v, buf_bytes, k));
+  } catch (...) {
+    for (int fd : fds) ::close(fd);
+    throw;
+  }
+  return fds;
 }
 
 void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect, std::vector<int>& fds,

@@ -24,11 +24,12 @@ void tcp_set_buffers(int fd, int bytes);
 // it takes (`streams`). Returns the fd.
 int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int streams);
 
-// Opens connection `stream` (0 .. streams-1) to rank q, authenticates and
-// exchanges hellos. Returns the fd. Throws Error(kTimeout) naming q when it
+// Opens `streams` connections to rank q (its address read from the store
+// once), each authenticated and introduced by a hello naming its index.
+// Returns their fds, by index. Throws Error(kTimeout) naming q when it
 // cannot be reached in time, Error(kMismatch) when q takes another number
 // of connections per peer.
-int tcp_connect(const WireContext& ctx, int q, int buf_bytes, int stream, int streams);
+std::vector<int> tcp_connect(const WireContext& ctx, int q, int buf_bytes, int streams);
 
 // Accepts until every rank in `expect` has opened all `streams`
 // connections; fds[rank * streams + stream] receives each. Throws

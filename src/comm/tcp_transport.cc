@@ -123,7 +123,8 @@ TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(c
     std::vector<int> higher;
     for (int q : peers) {
       if (q < ctx.rank) {
-        for (int k = 0; k < streams_; ++k) fds[size_t(q) * K + size_t(k)] = tcp_connect(ctx, q, buf_bytes, k, streams_);
+        std::vector<int> mine = tcp_connect(ctx, q, buf_bytes, streams_);
+        std::copy(mine.begin(), mine.end(), fds.begin() + std::ptrdiff_t(size_t(q) * K));
       } else {
         higher.push_back(q);
       }
@@ -357,7 +358,10 @@ bool TcpWire::recv_some(Conn& c) {
     // on whether it is striped.
     for (int i = 0; i < n; ++i) {
       Stream& s = c.st[size_t(i)];
-      if (!s.rx_done) moved |= recv_stripe(c, s, r, stripe_off(bytes, n, i), stripe_off(bytes, n, i + 1) - stripe_off(bytes, n, i));
+      if (!s.rx_done) {
+        const uint64_t lo = stripe_off(bytes, n, i), hi = stripe_off(bytes, n, i + 1);
+        moved |= recv_stripe(c, s, r, lo, hi - lo);
+      }
       all &= s.rx_done;
     }
     if (!all) break;
