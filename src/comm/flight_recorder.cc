@@ -4,6 +4,8 @@
 #include <x86intrin.h>
 #endif
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -20,10 +22,14 @@ inline uint64_t ticks() { return now_ns(); }
 }  // namespace
 
 FlightRecorder::FlightRecorder(size_t capacity)
-    : ring_(capacity), tsc0_(ticks()), ns0_(now_ns()) {}
+    : ring_(std::bit_ceil(std::max<size_t>(capacity, 1))),
+      mask_(ring_.size() - 1),
+      tsc0_(ticks()),
+      ns0_(now_ns()) {}
 
 uint64_t FlightRecorder::record(const MsgSig& sig) {
-  uint64_t id = next_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t id = next_.load(std::memory_order_relaxed);
+  next_.store(id + 1, std::memory_order_release);
   Entry& e = at(id);
   e.state.store(uint8_t(State::kQueued), std::memory_order_relaxed);
   e.seq.store(sig.seq, std::memory_order_relaxed);
@@ -55,7 +61,7 @@ void FlightRecorder::finish(uint64_t id, bool ok) {
 std::string FlightRecorder::last_algo() const {
   const uint64_t next = next_.load(std::memory_order_acquire);
   if (next == 0) return "";
-  const Entry& e = ring_[(next - 1) % ring_.size()];
+  const Entry& e = ring_[(next - 1) & mask_];
   char algo[sizeof e.algo];
   std::memcpy(algo, e.algo, sizeof algo);
   algo[sizeof algo - 1] = 0;
@@ -72,7 +78,7 @@ std::string FlightRecorder::dump(const std::string& header) const {
   os << header << " — last " << std::min<uint64_t>(next, ring_.size()) << " operations:\n";
   uint64_t first = next > ring_.size() ? next - ring_.size() : 0;
   for (uint64_t id = first; id < next; ++id) {
-    const Entry& e = ring_[id % ring_.size()];
+    const Entry& e = ring_[id & mask_];
     auto state = State(e.state.load(std::memory_order_acquire) & 3);
     uint64_t t0 = e.t_start.load(std::memory_order_relaxed);
     uint64_t t1 = e.t_end.load(std::memory_order_relaxed);

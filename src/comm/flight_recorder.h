@@ -22,8 +22,12 @@ class FlightRecorder {
  public:
   enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
 
+  // `capacity` is rounded up to a power of two (slots are found by a mask,
+  // not a division: this runs three times per collective).
   explicit FlightRecorder(size_t capacity = 64);
-  // Returns a slot id for later updates.
+  // Returns a slot id for later updates. Called only by the thread that
+  // issues the communicator's operations (one at a time, as for every
+  // collective), so the counter is bumped without a locked instruction.
   uint64_t record(const MsgSig& sig);
   void start(uint64_t id, const std::string& algo);
   void finish(uint64_t id, bool ok);
@@ -39,9 +43,10 @@ class FlightRecorder {
     std::atomic<uint64_t> t_start{0}, t_end{0};  // TSC ticks
     char algo[16] = {0};
   };
-  Entry& at(uint64_t id) { return ring_[id % ring_.size()]; }
+  Entry& at(uint64_t id) { return ring_[id & mask_]; }
 
   std::vector<Entry> ring_;
+  uint64_t mask_;
   std::atomic<uint64_t> next_{0};
   uint64_t tsc0_, ns0_;  // for converting ticks at dump time
 };

@@ -183,6 +183,12 @@ void ShmWire::post(Request* r) {
   Peer& p = peers_local_[size_t(index_[size_t(r->peer)])];
   (r->kind == Request::Kind::kSend ? p.sends : p.recvs).push(r);
   ++npending_;
+  // A small send with nothing ahead of it goes out now, not at the next
+  // progress(): the peer of a latency-bound exchange sees it one
+  // receive-post, wait and progress round earlier.
+  if (r->kind == Request::Kind::kSend && p.sends.size() == 1 && is_fast(r, p.send_started) &&
+      p.cma_wait.empty())
+    send_some(p, 1);
 }
 
 size_t ShmWire::send_some(Peer& p, int max_slots) {
