@@ -9,8 +9,8 @@
 // messages stream through the ring chunk by chunk, so sender and receiver
 // copy concurrently and the data in flight stays in the shared cache.
 //
-// Messages of up to 456 bytes (zero included) skip the ring: each direction
-// also has 32 eight-line "fast boxes" the receiver polls by stamp, so a small
+// Messages of up to 4040 bytes (zero included) skip the ring: each direction
+// also has 32 4-KiB "fast boxes" the receiver polls by stamp, so a small
 // message costs one cache-line transfer (plus the lines its payload needs). A message on the unexpected
 // channel is reported as a mismatch.
 //

@@ -84,8 +84,8 @@ TEST(CommFaults, MismatchedSmallAndLargeMessagesNameBothSides) {
   expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto c = make_comm(rank, size, store, 20);
     c->set_algorithm("all_reduce", "rd");
-    std::vector<float> v(1000, 1.0f);
-    expect_count_mismatch(*c, v, rank == 0 ? 4 : 1000, 4, 1000);
+    std::vector<float> v(5000, 1.0f);  // 20 000 bytes: past the 4 KiB fast box
+    expect_count_mismatch(*c, v, rank == 0 ? 4 : 5000, 4, 5000);
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/shm_wire.h"
 #include "comm/transport.h"
 #include "support/multiproc.h"
 #include "transport_util.h"
@@ -102,7 +103,8 @@ TEST_P(ShmSingleCopy, SizesAroundThresholdInOrder) {
     rs[2].src = mine64.data();
     rs[3].dst = acc64.data(), rs[3].acc = acc64.data(), rs[3].dtype = DType::kF64, rs[3].rop = ReduceOp::kMax;
     ring_exchange(*t, rank, size,
-                  {kCmaBytes - 1, kCmaBytes, 8, kCmaBytes + 1, (9u << 20) + 5, 300, 0, 1u << 20, 3u << 20, 1},
+                  {kCmaBytes - 1, kCmaBytes, 8, kCmaBytes + 1, (9u << 20) + 5, 300, 0, 1u << 20,
+                   shm::kFastBytes, shm::kFastBytes + 1, 3u << 20, 1},
                   CollOp::kAllToAll, {&rs[0], &rs[1], &rs[2], &rs[3]});
     for (size_t i = 0; i < c32; ++i)
       if (dst32[i] != acc32[i] + float((prev * 7 + i) % 1000)) {
