@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "braid/env.h"
@@ -93,7 +95,8 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
-  spin_ns_ = spin_ns_for(int(group.size()));
+  yield_ns_ = yield_ns_for(int(group.size()));
+  spin_ns_ = yield_ns_ > 0 && std::getenv("BRAID_SPIN_US") == nullptr ? 0 : spin_ns_for(int(group.size()));
   index_.assign(size_t(ctx.size), -1);
 
   // Create, size, reserve, map and initialise my segment.
@@ -443,11 +446,21 @@ bool ShmWire::progress() {
 
 void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   // Spin on the rings themselves: no doorbell traffic while both sides are
-  // awake. Then sleep on the doorbell for the rest of the timeout.
+  // awake. With more ranks than cores, poll between sched_yield() calls
+  // instead (yield_ns_for). Then sleep on the doorbell for the rest of the
+  // timeout.
   const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
   const uint64_t spin = std::min(spin_ns_, tmo);
-  if (spin_until([&] { return ready(); }, spin)) return;
-  const uint64_t deadline = now_ns() + (tmo - spin);
+  if (spin > 0 && spin_until([&] { return ready(); }, spin)) return;
+  const uint64_t t_yield = now_ns();
+  const uint64_t yield = std::min(yield_ns_, tmo - spin);
+  while (now_ns() - t_yield < yield) {
+    for (int i = 0; i < 8; ++i) {  // the clock costs more than a look
+      if (ready()) return;
+      ::sched_yield();
+    }
+  }
+  const uint64_t deadline = t_yield + (tmo - spin);
   for (;;) {
     uint64_t now = now_ns();
     if (now >= deadline) return;

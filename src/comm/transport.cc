@@ -115,6 +115,12 @@ uint64_t spin_ns_for(int local_ranks) {
   return local_ranks <= usable_cores() ? 200'000 : 2'000;
 }
 
+uint64_t yield_ns_for(int local_ranks) {
+  int64_t us = env_int("BRAID_YIELD_US", -1);
+  if (us >= 0) return uint64_t(us) * 1000;
+  return local_ranks > usable_cores() ? 200'000 : 0;
+}
+
 namespace {
 
 // Messages to oneself: a send meets the recv posted for it.

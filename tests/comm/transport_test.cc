@@ -15,6 +15,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "comm/auth.h"
+#include "comm/transport_wire.h"
 #include "support/multiproc.h"
 #include "transport_util.h"
 
@@ -268,10 +269,12 @@ TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
 }
 
 // 8 ranks on a 2-core machine: waits must yield the core, not spin it away.
+// Shared-memory waits poll between sched_yield() calls before sleeping
+// (yield_ns_for); "futex" turns that off, so every wait that outlasts the
+// short spin sleeps on the doorbell.
 TEST_P(TransportPair, EightRanksOversubscribed) {
   std::string mode = GetParam();
-  uint64_t t0 = now_ns();
-  expect_all_pass(8, [mode](int rank, int size, std::shared_ptr<Store> store) {
+  auto body = [mode](int rank, int size, std::shared_ptr<Store> store) {
     auto t = make(rank, size, *store, mode);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     std::vector<uint32_t> out(1 << 18), in(1 << 18);
@@ -293,8 +296,30 @@ TEST_P(TransportPair, EightRanksOversubscribed) {
       drive(*t, {&s, &r});
       ASSERT_EQ(in[count - 1], uint32_t(prev * 100000 + it * 1000 + count - 1));
     }
-  }, 60s);
-  std::printf("  8 ranks, %s: %.2f s\n", mode.c_str(), double(now_ns() - t0) * 1e-9);
+  };
+  for (std::string waits : {"yield", "futex"}) {
+    if (mode == "tcp" && waits == "futex") continue;  // tcp waits on epoll either way
+    std::vector<std::string> env;
+    if (waits == "futex") env.push_back("BRAID_YIELD_US=0");
+    uint64_t t0 = now_ns();
+    expect_all_pass(8, body, 60s, env);
+    std::printf("  8 ranks, %s, %s waits: %.2f s\n", mode.c_str(), waits.c_str(),
+                double(now_ns() - t0) * 1e-9);
+  }
+}
+
+TEST(Transport, WaitPolicyFollowsOversubscription) {
+  const int cores = usable_cores();
+  ::unsetenv("BRAID_YIELD_US");
+  ::unsetenv("BRAID_SPIN_US");
+  EXPECT_EQ(yield_ns_for(cores), 0u);
+  EXPECT_EQ(yield_ns_for(cores + 1), 200'000u);
+  EXPECT_EQ(spin_ns_for(cores), 200'000u);
+  EXPECT_EQ(spin_ns_for(cores + 1), 2'000u);
+  ::setenv("BRAID_YIELD_US", "7", 1);
+  EXPECT_EQ(yield_ns_for(cores), 7'000u);
+  EXPECT_EQ(yield_ns_for(cores + 1), 7'000u);
+  ::unsetenv("BRAID_YIELD_US");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TransportPair, ::testing::Values("auto", "tcp"));
