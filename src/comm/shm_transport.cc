@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "braid/env.h"
@@ -83,10 +82,7 @@ size_t env_slots(size_t slot_bytes, size_t nrings) {
 // 1-64 MiB (2026-11-22, three and two rounds alternating). stream_copy's
 // sfence orders the streamed lines before the seq_cst store that publishes
 // the slot.
-size_t env_stream_bytes() {
-  int64_t v = env_int("BRAID_SHM_STREAM_BYTES", 64 << 10);
-  return v <= 0 ? ~size_t(0) : size_t(v);
-}
+size_t env_stream_bytes() { return env_min_bytes("BRAID_SHM_STREAM_BYTES", 64 << 10); }
 
 }  // namespace
 
@@ -95,8 +91,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
-  yield_ns_ = yield_ns_for(int(group.size()));
-  spin_ns_ = yield_ns_ > 0 && std::getenv("BRAID_SPIN_US") == nullptr ? 0 : spin_ns_for(int(group.size()));
+  wait_ = shm_wait_plan(int(group.size()));
   index_.assign(size_t(ctx.size), -1);
 
   // Create, size, reserve, map and initialise my segment.
@@ -189,8 +184,7 @@ void ShmWire::post(Request* r) {
   // A small send with nothing ahead of it goes out now, not at the next
   // progress(): the peer of a latency-bound exchange sees it one
   // receive-post, wait and progress round earlier.
-  if (r->kind == Request::Kind::kSend && p.sends.size() == 1 && is_fast(r, p.send_started) &&
-      p.cma_wait.empty())
+  if (r->kind == Request::Kind::kSend && p.sends.size() == 1 && is_fast(r, p.send_started))
     send_some(p, 1);
 }
 
@@ -447,13 +441,13 @@ bool ShmWire::progress() {
 void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   // Spin on the rings themselves: no doorbell traffic while both sides are
   // awake. With more ranks than cores, poll between sched_yield() calls
-  // instead (yield_ns_for). Then sleep on the doorbell for the rest of the
+  // instead (shm_wait_plan). Then sleep on the doorbell for the rest of the
   // timeout.
   const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
-  const uint64_t spin = std::min(spin_ns_, tmo);
+  const uint64_t spin = std::min(wait_.spin_ns, tmo);
   if (spin > 0 && spin_until([&] { return ready(); }, spin)) return;
   const uint64_t t_yield = now_ns();
-  const uint64_t yield = std::min(yield_ns_, tmo - spin);
+  const uint64_t yield = std::min(wait_.yield_ns, tmo - spin);
   while (now_ns() - t_yield < yield) {
     for (int i = 0; i < 8; ++i) {  // the clock costs more than a look
       if (ready()) return;

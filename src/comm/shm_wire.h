@@ -249,8 +249,7 @@ class ShmWire final : public Wire {
   std::vector<Peer> peers_local_;
   std::vector<int> index_;  // rank -> index in peers_local_, -1 if not shm
   size_t npending_ = 0;
-  uint64_t spin_ns_ = 0;
-  uint64_t yield_ns_ = 0;  // yield_ns_for()
+  ShmWaitPlan wait_;
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;
   uint64_t cma_bytes_ = 0;            // BRAID_SHM_CMA_BYTES; 0: single copy off

@@ -4,11 +4,13 @@
 
 namespace braid::comm {
 
+size_t env_min_bytes(const char* name, int64_t dflt) {
+  const int64_t b = env_int(name, dflt);
+  return b <= 0 ? ~size_t(0) : size_t(b);
+}
+
 size_t stream_out_min_bytes() {
-  static const size_t v = [] {
-    const int64_t b = env_int("BRAID_STREAM_OUT_BYTES", 16 << 20);
-    return b <= 0 ? ~size_t(0) : size_t(b);
-  }();
+  static const size_t v = env_min_bytes("BRAID_STREAM_OUT_BYTES", 16 << 20);
   return v;
 }
 

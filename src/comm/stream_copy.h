@@ -58,6 +58,9 @@ inline void copy_maybe_streamed(void* dst, const void* src, size_t n, bool strea
 // read again with stream_copy. Smaller outputs may still be in cache when
 // the caller reads them, and are written through it.
 size_t stream_out_min_bytes();
+// NAME as a byte threshold (`dflt` when unset); 0 or less means never, read
+// as the largest size_t.
+size_t env_min_bytes(const char* name, int64_t dflt);
 inline bool stream_out(size_t out_bytes) { return out_bytes >= stream_out_min_bytes(); }
 
 }  // namespace braid::comm

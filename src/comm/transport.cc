@@ -115,10 +115,12 @@ uint64_t spin_ns_for(int local_ranks) {
   return local_ranks <= usable_cores() ? 200'000 : 2'000;
 }
 
-uint64_t yield_ns_for(int local_ranks) {
-  int64_t us = env_int("BRAID_YIELD_US", -1);
-  if (us >= 0) return uint64_t(us) * 1000;
-  return local_ranks > usable_cores() ? 200'000 : 0;
+ShmWaitPlan shm_wait_plan(int local_ranks) {
+  ShmWaitPlan w;
+  const int64_t us = env_int("BRAID_YIELD_US", -1);
+  w.yield_ns = us >= 0 ? uint64_t(us) * 1000 : local_ranks > usable_cores() ? 200'000 : 0;
+  w.spin_ns = w.yield_ns > 0 && !env_str("BRAID_SPIN_US") ? 0 : spin_ns_for(local_ranks);
+  return w;
 }
 
 namespace {

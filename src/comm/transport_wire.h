@@ -99,14 +99,18 @@ class ReqQueue {
 // How long wait_activity spins before yielding the core: BRAID_SPIN_US, by
 // default longer when every local rank can have its own core.
 uint64_t spin_ns_for(int local_ranks);
-// How long a shared-memory wait then polls with sched_yield() between looks
-// before it sleeps on the futex: BRAID_YIELD_US, by default 200 µs when the
-// host has more local ranks than cores (else 0). The peer a waiting rank
-// needs is then often queued on the same core: yielding hands it the core at
-// once, where a futex sleep pays a wake-up (a syscall by the peer, then the
-// scheduler) per message. When it yields, the shm wire skips the spin unless
-// BRAID_SPIN_US is set.
-uint64_t yield_ns_for(int local_ranks);
+// How a shared-memory wait spends its time before it sleeps on the futex:
+// it spins for spin_ns, then polls between sched_yield() calls for yield_ns.
+// yield_ns is BRAID_YIELD_US, by default 200 µs when the host has more local
+// ranks than cores, else 0: the peer a waiting rank needs is then often
+// queued on the same core, and yielding hands it the core at once, where a
+// futex sleep pays a wake-up (a syscall by the peer, then the scheduler) per
+// message. A wait that yields does not spin first, unless BRAID_SPIN_US
+// asks for it; otherwise spin_ns is spin_ns_for().
+struct ShmWaitPlan {
+  uint64_t spin_ns = 0, yield_ns = 0;
+};
+ShmWaitPlan shm_wait_plan(int local_ranks);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

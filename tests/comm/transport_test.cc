@@ -270,7 +270,7 @@ TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
 
 // 8 ranks on a 2-core machine: waits must yield the core, not spin it away.
 // Shared-memory waits poll between sched_yield() calls before sleeping
-// (yield_ns_for); "futex" turns that off, so every wait that outlasts the
+// (shm_wait_plan); "futex" turns that off, so every wait that outlasts the
 // short spin sleeps on the doorbell.
 TEST_P(TransportPair, EightRanksOversubscribed) {
   std::string mode = GetParam();
@@ -312,13 +312,20 @@ TEST(Transport, WaitPolicyFollowsOversubscription) {
   const int cores = usable_cores();
   ::unsetenv("BRAID_YIELD_US");
   ::unsetenv("BRAID_SPIN_US");
-  EXPECT_EQ(yield_ns_for(cores), 0u);
-  EXPECT_EQ(yield_ns_for(cores + 1), 200'000u);
-  EXPECT_EQ(spin_ns_for(cores), 200'000u);
+  EXPECT_EQ(shm_wait_plan(cores).yield_ns, 0u);
+  EXPECT_EQ(shm_wait_plan(cores).spin_ns, 200'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1).yield_ns, 200'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 0u);  // yields instead of spinning
+  EXPECT_EQ(spin_ns_for(cores), 200'000u);           // other waits (tcp, chain)
   EXPECT_EQ(spin_ns_for(cores + 1), 2'000u);
   ::setenv("BRAID_YIELD_US", "7", 1);
-  EXPECT_EQ(yield_ns_for(cores), 7'000u);
-  EXPECT_EQ(yield_ns_for(cores + 1), 7'000u);
+  EXPECT_EQ(shm_wait_plan(cores).yield_ns, 7'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1).yield_ns, 7'000u);
+  EXPECT_EQ(shm_wait_plan(cores).spin_ns, 0u);  // a yielding wait spins only if told to
+  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 0u);
+  ::setenv("BRAID_SPIN_US", "3", 1);
+  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 3'000u);
+  ::unsetenv("BRAID_SPIN_US");
   ::unsetenv("BRAID_YIELD_US");
 }
 
