@@ -205,6 +205,7 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
                            algo::all_reduce_chain(c, impl->host_ring(), send, recv, count, chunk);
                          else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
                          else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
+                         else if (a == "oneshot") algo::all_reduce_oneshot(c, send, recv, count);
                          else algo::all_reduce_direct(c, send, recv, count, chunk);
                        },
                        -1, bool(span));

@@ -94,7 +94,7 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
 }
 
 const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
-  static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier", "chain"};
+  static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier", "chain", "oneshot"};
   static const std::vector<std::string> broadcast = {"tree", "chain"};
   static const std::vector<std::string> reduce = {"tree", "ring", "direct"};
   static const std::vector<std::string> gathers = {"ring", "direct"};
@@ -164,6 +164,21 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
                (folded ? 2 * (a + N * b) + N * g : 0);
       if (algo == "direct")
         return 2 * (n - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g * 1.2;
+      if (algo == "oneshot") {
+        // One step, n−1 messages out and in at once; every byte crosses
+        // (n−1) times and is folded once per peer. At 2 ranks it is rd's
+        // single exchange plus a staging copy, so rd keeps that case.
+        // Measured on 2 cores (braid bench, 2026-11-23): the n−1 concurrent
+        // messages cost about a quarter step each beyond the first, and the
+        // byte term needs 3× its naive (b + g) to put the crossover with rd
+        // where it was measured: ~3 KiB at 8 ranks, 4–8 KiB at 4–5, ~48 KiB
+        // at 3 (oversubscribed; below it oneshot took 0.55–0.85× rd's time).
+        // Only over shared memory, where small sends land in the peers' fast
+        // boxes without waking them: over TCP every message is a wake-up,
+        // and 8 oversubscribed ranks took 2.7–3.4 ms against rd's 0.8–1.1.
+        if (n_ == 2 || !all_shm_) return kInf;
+        return a * (1 + (n - 2) / 4) + 3 * (n - 1) * N * (b + g);
+      }
       if (algo == "chain") {
         // Pipeline fill: n−1 adds of the first chunk before rank n−1's, but
         // when ranks outnumber cores the cores work on other ranks' chunks
@@ -209,20 +224,30 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
   return kInf;
 }
 
+// The algorithms that fold every element in rank order with one
+// reduce_many: direct, and for all_reduce also oneshot. Their results are
+// bitwise identical to each other whatever the size.
+const std::string& Selector::rank_order(CollOp op, size_t bytes) const {
+  static const std::string kDirect = "direct", kOneshot = "oneshot";
+  if (op != CollOp::kAllReduce) return kDirect;
+  auto it = overrides_.find(op);
+  if (it != overrides_.end() && (it->second == kDirect || it->second == kOneshot)) return it->second;
+  return predict(op, kOneshot, bytes) < predict(op, kDirect, bytes) ? kOneshot : kDirect;
+}
+
 const std::string& Selector::choose(CollOp op, size_t bytes, DType t) const {
-  static const std::string kDirect = "direct";
   const bool reduction =
       op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
-  // Deterministic mode wins over any override: only rank-order folding is
-  // bitwise identical across algorithms and sizes.
-  if (reduction && deterministic_) return kDirect;
+  // Deterministic mode wins over any other override: only rank-order
+  // folding is bitwise identical across algorithms and sizes.
+  if (reduction && deterministic_) return rank_order(op, bytes);
   if (!overrides_.empty()) {
     auto it = overrides_.find(op);
     if (it != overrides_.end()) return it->second;
   }
   // Rank-order folding is also the only way f16/bf16 sums of more than two
   // ranks accumulate in f32 end to end.
-  if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return kDirect;
+  if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return rank_order(op, bytes);
   const auto& algos = algorithms_for(op);
   size_t best = 0;
   double best_t = kInf;

@@ -7,9 +7,9 @@
 // defaults measured on this project's machines, from a tuning file
 // (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...}, "reduce_gbps":..})
 // that `braid bench --probe` measures and caches (see load_cost_params). Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
-// Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the direct
-// algorithms for reductions, over any override (rank-order folding, bitwise
-// reproducible).
+// Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the rank-order
+// algorithms for reductions (direct; for a small all_reduce, oneshot), over
+// any override naming another (rank-order folding, bitwise reproducible).
 #pragma once
 
 #include <map>
@@ -60,6 +60,7 @@ class Selector {
   bool overridden(CollOp op) const { return overrides_.count(op) != 0; }
 
  private:
+  const std::string& rank_order(CollOp op, size_t bytes) const;
   int n_;
   LinkCost link_, shm_;
   double gamma_;

@@ -100,7 +100,7 @@ void run_matrix(Communicator& c, const Matrix& m) {
         std::string tag = std::string(dtype_name(t)) + " " + reduce_op_name(op) + " count " +
                           std::to_string(count) + " n " + std::to_string(n);
         // all_reduce with every algorithm, in place and out of place
-        for (const char* algo : {"ring", "hd", "rd", "direct", "chain"}) {
+        for (const char* algo : {"ring", "hd", "rd", "direct", "chain", "oneshot"}) {
           c.set_algorithm("all_reduce", algo);
           std::vector<uint8_t> in(count * es), out(count * es, 0xAB);
           fill(in, 0, count, t, r, salt);

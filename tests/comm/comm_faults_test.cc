@@ -305,7 +305,7 @@ TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {
       for (int r = 1; r < size; ++r) acc += all[r][i];
       want[i] = acc;
     }
-    for (const char* algo : {"ring", "hd", "rd", "direct", "auto"}) {
+    for (const char* algo : {"ring", "hd", "rd", "direct", "oneshot", "auto"}) {
       for (size_t count : {n, size_t(1001), size_t(3)}) {
         c->set_algorithm("all_reduce", algo);
         std::vector<float> out(count);
@@ -326,7 +326,7 @@ void tcp_matrix(int rank, int size, std::shared_ptr<Store> store) {
   auto c = make_comm(rank, size, store, 30, "tcp");
   EXPECT_EQ(c->transport_to((rank + 1) % size), "tcp");
   // "chain" needs shared memory: over TCP every rank falls back to the ring.
-  for (const char* algo : {"ring", "hd", "rd", "direct", "chain"}) {
+  for (const char* algo : {"ring", "hd", "rd", "direct", "chain", "oneshot"}) {
     c->set_algorithm("all_reduce", algo);
     for (size_t count : {size_t(0), size_t(7), size_t(1 << 20) + 3}) {
       std::vector<int32_t> v(count);

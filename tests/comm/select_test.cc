@@ -1,7 +1,8 @@
 // Algorithm selection (src/comm/select.cc): which all-reduce the cost model
-// picks, and where the chain all-reduce applies.
+// picks, where the chain all-reduce applies, and when the one-shot one does.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <limits>
 
 #include "braid/error.h"
@@ -47,6 +48,38 @@ TEST(Select, ChainCanBeForcedAndUnknownNamesAreRejected) {
   EXPECT_EQ(s.choose(CollOp::kAllReduce, 8, DType::kF32), "chain");
   EXPECT_THROW(s.set_override("all_reduce", "bogus"), Error);
   EXPECT_THROW(s.set_override("all_gather", "chain"), Error);
+}
+
+TEST(Select, OneshotForSmallBuffersWhenSeveralRanksShareTheCores) {
+  Selector s8(8, false, CostParams{}, 1, 8, /*all_shm=*/true, /*cores=*/2);
+  EXPECT_EQ(s8.choose(CollOp::kAllReduce, 8, DType::kF32), "oneshot");
+  EXPECT_EQ(s8.choose(CollOp::kAllReduce, 2048, DType::kF32), "oneshot");
+  EXPECT_NE(s8.choose(CollOp::kAllReduce, 64 << 10, DType::kF32), "oneshot");
+  // bf16 keeps a rank-order fold: oneshot while small, direct when large.
+  EXPECT_EQ(s8.choose(CollOp::kAllReduce, 2048, DType::kBF16), "oneshot");
+  EXPECT_EQ(s8.choose(CollOp::kAllReduce, k16M, DType::kBF16), "direct");
+  Selector s3(3, false, CostParams{}, 1, 3, true, /*cores=*/2);
+  EXPECT_EQ(s3.choose(CollOp::kAllReduce, 16 << 10, DType::kF32), "oneshot");
+  // Two ranks: rd is the same single exchange without the staging copy.
+  Selector s2(2, false, CostParams{}, 1, 2, true, /*cores=*/2);
+  EXPECT_EQ(s2.choose(CollOp::kAllReduce, 8, DType::kF32), "rd");
+  EXPECT_EQ(s2.predict(CollOp::kAllReduce, "oneshot", 8), std::numeric_limits<double>::infinity());
+  // Over TCP each of the n−1 messages costs a wake-up: rd stays.
+  Selector tcp(8, /*any_tcp=*/true, CostParams{}, 1, 8, /*all_shm=*/true, /*cores=*/2);
+  EXPECT_EQ(tcp.choose(CollOp::kAllReduce, 64, DType::kF32), "rd");
+}
+
+TEST(Select, DeterministicModeKeepsToRankOrderFolds) {
+  ::setenv("BRAID_DETERMINISTIC", "1", 1);
+  Selector s(8, false, CostParams{}, 1, 8, true, /*cores=*/2);
+  ::unsetenv("BRAID_DETERMINISTIC");
+  EXPECT_EQ(s.choose(CollOp::kAllReduce, 64, DType::kF32), "oneshot");
+  EXPECT_EQ(s.choose(CollOp::kAllReduce, k16M, DType::kF32), "direct");
+  s.set_override("all_reduce", "ring");  // not a rank-order fold: ignored
+  EXPECT_EQ(s.choose(CollOp::kAllReduce, 64, DType::kF32), "oneshot");
+  s.set_override("all_reduce", "direct");  // a rank-order fold: honoured
+  EXPECT_EQ(s.choose(CollOp::kAllReduce, 64, DType::kF32), "direct");
+  EXPECT_EQ(s.choose(CollOp::kReduceScatter, 64, DType::kF32), "direct");
 }
 
 }  // namespace

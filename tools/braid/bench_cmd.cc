@@ -433,7 +433,7 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::Range(1.01, 1024.0));
   app.add_option("--dtype", o.dtype, "f32 f64 f16 bf16 i8 u8 i32 i64");
   app.add_option("--reduce-op", o.reduce, "sum prod min max avg band bor bxor");
-  app.add_option("--algo", o.algo, "algorithm (ring, hd, rd, tree, chain, direct, auto)");
+  app.add_option("--algo", o.algo, "algorithm (ring, hd, rd, tree, chain, direct, oneshot, auto)");
   app.add_option("--transport", o.transport, "auto, shm or tcp")
       ->check(CLI::IsMember({"auto", "shm", "tcp"}));
   app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));

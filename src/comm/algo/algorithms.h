@@ -46,6 +46,7 @@ void broadcast_chain(Context& c, void* buf, size_t count, int root, size_t chunk
 // direct.cc
 void all_reduce_direct(Context& c, const void* send, void* recv, size_t count,
                        size_t chunk_bytes);
+void all_reduce_oneshot(Context& c, const void* send, void* recv, size_t count);
 void reduce_scatter_direct(Context& c, const void* send, void* recv, size_t count);
 void reduce_direct(Context& c, const void* send, void* recv, size_t count, int root);
 void gather_direct(Context& c, const void* send, void* recv, size_t count, int root);

@@ -13,6 +13,13 @@
 //   BRAID_DETERMINISTIC=1 promises. All-reduce then ring-gathers the blocks.
 //   Cost: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ for the reduce-scatter part, the
 //   same wire volume as the ring, with (n−1)/n·N bytes of scratch.
+// One-shot all-reduce ("oneshot", small buffers): every rank sends its whole
+//   input to every other rank at once and folds the n copies in rank order
+//   with one reduce_many, so its result is the direct algorithm's, bit for
+//   bit. One step instead of recursive doubling's log2 n: when ranks
+//   outnumber cores each step costs a wake-up, and small sends land in the
+//   peers' fast boxes whether or not the peers are running.
+//   Cost: α + (n−1)·Nβ + (n−1)·Nγ per rank, (n−1)·N bytes of scratch.
 #include <cstring>
 
 #include "braid/error.h"
@@ -131,6 +138,23 @@ void all_reduce_direct(Context& c, const void* send, void* recv, size_t count,
   const uint8_t* in = static_cast<const uint8_t*>(send);
   exchange_and_fold(c, in, offs, static_cast<uint8_t*>(recv) + offs[r] * es);
   ring_gather_blocks(c, recv, offs, chunk_bytes, 1000);
+}
+
+void all_reduce_oneshot(Context& c, const void* send, void* recv, size_t count) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c.esize();
+  auto* tmp = static_cast<uint8_t*>(c.scratch(bytes * size_t(n)));
+  for (int k = 1; k < n; ++k) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    c.recv(from, tmp + size_t(from) * bytes, bytes);
+    c.send(to, send, bytes);
+  }
+  // Every send must be out before an in-place fold overwrites the input.
+  c.wait_all();
+  std::vector<const void*> srcs(n);
+  for (int j = 0; j < n; ++j) srcs[j] = j == r ? send : tmp + size_t(j) * bytes;
+  reduce_many(recv, srcs.data(), n, count, c.dtype(), c.rop());
+  finish_avg(c, recv, count);
 }
 
 void reduce_direct(Context& c, const void* send, void* recv, size_t count, int root) {
