@@ -17,7 +17,9 @@
 // same one with another count, dtype or op) is caught by the message
 // signature, as in every other algorithm.
 //
-// Waits are on counters in the segment: spin briefly, then sleep on a futex
+// Waits are on counters in the segment, with the shm wire's policy
+// (shm_wait_plan): spin briefly, or, when ranks outnumber cores, poll
+// between sched_yield() calls for up to BRAID_YIELD_US; then sleep on a futex
 // with a deadline; while asleep a rank asks the transport whether a peer has
 // exited. A rank that fails marks the segment, and its peers fail with its
 // message instead of waiting out their deadlines.
@@ -31,6 +33,7 @@
 // cores at 16 MiB (braid bench, alternating): 4 ranks 6.1–6.6 GB/s busbw
 // against the ring's 3.7, 8 ranks 3.1–3.3 against 1.6
 // (bench/micro/chain_allreduce.c is the prototype).
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -180,7 +183,9 @@ void setup(Context& c, HostRing& h) {
   // on the first calls.
   for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
-  h.spin_ns = spin_ns_for(n);
+  const ShmWaitPlan plan = shm_wait_plan(n);
+  h.spin_ns = plan.spin_ns;
+  h.yield_ns = plan.yield_ns;
   h.state = HostRing::State::kReady;
 }
 
@@ -202,8 +207,17 @@ class Chain {
   // (-1: all of them), for the timeout message.
   void wait(SlotCtl& s, std::atomic<uint32_t>& w, uint32_t want, size_t k, const char* what,
             int who) {
-    if (spin_until([&] { return reached(w.load(std::memory_order_acquire), want); }, h_.spin_ns))
-      return;
+    auto ready = [&] { return reached(w.load(std::memory_order_acquire), want); };
+    if (h_.spin_ns > 0 && spin_until(ready, h_.spin_ns)) return;
+    if (h_.yield_ns > 0) {
+      const uint64_t t0 = now_ns();
+      do {
+        for (int i = 0; i < 8; ++i) {  // the clock costs more than a look
+          if (ready()) return;
+          ::sched_yield();
+        }
+      } while (now_ns() - t0 < h_.yield_ns);
+    }
     for (;;) {
       if (reached(w.load(std::memory_order_acquire), want)) return;
       check_abort();

@@ -26,7 +26,8 @@ struct HostRing {
   size_t len = 0;
   size_t slot_bytes = 0;
   uint32_t nslots = 0;
-  uint64_t spin_ns = 0;  // how long a wait spins before it sleeps
+  uint64_t spin_ns = 0;   // how long a wait spins,
+  uint64_t yield_ns = 0;  // then polls between sched_yield() calls, before it sleeps
   // Chunks this communicator has passed through the ring, the same on every
   // rank: chunk k of the next call uses slot (chunks_done + k) mod nslots.
   uint64_t chunks_done = 0;
