@@ -94,7 +94,8 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
 }
 
 const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
-  static const std::vector<std::string> all_reduce = {"ring", "hd", "rd", "direct", "hier", "chain", "oneshot"};
+  static const std::vector<std::string> all_reduce = {"ring", "hd",    "rd",     "direct",
+                                                      "hier", "chain", "oneshot"};
   static const std::vector<std::string> broadcast = {"tree", "chain"};
   static const std::vector<std::string> reduce = {"tree", "ring", "direct"};
   static const std::vector<std::string> gathers = {"ring", "direct"};

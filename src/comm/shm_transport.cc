@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -447,13 +446,7 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   const uint64_t spin = std::min(wait_.spin_ns, tmo);
   if (spin > 0 && spin_until([&] { return ready(); }, spin)) return;
   const uint64_t t_yield = now_ns();
-  const uint64_t yield = std::min(wait_.yield_ns, tmo - spin);
-  while (now_ns() - t_yield < yield) {
-    for (int i = 0; i < 8; ++i) {  // the clock costs more than a look
-      if (ready()) return;
-      ::sched_yield();
-    }
-  }
+  if (yield_until([&] { return ready(); }, std::min(wait_.yield_ns, tmo - spin))) return;
   const uint64_t deadline = t_yield + (tmo - spin);
   for (;;) {
     uint64_t now = now_ns();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -135,6 +136,23 @@ bool spin_until(F&& ready, uint64_t spin_ns) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       cpu_relax();
+    }
+  }
+  return false;
+}
+
+// The yielding part of a wait, for ranks that outnumber the cores (see
+// shm_wait_plan): polls ready() between sched_yield() calls, which hands
+// the core to a runnable peer (often the one being waited for), until it
+// holds (true) or yield_ns have passed (false). The clock is read every 8
+// polls: it costs more than a look.
+template <class F>
+bool yield_until(F&& ready, uint64_t yield_ns) {
+  const uint64_t t0 = now_ns();
+  while (now_ns() - t0 < yield_ns) {
+    for (int i = 0; i < 8; ++i) {
+      if (ready()) return true;
+      ::sched_yield();
     }
   }
   return false;

@@ -33,7 +33,6 @@
 // cores at 16 MiB (braid bench, alternating): 4 ranks 6.1–6.6 GB/s busbw
 // against the ring's 3.7, 8 ranks 3.1–3.3 against 1.6
 // (bench/micro/chain_allreduce.c is the prototype).
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -209,15 +208,7 @@ class Chain {
             int who) {
     auto ready = [&] { return reached(w.load(std::memory_order_acquire), want); };
     if (h_.spin_ns > 0 && spin_until(ready, h_.spin_ns)) return;
-    if (h_.yield_ns > 0) {
-      const uint64_t t0 = now_ns();
-      do {
-        for (int i = 0; i < 8; ++i) {  // the clock costs more than a look
-          if (ready()) return;
-          ::sched_yield();
-        }
-      } while (now_ns() - t0 < h_.yield_ns);
-    }
+    if (h_.yield_ns > 0 && yield_until(ready, h_.yield_ns)) return;
     for (;;) {
       if (reached(w.load(std::memory_order_acquire), want)) return;
       check_abort();
