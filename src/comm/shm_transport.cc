@@ -4,7 +4,6 @@
 #include "comm/shm_transport.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -443,11 +442,8 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
   // instead (shm_wait_plan). Then sleep on the doorbell for the rest of the
   // timeout.
   const uint64_t tmo = uint64_t(std::max<int64_t>(timeout.count(), 0)) * 1000;
-  const uint64_t spin = std::min(wait_.spin_ns, tmo);
-  if (spin > 0 && spin_until([&] { return ready(); }, spin)) return;
-  const uint64_t t_yield = now_ns();
-  if (yield_until([&] { return ready(); }, std::min(wait_.yield_ns, tmo - spin))) return;
-  const uint64_t deadline = t_yield + (tmo - spin);
+  const uint64_t deadline = now_ns() + tmo;
+  if (poll_per_plan(wait_, [&] { return ready(); }, tmo)) return;
   for (;;) {
     uint64_t now = now_ns();
     if (now >= deadline) return;
@@ -458,8 +454,7 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
       my_->waiting.store(0, std::memory_order_relaxed);
       return;
     }
-    timespec ts{time_t(slice / 1'000'000'000), long(slice % 1'000'000'000)};
-    futex(&my_->bell, FUTEX_WAIT, seen, &ts);
+    futex_wait(&my_->bell, seen, slice);
     my_->waiting.store(0, std::memory_order_relaxed);
     if (ready()) return;
     if (npending_ > 0 && check_liveness()) return;

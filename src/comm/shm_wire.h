@@ -4,14 +4,11 @@
 // describes the protocol.
 #pragma once
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -203,7 +200,7 @@ class ShmWire final : public Wire {
   void wake_if_sleeping(Peer& p) {
     if (p.seg->waiting.load(std::memory_order_seq_cst)) {
       p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
-      futex(&p.seg->bell, FUTEX_WAKE, INT_MAX, nullptr);
+      futex_wake_all(&p.seg->bell);
     }
   }
   // True if progress() would move something now (a slot to read for a

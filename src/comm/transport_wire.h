@@ -7,8 +7,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <ctime>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -158,10 +161,26 @@ bool yield_until(F&& ready, uint64_t yield_ns) {
   return false;
 }
 
-// FUTEX_WAIT / FUTEX_WAKE on a 32-bit word, shared between processes when
-// it lies in shared memory.
-inline long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+// The polling phases of a shared-memory wait, as the plan says, within
+// max_ns: spin, then yield. True as soon as ready() holds; false when the
+// caller should sleep.
+template <class F>
+bool poll_per_plan(const ShmWaitPlan& w, F&& ready, uint64_t max_ns = ~uint64_t(0)) {
+  const uint64_t spin = std::min(w.spin_ns, max_ns);
+  if (spin > 0 && spin_until(ready, spin)) return true;
+  const uint64_t yield = std::min(w.yield_ns, max_ns - spin);
+  return yield > 0 && yield_until(ready, yield);
+}
+
+// FUTEX_WAIT (for at most ns, while *w == seen) and FUTEX_WAKE of every
+// waiter, on a 32-bit word shared between processes when it lies in shared
+// memory.
+inline void futex_wait(std::atomic<uint32_t>* w, uint32_t seen, uint64_t ns) {
+  const timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+inline void futex_wake_all(std::atomic<uint32_t>* w) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace braid::comm

@@ -316,7 +316,7 @@ TEST(Transport, WaitPolicyFollowsOversubscription) {
   EXPECT_EQ(shm_wait_plan(cores).spin_ns, 200'000u);
   EXPECT_EQ(shm_wait_plan(cores + 1).yield_ns, 200'000u);
   EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 0u);  // yields instead of spinning
-  EXPECT_EQ(spin_ns_for(cores), 200'000u);           // other waits (tcp, chain)
+  EXPECT_EQ(spin_ns_for(cores), 200'000u);           // other waits (tcp)
   EXPECT_EQ(spin_ns_for(cores + 1), 2'000u);
   ::setenv("BRAID_YIELD_US", "7", 1);
   EXPECT_EQ(shm_wait_plan(cores).yield_ns, 7'000u);

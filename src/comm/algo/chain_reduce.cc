@@ -38,7 +38,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -95,8 +94,6 @@ RankCtl* ranks(HostRing& h) { return reinterpret_cast<RankCtl*>(h.base + ranks_o
 
 // Counters wrap; they never run 2^31 apart.
 bool reached(uint32_t v, uint32_t want) { return int32_t(v - want) >= 0; }
-
-void futex_wake(std::atomic<uint32_t>* w) { futex(w, FUTEX_WAKE, INT_MAX, nullptr); }
 
 // Set-up, in the first chain call: rank 0 creates the segment and sends its
 // name to every peer; each maps it and answers; rank 0 removes the name and
@@ -182,9 +179,7 @@ void setup(Context& c, HostRing& h) {
   // on the first calls.
   for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
-  const ShmWaitPlan plan = shm_wait_plan(n);
-  h.spin_ns = plan.spin_ns;
-  h.yield_ns = plan.yield_ns;
+  h.wait = shm_wait_plan(n);
   h.state = HostRing::State::kReady;
 }
 
@@ -206,9 +201,8 @@ class Chain {
   // (-1: all of them), for the timeout message.
   void wait(SlotCtl& s, std::atomic<uint32_t>& w, uint32_t want, size_t k, const char* what,
             int who) {
-    auto ready = [&] { return reached(w.load(std::memory_order_acquire), want); };
-    if (h_.spin_ns > 0 && spin_until(ready, h_.spin_ns)) return;
-    if (h_.yield_ns > 0 && yield_until(ready, h_.yield_ns)) return;
+    if (poll_per_plan(h_.wait, [&] { return reached(w.load(std::memory_order_acquire), want); }))
+      return;
     for (;;) {
       if (reached(w.load(std::memory_order_acquire), want)) return;
       check_abort();
@@ -221,17 +215,13 @@ class Chain {
       }
       s.waiters.fetch_add(1, std::memory_order_seq_cst);
       uint32_t v = w.load(std::memory_order_seq_cst);
-      if (!reached(v, want)) {
-        const uint64_t ns = std::min(kSleepSliceNs, deadline_ - now);
-        timespec ts{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
-        futex(&w, FUTEX_WAIT, v, &ts);
-      }
+      if (!reached(v, want)) futex_wait(&w, v, std::min(kSleepSliceNs, deadline_ - now));
       s.waiters.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   void bump(SlotCtl& s, std::atomic<uint32_t>& w) {
     w.fetch_add(1, std::memory_order_seq_cst);
-    if (s.waiters.load(std::memory_order_seq_cst) != 0) futex_wake(&w);
+    if (s.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(&w);
   }
 
   // Marks the segment failed with this rank's error and wakes every waiter;
@@ -244,8 +234,8 @@ class Chain {
     hd_->abort_code = int32_t(e.code());
     hd_->abort.store(uint32_t(c_.rank()) + 1, std::memory_order_release);
     for (uint32_t s = 0; s < h_.nslots; ++s) {
-      futex_wake(&slots_[s].adds);
-      futex_wake(&slots_[s].reads);
+      futex_wake_all(&slots_[s].adds);
+      futex_wake_all(&slots_[s].reads);
     }
   }
   // Throws this rank's share of a peer's failure, if one is marked.

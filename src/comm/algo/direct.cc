@@ -21,6 +21,7 @@
 //   peers' fast boxes whether or not the peers are running.
 //   Cost: α + (n−1)·Nβ + (n−1)·Nγ per rank, (n−1)·N bytes of scratch.
 #include <cstring>
+#include <utility>
 
 #include "braid/error.h"
 #include "braid/reduce.h"
@@ -96,22 +97,27 @@ void all_gather_direct(Context& c, const void* send, void* recv, size_t count) {
 
 namespace {
 
-// Receives block `mine` (offsets [lo, hi)) from every rank and folds the
-// contributions in rank order into dst. Sends block j of `in` to rank j.
-void exchange_and_fold(Context& c, const uint8_t* in, const std::vector<size_t>& offs,
-                       void* dst) {
+// Sends every other rank j its part of the input, part(j) = {first byte,
+// elements}; receives this rank's `len` elements from each of them, and
+// folds the n contributions (its own: `mine`) in rank order into dst with
+// one reduce_many (f32 accumulation for f16/bf16). It returns only after its
+// sends are out, so dst may overlap the input: in place, the fold reads and
+// writes the same elements, which reduce_many allows (it accumulates, then
+// stores).
+template <class Part>
+void exchange_and_fold(Context& c, const uint8_t* mine, size_t len, Part part, void* dst) {
   const int n = c.size(), r = c.rank();
-  const size_t es = c.esize();
-  const size_t lo = offs[r], hi = offs[r + 1], len = hi - lo;
-  auto* tmp = static_cast<uint8_t*>(c.scratch(len * es * size_t(n)));
-  std::vector<const void*> srcs(n);
+  const size_t bytes = len * c.esize();
+  auto* tmp = static_cast<uint8_t*>(c.scratch(bytes * size_t(n)));
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    c.recv(from, tmp + size_t(from) * len * es, len * es);
-    c.send(to, in + offs[to] * es, (offs[to + 1] - offs[to]) * es);
+    c.recv(from, tmp + size_t(from) * bytes, bytes);
+    auto [first, elems] = part(to);
+    c.send(to, first, elems * c.esize());
   }
   c.wait_all();
-  for (int j = 0; j < n; ++j) srcs[j] = j == r ? in + lo * es : tmp + size_t(j) * len * es;
+  std::vector<const void*> srcs(n);
+  for (int j = 0; j < n; ++j) srcs[j] = j == r ? mine : tmp + size_t(j) * bytes;
   reduce_many(dst, srcs.data(), n, len, c.dtype(), c.rop());
   finish_avg(c, dst, len);
 }
@@ -119,10 +125,10 @@ void exchange_and_fold(Context& c, const uint8_t* in, const std::vector<size_t>&
 }  // namespace
 
 void reduce_scatter_direct(Context& c, const void* send, void* recv, size_t count) {
-  const int n = c.size();
-  std::vector<size_t> offs(n + 1);
-  for (int i = 0; i <= n; ++i) offs[i] = size_t(i) * count;
-  exchange_and_fold(c, static_cast<const uint8_t*>(send), offs, recv);
+  const auto* in = static_cast<const uint8_t*>(send);
+  const size_t block = count * c.esize();
+  exchange_and_fold(c, in + size_t(c.rank()) * block, count,
+                    [&](int j) { return std::pair{in + size_t(j) * block, count}; }, recv);
 }
 
 void all_reduce_direct(Context& c, const void* send, void* recv, size_t count,
@@ -132,29 +138,18 @@ void all_reduce_direct(Context& c, const void* send, void* recv, size_t count,
   std::vector<size_t> offs(n + 1);
   for (int i = 0; i <= n; ++i) offs[i] = block_offset(count, n, i);
   // Folding into recv's own block is safe only after everyone has our copy
-  // of it, which exchange_and_fold guarantees (it waits for its sends).
-  // In place, the fold reads our block of `in` while writing the same block
-  // of recv; reduce_many allows that (it accumulates, then stores).
-  const uint8_t* in = static_cast<const uint8_t*>(send);
-  exchange_and_fold(c, in, offs, static_cast<uint8_t*>(recv) + offs[r] * es);
+  // of it, which exchange_and_fold guarantees.
+  const auto* in = static_cast<const uint8_t*>(send);
+  exchange_and_fold(
+      c, in + offs[r] * es, offs[r + 1] - offs[r],
+      [&](int j) { return std::pair{in + offs[j] * es, offs[j + 1] - offs[j]}; },
+      static_cast<uint8_t*>(recv) + offs[r] * es);
   ring_gather_blocks(c, recv, offs, chunk_bytes, 1000);
 }
 
 void all_reduce_oneshot(Context& c, const void* send, void* recv, size_t count) {
-  const int n = c.size(), r = c.rank();
-  const size_t bytes = count * c.esize();
-  auto* tmp = static_cast<uint8_t*>(c.scratch(bytes * size_t(n)));
-  for (int k = 1; k < n; ++k) {
-    int to = (r + k) % n, from = (r - k + n) % n;
-    c.recv(from, tmp + size_t(from) * bytes, bytes);
-    c.send(to, send, bytes);
-  }
-  // Every send must be out before an in-place fold overwrites the input.
-  c.wait_all();
-  std::vector<const void*> srcs(n);
-  for (int j = 0; j < n; ++j) srcs[j] = j == r ? send : tmp + size_t(j) * bytes;
-  reduce_many(recv, srcs.data(), n, count, c.dtype(), c.rop());
-  finish_avg(c, recv, count);
+  const auto* in = static_cast<const uint8_t*>(send);
+  exchange_and_fold(c, in, count, [&](int) { return std::pair{in, count}; }, recv);
 }
 
 void reduce_direct(Context& c, const void* send, void* recv, size_t count, int root) {

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm/transport_wire.h"
+
 namespace braid::comm::algo {
 
 // The default slot (chunk) size; BRAID_CHAIN_SLOT_BYTES overrides it. The
@@ -26,8 +28,7 @@ struct HostRing {
   size_t len = 0;
   size_t slot_bytes = 0;
   uint32_t nslots = 0;
-  uint64_t spin_ns = 0;   // how long a wait spins,
-  uint64_t yield_ns = 0;  // then polls between sched_yield() calls, before it sleeps
+  ShmWaitPlan wait;  // how a wait polls before it sleeps (shm_wait_plan)
   // Chunks this communicator has passed through the ring, the same on every
   // rank: chunk k of the next call uses slot (chunks_done + k) mod nslots.
   uint64_t chunks_done = 0;
