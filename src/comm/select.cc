@@ -83,7 +83,7 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
                    int cores)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
       hosts_(hosts), max_local_(max_local), all_shm_(all_shm && !any_tcp && size > 1),
-      oversubscribed_(max_local > cores),
+      cores_(std::max(cores, 1)), oversubscribed_(max_local > cores),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {
   // More ranks than cores on a host: a message usually finds its receiver
   // asleep, so each step of a schedule costs a wake-up, not α.
@@ -151,6 +151,24 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
   while (p * 2 <= n_) p *= 2;
   const bool folded = p != n_;
   const double chunks = std::max(1.0, std::ceil(N / n / double(kChunk)));
+  // With more ranks than cores the ranks take turns on the cores, so a
+  // schedule lasts at least its total work (every message's hand-off and
+  // bytes, summed over the ranks) shared among the cores, however short its
+  // critical path. A hand-off costs core time at both ends (the waker's
+  // system call, the sleeper's switch back in): the work counts 2α per
+  // message where the path counts one. Chunked chains and rings send n − 1
+  // messages per chunk where a tree sends n − 1 in all, so from 4 ranks on 2
+  // cores trees win broadcast and reduce at every size. Measured
+  // (bench/select_regret.py, 3-8 ranks on 2 cores, 256 KiB-16 MiB, geometric
+  // means of four sweeps): the plain model's chain broadcast and ring reduce
+  // took up to 1.43× the best algorithm's time (broadcast 4 MiB at 4 ranks;
+  // reduce 1 MiB at 8: 1.33×), 1.055× on average; this one 1.023× on
+  // average, worst 1.32× (reduce 1 MiB at 3 ranks, picked the same before).
+  // Not applied to all_reduce, whose oversubscribed terms are fitted.
+  auto shared = [&](double path, double work) {
+    return oversubscribed_ ? std::max(path, work / cores_) : path;
+  };
+  const double aw = 2 * a;
   switch (op) {
     case CollOp::kAllReduce:
       if (algo == "ring")
@@ -205,16 +223,21 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
       }
       break;
     case CollOp::kBroadcast:
-      if (algo == "tree") return log2c(n_) * (a + N * b);
+      if (algo == "tree") return shared(log2c(n_) * (a + N * b), (n - 1) * (aw + N * b));
       if (algo == "chain") {
         double C = std::max(1.0, std::ceil(N / double(kChunk)));
-        return (n - 2 + C) * (a + N / C * b);
+        return shared((n - 2 + C) * (a + N / C * b), (n - 1) * (C * aw + N * b));
       }
       break;
     case CollOp::kReduce:
-      if (algo == "tree") return log2c(n_) * (a + N * b + N * g);
+      if (algo == "tree")
+        return shared(log2c(n_) * (a + N * b + N * g), (n - 1) * (aw + N * (b + g)));
       if (algo == "ring")
-        return (2 * (n - 1) + chunks - 1) * a + (n - 1) / n * N * (2 * b + g);
+        // Reduce-scatter (n ranks, n − 1 steps of `chunks` messages), then
+        // n − 1 segments to the root.
+        return shared((2 * (n - 1) + chunks - 1) * a + (n - 1) / n * N * (2 * b + g),
+                      n * (n - 1) * chunks * aw + (n - 1) * N * (b + g) +
+                          (n - 1) * (aw + N / n * b));
       if (algo == "direct") return (n - 1) * (a + N * b) + (n - 1) * N * g;
       break;
     case CollOp::kAllGather:

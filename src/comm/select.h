@@ -66,6 +66,7 @@ class Selector {
   double gamma_;
   int hosts_, max_local_;
   bool all_shm_;
+  int cores_;            // usable cores of a host
   bool oversubscribed_;  // more ranks on a host than it has cores
   bool deterministic_;
   std::map<CollOp, std::string> overrides_;

@@ -69,6 +69,25 @@ TEST(Select, OneshotForSmallBuffersWhenSeveralRanksShareTheCores) {
   EXPECT_EQ(tcp.choose(CollOp::kAllReduce, 64, DType::kF32), "rd");
 }
 
+TEST(Select, TreesForBroadcastAndReduceWhenRanksOutnumberCoresTwoToOne) {
+  // A core per rank: chunked chain and ring pipelines win on large buffers.
+  Selector own(8, false, CostParams{}, 1, 8, /*all_shm=*/true, /*cores=*/8);
+  EXPECT_EQ(own.choose(CollOp::kBroadcast, 4 << 20, DType::kF32), "chain");
+  EXPECT_EQ(own.choose(CollOp::kReduce, 4 << 20, DType::kF32), "ring");
+  // Eight ranks on two cores: every message's wake-ups are core time, and
+  // the trees send n − 1 messages where the pipelines send n − 1 per chunk.
+  Selector shared(8, false, CostParams{}, 1, 8, /*all_shm=*/true, /*cores=*/2);
+  for (size_t bytes : {size_t(1) << 20, size_t(4) << 20, k16M}) {
+    EXPECT_EQ(shared.choose(CollOp::kBroadcast, bytes, DType::kF32), "tree") << bytes;
+    EXPECT_EQ(shared.choose(CollOp::kReduce, bytes, DType::kF32), "tree") << bytes;
+  }
+  // Three ranks on two cores still pipeline: the root of a tree would send
+  // the whole buffer twice in a row.
+  Selector three(3, false, CostParams{}, 1, 3, /*all_shm=*/true, /*cores=*/2);
+  EXPECT_EQ(three.choose(CollOp::kBroadcast, 4 << 20, DType::kF32), "chain");
+  EXPECT_EQ(three.choose(CollOp::kReduce, 4 << 20, DType::kF32), "ring");
+}
+
 TEST(Select, DeterministicModeKeepsToRankOrderFolds) {
   ::setenv("BRAID_DETERMINISTIC", "1", 1);
   Selector s(8, false, CostParams{}, 1, 8, true, /*cores=*/2);
