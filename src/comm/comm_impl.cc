@@ -40,6 +40,31 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
 
 }  // namespace
 
+CostParams CommImpl::agree_cost_params(Store& pstore) const {
+  if (size_ == 1) return load_cost_params();
+  if (rank_ == 0) {
+    const CostParams p = load_cost_params();
+    std::ostringstream os;
+    os << std::hexfloat << p.shm.alpha_s << ' ' << p.shm.beta_s_per_b << ' ' << p.tcp.alpha_s
+       << ' ' << p.tcp.beta_s_per_b << ' ' << p.gamma_s_per_b;
+    pstore.set_str("cost", os.str());
+    return p;
+  }
+  const std::string v = pstore.get_str("cost");
+  CostParams p;
+  const char* s = v.c_str();
+  char* end = nullptr;
+  for (double* f : {&p.shm.alpha_s, &p.shm.beta_s_per_b, &p.tcp.alpha_s, &p.tcp.beta_s_per_b,
+                    &p.gamma_s_per_b}) {
+    *f = std::strtod(s, &end);
+    if (end == s || !(*f > 0))
+      throw Error(Errc::kProtocol, "rank " + std::to_string(rank_) +
+                                       ": rank 0 published malformed cost parameters '" + v + "'");
+    s = end;
+  }
+  return p;
+}
+
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
                    const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat)
     : rank_(rank), size_(size), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
@@ -73,8 +98,14 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
     nhosts = int(per_host.size());
     for (auto& [h, k] : per_host) max_local = std::max(max_local, k);
   }
-  selector_ = std::make_unique<Selector>(size_, any_tcp, load_cost_params(),
-                                         local_ ? nhosts : 1, max_local, all_shm);
+  // Every rank must choose the same algorithm for a call, so what the
+  // choice depends on is the same everywhere: rank 0's cost parameters (a
+  // host may have its own tuning file, or none), and the cores of the host
+  // with the fewest (each rank sees its own host's).
+  int cores = tp_->cores_of(0);
+  for (int p = 1; p < size_; ++p) cores = std::min(cores, tp_->cores_of(p));
+  selector_ = std::make_unique<Selector>(size_, any_tcp, agree_cost_params(*pstore),
+                                         local_ ? nhosts : 1, max_local, all_shm, cores);
   host_ring_.peers_on_shm = all_shm && size_ > 1;
   selector_->load_env_overrides();
   std::lock_guard<std::mutex> l(g_registry_mu);

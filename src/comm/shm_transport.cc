@@ -89,7 +89,8 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
-  wait_ = shm_wait_plan(int(group.size()));
+  wait_ = shm_wait_plan(int(group.size()),
+                        host_cores(ctx.peers, ctx.peers[size_t(ctx.rank)].host_id));
   index_.assign(size_t(ctx.size), -1);
 
   // Create, size, reserve, map and initialise my segment.

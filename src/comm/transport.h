@@ -18,6 +18,7 @@
 #include <string>
 
 #include "braid/dtype.h"
+#include "braid/env.h"
 #include "braid/store.h"
 
 namespace braid::comm {
@@ -99,6 +100,8 @@ class Transport {
   // can tell without traffic (the shm wire watches pidfds); its rank, or -1.
   // For waits outside the transport (the chain all-reduce's counters).
   virtual int exited_peer() { return -1; }
+  // The cores the ranks on `peer`'s host may use between them (host_cores).
+  virtual int cores_of(int peer) const { (void)peer; return usable_cores(); }
 };
 
 // Builds the transport for `rank` of `size`, meeting the peers through

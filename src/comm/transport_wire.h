@@ -29,7 +29,16 @@ struct PeerInfo {
   std::string host;     // hostname, for messages
   std::string host_id;  // hostname + boot id + ipc/pid namespaces: equal => shm possible
   uint64_t nonce = 0;   // random per rank and communicator
+  std::string cpus;     // the CPUs it may run on (sched_getaffinity), hex, lowest CPU last
 };
+
+// The CPUs the ranks on `host_id` may run on between them: the union of
+// their affinity masks. A launcher that pins each rank to its own core
+// (mpirun -n 2 does) gives every rank a mask of one, but the host still has
+// a core per rank.
+int host_cores(const std::vector<PeerInfo>& peers, const std::string& host_id);
+// This process's affinity mask as PeerInfo::cpus spells it.
+std::string affinity_hex();
 
 // "rank 3 (pid 1234 on host h)"
 std::string describe_peer_info(const PeerInfo& p);
@@ -102,7 +111,7 @@ class ReqQueue {
 
 // How long wait_activity spins before yielding the core: BRAID_SPIN_US, by
 // default longer when every local rank can have its own core.
-uint64_t spin_ns_for(int local_ranks);
+uint64_t spin_ns_for(int local_ranks, int cores = usable_cores());
 // How a shared-memory wait spends its time before it sleeps on the futex:
 // it spins for spin_ns, then polls between sched_yield() calls for yield_ns.
 // yield_ns is BRAID_YIELD_US, by default 200 µs when the host has more local
@@ -114,7 +123,7 @@ uint64_t spin_ns_for(int local_ranks);
 struct ShmWaitPlan {
   uint64_t spin_ns = 0, yield_ns = 0;
 };
-ShmWaitPlan shm_wait_plan(int local_ranks);
+ShmWaitPlan shm_wait_plan(int local_ranks, int cores = usable_cores());
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

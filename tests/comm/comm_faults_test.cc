@@ -1,6 +1,7 @@
 // Faults, bad input, sub-communicators, async work, deterministic mode and
 // the TCP transport — all with real processes.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -427,6 +428,65 @@ TEST(CommHierarchy, TwoPretendHostsInterleaved) {
     c->set_algorithm("all_gather", "ring");
     c->all_gather(out.data(), g.data(), 777, DType::kI32);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(g[size_t(j) * 777 + 5], 4 * int32_t(j * 777 + 5) + 6);
+  }, std::chrono::seconds(120));
+}
+
+TEST(CommHierarchy, HostsWithDifferentTuningAndCoresStillAgreeOnAlgorithms) {
+  // Host "b" has a tuning file that prices every link and reduction
+  // differently from host "a"'s, and its ranks may use one core where "a"'s
+  // use every core: cost models fed each host's own view pick different
+  // algorithms, and the ranks then wait for messages their peers never send.
+  const std::string dir = braid::testing::temp_dir("tuning");
+  {
+    std::ofstream(dir + "/a.json") << R"({"shm":{"alpha_us":0.2,"gbps":40},)"
+                                      R"("tcp":{"alpha_us":2,"gbps":20},"reduce_gbps":50})";
+    std::ofstream(dir + "/b.json") << R"({"shm":{"alpha_us":50,"gbps":0.5},)"
+                                      R"("tcp":{"alpha_us":5000,"gbps":0.05},"reduce_gbps":0.5})";
+  }
+  expect_all_pass(4, [dir](int rank, int size, std::shared_ptr<Store> store) {
+    const bool b = rank % 2 == 1;
+    ::setenv("BRAID_HOSTNAME", b ? "b" : "a", 1);
+    ::setenv("BRAID_TUNING", (dir + (b ? "/b.json" : "/a.json")).c_str(), 1);
+    if (b) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(0, &one);
+      ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    }
+    auto c = make_comm(rank, size, store);
+    // Every rank's choice, as a number, gathered to compare.
+    auto agree = [&](const std::string& what) {
+      std::string algo = c->last_algorithm();
+      int32_t mine = int32_t(std::hash<std::string>{}(algo) & 0x7fffffff);
+      std::vector<int32_t> all(size_t(size), 0);
+      c->all_gather(&mine, all.data(), 1, DType::kI32);
+      for (int r = 0; r < size; ++r) EXPECT_EQ(all[size_t(r)], mine) << what << ": rank " << rank
+                                                                        << " ran " << algo;
+    };
+    for (size_t count : {size_t(2), size_t(256), size_t(16) << 10, size_t(256) << 10,
+                         size_t(1) << 20}) {
+      std::vector<float> in(count * size_t(size)), out(count * size_t(size));
+      for (size_t i = 0; i < in.size(); ++i) in[i] = float(int(i % 7) + rank);
+      const std::string at = " of " + std::to_string(count) + " floats";
+      c->all_reduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum);
+      ASSERT_EQ(out[1], float(4 * 1 + 6)) << "all_reduce" << at;
+      agree("all_reduce" + at);
+      c->reduce(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum, 2);
+      if (rank == 2) {
+        ASSERT_EQ(out[1], float(4 * 1 + 6)) << "reduce" << at;
+      }
+      agree("reduce" + at);
+      std::vector<float> v(count, float(rank == 1 ? 3 : 0));
+      c->broadcast(v.data(), count, DType::kF32, 1);
+      ASSERT_EQ(v[count - 1], 3.0f) << "broadcast" << at;
+      agree("broadcast" + at);
+      c->all_gather(in.data(), out.data(), count, DType::kF32);
+      ASSERT_EQ(out[3 * count], float(3)) << "all_gather" << at;
+      agree("all_gather" + at);
+      c->reduce_scatter(in.data(), out.data(), count, DType::kF32, ReduceOp::kSum);
+      ASSERT_EQ(out[0], float(4 * int((size_t(rank) * count) % 7) + 6)) << "reduce_scatter" << at;
+      agree("reduce_scatter" + at);
+    }
   }, std::chrono::seconds(120));
 }
 

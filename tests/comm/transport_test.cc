@@ -329,6 +329,27 @@ TEST(Transport, WaitPolicyFollowsOversubscription) {
   ::unsetenv("BRAID_YIELD_US");
 }
 
+TEST(Transport, HostCoresAreTheUnionOfItsRanksAffinities) {
+  auto peer = [](const char* host, const char* cpus) {
+    PeerInfo p;
+    p.host_id = host;
+    p.cpus = cpus;
+    return p;
+  };
+  // mpirun -n 2 pins each rank to a core of its own: two cores, not one.
+  EXPECT_EQ(host_cores({peer("h", "1"), peer("h", "2")}, "h"), 2);
+  // Unpinned ranks share every core; other hosts do not count.
+  EXPECT_EQ(host_cores({peer("h", "3"), peer("h", "3"), peer("g", "ff0")}, "h"), 2);
+  EXPECT_EQ(host_cores({peer("h", "3"), peer("g", "ff0")}, "g"), 8);
+  EXPECT_EQ(host_cores({peer("h", "100000000"), peer("h", "1")}, "h"), 2);  // CPU 32 and CPU 0
+  // A mask that could not be read: this process's own view.
+  EXPECT_EQ(host_cores({peer("h", "")}, "h"), usable_cores());
+  // This process's mask, spelled as the peers' are.
+  const std::string mine = affinity_hex();
+  ASSERT_FALSE(mine.empty());
+  EXPECT_EQ(host_cores({peer("h", mine.c_str())}, "h"), usable_cores());
+}
+
 INSTANTIATE_TEST_SUITE_P(All, TransportPair, ::testing::Values("auto", "tcp"));
 
 // A communicator of one: only the self wire.

@@ -179,7 +179,7 @@ void setup(Context& c, HostRing& h) {
   // on the first calls.
   for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
-  h.wait = shm_wait_plan(n);
+  h.wait = shm_wait_plan(n, c.host_cores());
   h.state = HostRing::State::kReady;
 }
 

@@ -58,6 +58,8 @@ class Context {
   uint64_t timeout_ns() const { return timeout_ns_; }
   std::string peer_name(int peer) const { return tp_.describe_peer(peer); }
   int exited_peer() { return tp_.exited_peer(); }
+  // The cores the ranks of this rank's host may use between them.
+  int host_cores() const { return tp_.cores_of(rank_); }
 
   // Post one message. The returned pointer stays valid for the life of the
   // context; poll it with done() or wait with wait()/wait_all().
