@@ -41,9 +41,12 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
 }  // namespace
 
 CostParams CommImpl::agree_cost_params(Store& pstore) const {
-  if (size_ == 1) return load_cost_params();
+  // Every rank reads its own first, so that a bad BRAID_TUNING fails every
+  // rank that has it, not only rank 0 while the others wait on the store.
+  const CostParams mine = load_cost_params();
+  if (size_ == 1) return mine;
   if (rank_ == 0) {
-    const CostParams p = load_cost_params();
+    const CostParams& p = mine;
     std::ostringstream os;
     os << std::hexfloat << p.shm.alpha_s << ' ' << p.shm.beta_s_per_b << ' ' << p.tcp.alpha_s
        << ' ' << p.tcp.beta_s_per_b << ' ' << p.gamma_s_per_b;
