@@ -41,31 +41,17 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
 }  // namespace
 
 CostParams CommImpl::agree_cost_params(Store& pstore) const {
-  // Every rank reads its own first, so that a bad BRAID_TUNING fails every
-  // rank that has it, not only rank 0 while the others wait on the store.
-  const CostParams mine = load_cost_params();
-  if (size_ == 1) return mine;
+  // Every rank parses its own file first, so that a bad BRAID_TUNING fails
+  // every rank that has it, not only rank 0 while the others wait on the
+  // store. Then all parse rank 0's text.
+  const std::string mine = read_tuning();
+  const CostParams own = parse_cost_params(mine, default_tuning_path());
+  if (size_ == 1) return own;
   if (rank_ == 0) {
-    const CostParams& p = mine;
-    std::ostringstream os;
-    os << std::hexfloat << p.shm.alpha_s << ' ' << p.shm.beta_s_per_b << ' ' << p.tcp.alpha_s
-       << ' ' << p.tcp.beta_s_per_b << ' ' << p.gamma_s_per_b;
-    pstore.set_str("cost", os.str());
-    return p;
+    pstore.set_str("cost", mine);
+    return own;
   }
-  const std::string v = pstore.get_str("cost");
-  CostParams p;
-  const char* s = v.c_str();
-  char* end = nullptr;
-  for (double* f : {&p.shm.alpha_s, &p.shm.beta_s_per_b, &p.tcp.alpha_s, &p.tcp.beta_s_per_b,
-                    &p.gamma_s_per_b}) {
-    *f = std::strtod(s, &end);
-    if (end == s || !(*f > 0))
-      throw Error(Errc::kProtocol, "rank " + std::to_string(rank_) +
-                                       ": rank 0 published malformed cost parameters '" + v + "'");
-    s = end;
-  }
-  return p;
+  return parse_cost_params(pstore.get_str("cost"), "of rank 0");
 }
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,

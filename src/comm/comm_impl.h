@@ -160,7 +160,8 @@ class CommImpl {
 
  private:
   void build_topology(Store& pstore, bool flat);
-  // Rank 0's cost parameters, published through the store (collective).
+  // Rank 0's cost parameters, its tuning file's text published through the
+  // store (collective).
   CostParams agree_cost_params(Store& pstore) const;
   void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
   MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);

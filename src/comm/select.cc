@@ -52,18 +52,25 @@ std::string default_tuning_path() {
   return "";
 }
 
-CostParams load_cost_params() {
-  CostParams p;
-  const bool explicit_path = env_str("BRAID_TUNING").has_value();
-  auto path = std::optional<std::string>(default_tuning_path());
-  if (path->empty()) return p;
-  std::ifstream f(*path);
+std::string read_tuning() {
+  const std::string path = default_tuning_path();
+  if (path.empty()) return "";
+  std::ifstream f(path);
   if (!f) {
-    if (explicit_path) throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + *path);
-    return p;  // no cached probe yet: built-in defaults
+    if (env_str("BRAID_TUNING"))
+      throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + path);
+    return "";  // no cached probe yet: built-in defaults
   }
+  std::ostringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
+
+CostParams parse_cost_params(const std::string& text, const std::string& from) {
+  CostParams p;
+  if (text.empty()) return p;
   try {
-    nlohmann::json j = nlohmann::json::parse(f);
+    nlohmann::json j = nlohmann::json::parse(text);
     auto link = [&](const char* key, LinkCost& l) {
       if (!j.contains(key)) return;
       auto& o = j[key];
@@ -74,7 +81,7 @@ CostParams load_cost_params() {
     link("tcp", p.tcp);
     if (j.contains("reduce_gbps")) p.gamma_s_per_b = 1.0 / (j["reduce_gbps"].get<double>() * 1e9);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(Errc::kInvalidArgument, "BRAID_TUNING " + *path + ": " + e.what());
+    throw Error(Errc::kInvalidArgument, "BRAID_TUNING " + from + ": " + e.what());
   }
   return p;
 }
@@ -83,11 +90,11 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
                    int cores)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
       hosts_(hosts), max_local_(max_local), all_shm_(all_shm && !any_tcp && size > 1),
-      cores_(std::max(cores, 1)), oversubscribed_(max_local > cores),
+      cores_(std::max(cores, 1)),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {
   // More ranks than cores on a host: a message usually finds its receiver
   // asleep, so each step of a schedule costs a wake-up, not α.
-  if (oversubscribed_) {
+  if (oversubscribed()) {
     link_.alpha_s = std::max(link_.alpha_s, kWakeAlpha);
     shm_.alpha_s = std::max(shm_.alpha_s, kWakeAlpha);
   }
@@ -166,7 +173,7 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
   // average, worst 1.32× (reduce 1 MiB at 3 ranks, picked the same before).
   // Not applied to all_reduce, whose oversubscribed terms are fitted.
   auto shared = [&](double path, double work) {
-    return oversubscribed_ ? std::max(path, work / cores_) : path;
+    return oversubscribed() ? std::max(path, work / cores_) : path;
   };
   const double aw = 2 * a;
   switch (op) {
@@ -209,8 +216,9 @@ double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const
         // ranks on 2 cores: 98 µs at 4 KiB, 133 at 64 KiB, where rd took
         // 100 and 188; 4 ranks: 25–52 µs at 4–64 KiB), n/2 + 1 fits.
         if (!all_shm_) return kInf;
-        const double fill = oversubscribed_ ? 0 : (n - 1) * std::min(N, double(algo::kChainSlotBytes)) * (b + g);
-        const double steps = oversubscribed_ ? n / 2 + 1 : n + 1;
+        const double fill =
+            oversubscribed() ? 0 : (n - 1) * std::min(N, double(algo::kChainSlotBytes)) * (b + g);
+        const double steps = oversubscribed() ? n / 2 + 1 : n + 1;
         return steps * a + N * (b + g) + fill;
       }
       if (algo == "hier") {

@@ -6,7 +6,8 @@
 // (reduction seconds per byte) depend on the transport kind; they come from
 // defaults measured on this project's machines, from a tuning file
 // (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...}, "reduce_gbps":..})
-// that `braid bench --probe` measures and caches (see load_cost_params). Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
+// that `braid bench --probe` measures and caches (see read_tuning).
+// Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
 // Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the rank-order
 // algorithms for reductions (direct; for a small all_reduce, oneshot), over
 // any override naming another (rank-order folding, bitwise reproducible).
@@ -32,10 +33,13 @@ struct CostParams {
   double gamma_s_per_b = 1.0 / 10e9;  // reduction
 };
 
-// Loads the tuning file: BRAID_TUNING if set (an error if unreadable), else
-// the cache written by `braid bench --probe` ($XDG_CACHE_HOME or
-// ~/.cache/braid/tuning.json) if present, else the built-in defaults.
-CostParams load_cost_params();
+// The tuning file's text: BRAID_TUNING if set (an error if unreadable),
+// else the cache written by `braid bench --probe` ($XDG_CACHE_HOME or
+// ~/.cache/braid/tuning.json) if present, else "" (the built-in defaults).
+std::string read_tuning();
+// Cost parameters from a tuning file's text ("": the defaults); `from`
+// names the file in errors. The same text gives the same bits everywhere.
+CostParams parse_cost_params(const std::string& text, const std::string& from);
 std::string default_tuning_path();
 
 class Selector {
@@ -61,13 +65,14 @@ class Selector {
 
  private:
   const std::string& rank_order(CollOp op, size_t bytes) const;
+  // More ranks on a host than it has cores.
+  bool oversubscribed() const { return max_local_ > cores_; }
   int n_;
   LinkCost link_, shm_;
   double gamma_;
   int hosts_, max_local_;
   bool all_shm_;
-  int cores_;            // usable cores of a host
-  bool oversubscribed_;  // more ranks on a host than it has cores
+  int cores_;  // usable cores of a host
   bool deterministic_;
   std::map<CollOp, std::string> overrides_;
 };

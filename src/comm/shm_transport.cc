@@ -89,8 +89,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
-  wait_ = shm_wait_plan(int(group.size()),
-                        host_cores(ctx.peers, ctx.peers[size_t(ctx.rank)].host_id));
+  wait_ = shm_wait_plan(int(group.size()), ctx.host_cores);
   index_.assign(size_t(ctx.size), -1);
 
   // Create, size, reserve, map and initialise my segment.

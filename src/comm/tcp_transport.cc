@@ -104,7 +104,7 @@ TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(c
   streams_ = int(std::clamp<int64_t>(env_int("BRAID_TCP_STREAMS", kDefaultStreams), 1, 16));
   int local = 0;  // ranks on this host, whatever wire reaches them
   for (const PeerInfo& pi : ctx.peers) local += pi.host_id == ctx.peers[size_t(ctx.rank)].host_id;
-  spin_ns_ = spin_ns_for(local, host_cores(ctx.peers, ctx.peers[size_t(ctx.rank)].host_id));
+  spin_ns_ = spin_ns_for(local, ctx.host_cores);
   index_.assign(size_t(ctx.size), -1);
   conns_.resize(peers.size());
   bool all_local = true;

@@ -195,11 +195,9 @@ class SelfWire final : public Wire {
 
 class CompositeTransport final : public Transport {
  public:
-  CompositeTransport(int rank, std::vector<PeerInfo> peers)
-      : rank_(rank), peers_(std::move(peers)) {
-    for (const PeerInfo& p : peers_)
-      if (!cores_.count(p.host_id)) cores_[p.host_id] = host_cores(peers_, p.host_id);
-  }
+  // cores: host_id -> host_cores().
+  CompositeTransport(int rank, std::vector<PeerInfo> peers, std::map<std::string, int> cores)
+      : rank_(rank), peers_(std::move(peers)), cores_(std::move(cores)) {}
   int cores_of(int peer) const override { return cores_.at(peers_.at(size_t(peer)).host_id); }
 
   void post(Request* r) override {
@@ -397,7 +395,12 @@ std::unique_ptr<Transport> make_transport(int rank, int size, Store& store, cons
     (opt.mode != "tcp" && same_host ? shm_peers : tcp_peers).push_back(p);
   }
 
-  auto t = std::make_unique<CompositeTransport>(rank, ctx.peers);
+  std::map<std::string, int> cores;  // host_id -> host_cores
+  for (const PeerInfo& p : ctx.peers)
+    if (!cores.count(p.host_id)) cores[p.host_id] = host_cores(ctx.peers, p.host_id);
+  ctx.host_cores = cores[me.host_id];
+
+  auto t = std::make_unique<CompositeTransport>(rank, ctx.peers, std::move(cores));
   t->add(std::make_unique<SelfWire>(ctx), {rank}, false);
   // shm first, then tcp, on every rank: the shm groups never wait on TCP.
   if (!shm_peers.empty()) t->add(make_shm_wire(ctx, shm_peers), shm_peers, true);

@@ -51,6 +51,7 @@ struct WireContext {
   const TransportOptions* opt = nullptr;
   std::vector<PeerInfo> peers;  // indexed by rank
   std::string token;            // unique per communicator (hex)
+  int host_cores = 1;           // host_cores() of this rank's host
   uint64_t deadline_ns = 0;     // set-up deadline (now_ns clock)
 
   int64_t ms_left() const;
@@ -110,8 +111,9 @@ class ReqQueue {
 };
 
 // How long wait_activity spins before yielding the core: BRAID_SPIN_US, by
-// default longer when every local rank can have its own core.
-uint64_t spin_ns_for(int local_ranks, int cores = usable_cores());
+// default longer when every local rank can have its own core (`cores`: the
+// host's, WireContext::host_cores).
+uint64_t spin_ns_for(int local_ranks, int cores);
 // How a shared-memory wait spends its time before it sleeps on the futex:
 // it spins for spin_ns, then polls between sched_yield() calls for yield_ns.
 // yield_ns is BRAID_YIELD_US, by default 200 µs when the host has more local
@@ -123,7 +125,7 @@ uint64_t spin_ns_for(int local_ranks, int cores = usable_cores());
 struct ShmWaitPlan {
   uint64_t spin_ns = 0, yield_ns = 0;
 };
-ShmWaitPlan shm_wait_plan(int local_ranks, int cores = usable_cores());
+ShmWaitPlan shm_wait_plan(int local_ranks, int cores);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -142,8 +144,8 @@ inline void cpu_relax() {
 // A yield that kept this thread off its core for longer than
 // kSpinYieldTakenNs means another task wanted the core; spins then yield
 // after every batch of polls until kSpinSharedForNs later, from the first
-// poll of each wait on. That brought the 216 µs above to 5-6 µs, where
-// yielding every 10 µs alone gave 20-21 µs.
+// poll of each wait on. That brought the 216 µs above to 10.7-11.4 µs,
+// where yielding every 10 µs alone gave 21.0-21.6 µs.
 constexpr uint64_t kSpinYieldEveryNs = 10'000;
 constexpr uint64_t kSpinYieldTakenNs = 3'000;
 constexpr uint64_t kSpinSharedForNs = 20'000'000;

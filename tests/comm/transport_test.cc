@@ -312,19 +312,19 @@ TEST(Transport, WaitPolicyFollowsOversubscription) {
   const int cores = usable_cores();
   ::unsetenv("BRAID_YIELD_US");
   ::unsetenv("BRAID_SPIN_US");
-  EXPECT_EQ(shm_wait_plan(cores).yield_ns, 0u);
-  EXPECT_EQ(shm_wait_plan(cores).spin_ns, 200'000u);
-  EXPECT_EQ(shm_wait_plan(cores + 1).yield_ns, 200'000u);
-  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 0u);  // yields instead of spinning
-  EXPECT_EQ(spin_ns_for(cores), 200'000u);           // other waits (tcp)
-  EXPECT_EQ(spin_ns_for(cores + 1), 2'000u);
+  EXPECT_EQ(shm_wait_plan(cores, cores).yield_ns, 0u);
+  EXPECT_EQ(shm_wait_plan(cores, cores).spin_ns, 200'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1, cores).yield_ns, 200'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1, cores).spin_ns, 0u);  // yields instead of spinning
+  EXPECT_EQ(spin_ns_for(cores, cores), 200'000u);           // other waits (tcp)
+  EXPECT_EQ(spin_ns_for(cores + 1, cores), 2'000u);
   ::setenv("BRAID_YIELD_US", "7", 1);
-  EXPECT_EQ(shm_wait_plan(cores).yield_ns, 7'000u);
-  EXPECT_EQ(shm_wait_plan(cores + 1).yield_ns, 7'000u);
-  EXPECT_EQ(shm_wait_plan(cores).spin_ns, 0u);  // a yielding wait spins only if told to
-  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 0u);
+  EXPECT_EQ(shm_wait_plan(cores, cores).yield_ns, 7'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1, cores).yield_ns, 7'000u);
+  EXPECT_EQ(shm_wait_plan(cores, cores).spin_ns, 0u);  // a yielding wait spins only if told to
+  EXPECT_EQ(shm_wait_plan(cores + 1, cores).spin_ns, 0u);
   ::setenv("BRAID_SPIN_US", "3", 1);
-  EXPECT_EQ(shm_wait_plan(cores + 1).spin_ns, 3'000u);
+  EXPECT_EQ(shm_wait_plan(cores + 1, cores).spin_ns, 3'000u);
   ::unsetenv("BRAID_SPIN_US");
   ::unsetenv("BRAID_YIELD_US");
 }
