@@ -16,6 +16,7 @@
 #include "braid/topology.h"
 #include <nlohmann/json.hpp>
 #include "comm/algo/algorithms.h"
+#include "comm/probe.h"
 
 namespace braid::comm {
 namespace {
@@ -40,22 +41,88 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
 
 }  // namespace
 
-CostParams CommImpl::agree_cost_params(Store& pstore) const {
+std::string CommImpl::agree_cost_text(Store& pstore) const {
   // Every rank parses its own file first, so that a bad BRAID_TUNING fails
   // every rank that has it, not only rank 0 while the others wait on the
-  // store. Then all parse rank 0's text.
+  // store. Then all take rank 0's text.
   const std::string mine = read_tuning();
-  const CostParams own = parse_cost_params(mine, default_tuning_path());
-  if (size_ == 1) return own;
+  parse_cost_params(mine, default_tuning_path());
+  if (size_ == 1) return mine;
   if (rank_ == 0) {
     pstore.set_str("cost", mine);
-    return own;
+    return mine;
   }
-  return parse_cost_params(pstore.get_str("cost"), "of rank 0");
+  const std::string text = pstore.get_str("cost");
+  parse_cost_params(text, "of rank 0");
+  return text;
+}
+
+void CommImpl::make_selector(int nhosts, int max_local, bool any_tcp, bool all_shm, int cores) {
+  selector_ = std::make_unique<Selector>(size_, any_tcp, parse_cost_params(cost_text_, "of rank 0"),
+                                         nhosts, max_local, all_shm, cores);
+  selector_->load_env_overrides();
+  last_choice_ = LastChoice{};
+}
+
+void CommImpl::probe_links(Store& pstore, int max_local, int cores) {
+  if (size_ < 2) return;
+  std::vector<ProbeLink> plan;
+  if (rank_ == 0) {
+    std::vector<ProbeLink> kinds;  // rank 0's lowest peer over each transport
+    for (const char* k : {"shm", "tcp"})
+      for (int p = 1; p < size_; ++p)
+        if (tp_->kind_to(p) == k) {
+          kinds.push_back({k, p});
+          break;
+        }
+    // Without a cache to write to, every job would probe again: not cheap.
+    if (!default_tuning_path().empty())
+      plan = probe_plan(cost_text_, kinds, size_, max_local, cores);
+    pstore.set_str("probe", format_plan(plan));
+  } else {
+    plan = parse_plan(pstore.get_str("probe"));
+  }
+  if (plan.empty()) return;
+  std::string text = cost_text_;
+  const double t0 = now_s();
+  for (const auto& l : plan) {
+    if (rank_ != 0 && rank_ != l.peer) continue;
+    const int other = rank_ == 0 ? l.peer : 0;
+    auto send = [&](const void* b, size_t n) {
+      launch_p2p(true, b, nullptr, n, DType::kU8, other, kProbeTag, n, false);
+    };
+    auto recv = [&](void* b, size_t n) {
+      launch_p2p(false, nullptr, b, n, DType::kU8, other, kProbeTag, n, false);
+    };
+    const ProbeSample s = probe_link(rank_ == 0, send, recv);
+    if (rank_ != 0) continue;
+    BRAID_LOG(kInfo, "probed the " << l.kind << " link to rank " << l.peer << ": alpha "
+                                   << s.alpha_s * 1e6 << " us, " << s.gbps << " GB/s, reduce "
+                                   << s.reduce_gbps << " GB/s, core share " << s.core_share);
+    // Ranks that shared their cores with other work measured that moment,
+    // not the machine: keep what there was, and let a later job probe.
+    if (s.core_share < kMinCoreShare) continue;
+    text = merge_probe(text, l.kind, s, hostname());
+  }
+  if (rank_ == 0 && text != cost_text_) {
+    const std::string path = default_tuning_path();
+    try {
+      write_tuning(path, text);
+      BRAID_LOG(kInfo, "cost model probed in " << (now_s() - t0) * 1e3 << " ms, cached in "
+                                               << path);
+    } catch (const std::exception& e) {
+      // The job goes on with the probed figures; the next one probes again.
+      BRAID_LOG(kWarn, "probed cost parameters not cached: " << e.what());
+    }
+  }
+  if (rank_ == 0) pstore.set_str("cost/probed", text);
+  else text = pstore.get_str("cost/probed");
+  cost_text_ = text;
 }
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-                   const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat)
+                   const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat,
+                   const std::string* cost_text)
     : rank_(rank), size_(size), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
       keepalive_(std::move(keepalive)) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
@@ -89,14 +156,22 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   }
   // Every rank must choose the same algorithm for a call, so what the
   // choice depends on is the same everywhere: rank 0's cost parameters (a
-  // host may have its own tuning file, or none), and the cores of the host
-  // with the fewest (each rank sees its own host's).
+  // host may have its own tuning file, or none; a sub-communicator takes
+  // its parent's), and the cores of the host with the fewest (each rank
+  // sees its own host's).
   int cores = tp_->cores_of(0);
   for (int p = 1; p < size_; ++p) cores = std::min(cores, tp_->cores_of(p));
-  selector_ = std::make_unique<Selector>(size_, any_tcp, agree_cost_params(*pstore),
-                                         local_ ? nhosts : 1, max_local, all_shm, cores);
+  cost_text_ = cost_text ? *cost_text : agree_cost_text(*pstore);
+  // The hierarchy exists only with several hosts, and is built below.
+  const bool hier = !flat && !env_flag("BRAID_NO_HIER") && nhosts > 1 && max_local > 1;
+  make_selector(hier ? nhosts : 1, max_local, any_tcp, all_shm, cores);
+  if (!cost_text) {
+    const std::string before = cost_text_;
+    probe_links(*pstore, max_local, cores);
+    if (cost_text_ != before) make_selector(hier ? nhosts : 1, max_local, any_tcp, all_shm, cores);
+  }
+  if (hier) build_hierarchy();
   host_ring_.peers_on_shm = all_shm && size_ > 1;
-  selector_->load_env_overrides();
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);
 }
@@ -124,7 +199,9 @@ void CommImpl::build_topology(Store& pstore, bool flat) {
   } else {
     ring_ = ring_order_from_hosts(hosts_);
   }
-  if (flat || env_flag("BRAID_NO_HIER")) return;
+}
+
+void CommImpl::build_hierarchy() {
   std::vector<std::string> order;  // hosts by first rank
   for (auto& h : hosts_)
     if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
@@ -141,10 +218,10 @@ void CommImpl::build_topology(Store& pstore, bool flat) {
   o.timeout = timeout_;
   local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
                                       prefix_ + "local" + std::to_string(host_idx) + "/", o,
-                                      nullptr, true);
+                                      nullptr, true, &cost_text_);
   if (local_rank == 0)
     leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
-                                          prefix_ + "leaders/", o, nullptr, true);
+                                          prefix_ + "leaders/", o, nullptr, true, &cost_text_);
 }
 
 CommImpl::~CommImpl() {
@@ -543,7 +620,8 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
       prefix_ + "s" + std::to_string(split_seq) + "c" + std::to_string(color) + "/";
   CommOptions o = opt_;
   o.timeout = timeout_;
-  return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o);
+  return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o, nullptr,
+                                    false, &cost_text_);
 }
 
 std::string CommImpl::flight_record() const {

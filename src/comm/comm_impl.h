@@ -78,9 +78,12 @@ class CommImpl {
 
   // Collective over all `size` ranks sharing `store`: builds the transport.
   // `flat` skips building the host hierarchy (used for the hierarchy's own
-  // sub-communicators).
+  // sub-communicators). `cost_text`: the parent's tuning text, for a
+  // sub-communicator; without it the ranks take rank 0's tuning file, and
+  // probe the links it has no figures for (comm/probe.h).
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false);
+           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false,
+           const std::string* cost_text = nullptr);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -159,10 +162,18 @@ class CommImpl {
   algo::HostRing& host_ring() { return host_ring_; }
 
  private:
+  // Hosts and ring order; then, once the selector exists, the per-host
+  // sub-communicators of the hierarchical all-reduce.
   void build_topology(Store& pstore, bool flat);
-  // Rank 0's cost parameters, its tuning file's text published through the
-  // store (collective).
-  CostParams agree_cost_params(Store& pstore) const;
+  void build_hierarchy();
+  // Rank 0's tuning file's text, published through the store (collective).
+  std::string agree_cost_text(Store& pstore) const;
+  // The selector from cost_text_ (and BRAID_ALGO).
+  void make_selector(int nhosts, int max_local, bool any_tcp, bool all_shm, int cores);
+  // Probes the links probe_plan names and updates cost_text_ (collective:
+  // rank 0 decides and caches, the others follow through the store).
+  void probe_links(Store& pstore, int max_local, int cores);
+  static constexpr int kProbeTag = -2;
   void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
   MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);
   bool inline_begin();
@@ -200,6 +211,7 @@ class CommImpl {
   size_t chunk_bytes_;
   std::unique_ptr<Transport> tp_;
   std::unique_ptr<Selector> selector_;
+  std::string cost_text_;  // the tuning text all ranks agreed on
   std::vector<std::string> hosts_;
   std::vector<int> ring_;
   std::unique_ptr<CommImpl> local_, leaders_;

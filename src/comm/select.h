@@ -4,9 +4,10 @@
 // formula (see the top comment of its file in src/comm/algo/) and the
 // cheapest wins. α (latency per message), β (seconds per byte) and γ
 // (reduction seconds per byte) depend on the transport kind; they come from
-// defaults measured on this project's machines, from a tuning file
-// (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...}, "reduce_gbps":..})
-// that `braid bench --probe` measures and caches (see read_tuning).
+// defaults measured on this project's machines, or from a tuning file
+// (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...}, "reduce_gbps":..}):
+// BRAID_TUNING, or the cache that a communicator's probe at creation and
+// `braid bench --probe` fill with calibrated figures (comm/probe.h).
 // Overrides: BRAID_ALGO=all_reduce:ring,broadcast:tree and
 // Communicator::set_algorithm. BRAID_DETERMINISTIC=1 forces the rank-order
 // algorithms for reductions (direct; for a small all_reduce, oneshot), over
@@ -34,7 +35,7 @@ struct CostParams {
 };
 
 // The tuning file's text: BRAID_TUNING if set (an error if unreadable),
-// else the cache written by `braid bench --probe` ($XDG_CACHE_HOME or
+// else the probe's cache ($XDG_CACHE_HOME or
 // ~/.cache/braid/tuning.json) if present, else "" (the built-in defaults).
 std::string read_tuning();
 // Cost parameters from a tuning file's text ("": the defaults); `from`

@@ -16,12 +16,14 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
+#include "comm/probe.h"
 #include "comm/select.h"
 #include <fstream>
 #include "subcommands.h"
@@ -281,67 +283,46 @@ int run_rank(Communicator& comm, const Opts& o) {
 }
 
 
-// Measures the α-β-γ parameters of the link between ranks 0 and 1 (the
-// transport this job uses) and merges them into the tuning file that
-// communicators read at creation.
+// Measures the link between ranks 0 and 1 (the transport this job uses),
+// as a communicator does at creation when the cache lacks it, and merges
+// the calibrated figures into the tuning file (comm/probe.h).
 int run_probe(Communicator& comm, const Opts& o) {
   if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
   const int r = comm.rank();
   const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
-  auto pingpong = [&](size_t bytes, int iters) {
-    std::vector<uint8_t> buf(std::max<size_t>(bytes, 1));
-    comm.barrier();
-    double t0 = now_s();
-    for (int i = 0; i < iters; ++i) {
-      if (r == 0) {
-        comm.send(buf.data(), bytes, DType::kU8, 1);
-        comm.recv(buf.data(), bytes, DType::kU8, 1);
-      } else if (r == 1) {
-        comm.recv(buf.data(), bytes, DType::kU8, 0);
-        comm.send(buf.data(), bytes, DType::kU8, 0);
-      }
-    }
-    return (now_s() - t0) / iters / 2;  // one way
-  };
-  pingpong(8, 200);
-  double alpha = pingpong(8, 2000);
-  const size_t big = 16 << 20;
-  pingpong(big, 2);
-  double t_big = pingpong(big, 6);
-  double gbps = double(big) / std::max(t_big - alpha, 1e-9) / 1e9;
-  std::vector<float> a(big / 4, 1.0f), b(big / 4, 2.0f);
-  reduce2(a.data(), a.data(), b.data(), a.size(), DType::kF32, ReduceOp::kSum);
-  double t0 = now_s();
-  for (int i = 0; i < 5; ++i)
-    reduce2(a.data(), a.data(), b.data(), a.size(), DType::kF32, ReduceOp::kSum);
-  double reduce_gbps = double(big) * 5 / (now_s() - t0) / 1e9;
+  comm.barrier();
+  comm::ProbeSample s{};
+  if (r < 2) {
+    const int other = 1 - r;
+    s = comm::probe_link(
+        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
+        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
+  }
   comm.barrier();
   if (r != 0) return 0;
   std::string path = o.probe_out.empty() ? comm::default_tuning_path() : o.probe_out;
   if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
-  nlohmann::json j = nlohmann::json::object();
+  std::string text;
   {
     std::ifstream in(path);
     if (in) {
-      try {
-        j = nlohmann::json::parse(in);
-      } catch (const std::exception&) {
-        j = nlohmann::json::object();
-      }
+      std::ostringstream os;
+      os << in.rdbuf();
+      text = os.str();
     }
   }
-  j[kind] = {{"alpha_us", alpha * 1e6}, {"gbps", gbps}};
-  j["reduce_gbps"] = reduce_gbps;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw Error(Errc::kIo, "--probe: cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
-              kind.c_str(), alpha * 1e6, gbps, reduce_gbps, path.c_str());
+  if (s.core_share < comm::kMinCoreShare)
+    throw Error(Errc::kInvalidArgument,
+                "--probe: the ranks had " + std::to_string(s.core_share) +
+                    " of a core each (other work is running), so the figures would describe "
+                    "that load, not the machine; " + path + " not written");
+  comm::write_tuning(path, comm::merge_probe(text, kind, s, hostname()));
+  const comm::LinkCost l = comm::calibrate_link(kind, s);
+  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
+              "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
+              kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
+              l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
+              path.c_str());
   return 0;
 }
 
