@@ -33,7 +33,9 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
      << dtype_name(s.dtype);
   if (s.op == CollOp::kAllReduce || s.op == CollOp::kReduce || s.op == CollOp::kReduceScatter)
     os << " " << reduce_op_name(s.rop);
-  if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " tag " << s.root;
+  if ((s.op == CollOp::kSend || s.op == CollOp::kRecv) && s.root == CommImpl::kProbeTag)
+    os << ", the cost-model probe at creation";
+  else if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " tag " << s.root;
   else if (s.root >= 0) os << " root " << s.root;
   os << ", " << algo << ")";
   return os.str();
@@ -95,6 +97,9 @@ void CommImpl::probe_links(Store& pstore, int max_local, int cores) {
       launch_p2p(false, nullptr, b, n, DType::kU8, other, kProbeTag, n, false);
     };
     const ProbeSample s = probe_link(rank_ == 0, send, recv);
+    // Every message of the probe has been matched, so both ends can start
+    // the pair's numbering afresh: the job's own first send is seq 1.
+    p2p_send_seq_[size_t(other)] = p2p_recv_seq_[size_t(other)] = 0;
     if (rank_ != 0) continue;
     BRAID_LOG(kInfo, "probed the " << l.kind << " link to rank " << l.peer << ": alpha "
                                    << s.alpha_s * 1e6 << " us, " << s.gbps << " GB/s, reduce "
@@ -499,7 +504,10 @@ std::string CommImpl::describe_p2p(const WorkState::P2p& p) const {
   const bool send = p.kind == Request::Kind::kSend;
   return std::string(send ? "send to " : "recv from ") + "rank " + std::to_string(p.peer) +
          " (seq " + std::to_string(p.sig.seq) + ", count " + std::to_string(p.sig.count) + " " +
-         dtype_name(p.sig.dtype) + ", tag " + std::to_string(p.sig.root) + ")";
+         dtype_name(p.sig.dtype) + ", " +
+         (p.sig.root == kProbeTag ? std::string("the cost-model probe at creation")
+                                  : "tag " + std::to_string(p.sig.root)) +
+         ")";
 }
 
 void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {

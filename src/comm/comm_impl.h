@@ -86,6 +86,9 @@ class CommImpl {
            const std::string* cost_text = nullptr);
   ~CommImpl();
 
+  // The tag of the probe's messages (user tags are never negative).
+  static constexpr int kProbeTag = -2;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   int host_size() const {
@@ -173,7 +176,6 @@ class CommImpl {
   // Probes the links probe_plan names and updates cost_text_ (collective:
   // rank 0 decides and caches, the others follow through the store).
   void probe_links(Store& pstore, int max_local, int cores);
-  static constexpr int kProbeTag = -2;
   void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
   MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);
   bool inline_begin();

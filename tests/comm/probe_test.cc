@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -140,6 +141,12 @@ void job(const std::string& cache, const std::function<void(int)>& before = {}) 
     int32_t all[2] = {0, 0};
     c->all_gather(&mine, all, 1, DType::kI32);
     EXPECT_EQ(all[0], all[1]) << "ranks choose different algorithms after the probe";
+    // The probe's messages do not use up the pair's sequence numbers.
+    int32_t x = 7;
+    if (rank == 0) c->send(&x, 1, DType::kI32, 1);
+    else c->recv(&x, 1, DType::kI32, 0);
+    EXPECT_TRUE(std::regex_search(c->flight_record(), std::regex("seq 1 +send/recv")))
+        << c->flight_record();
   });
 }
 
