@@ -187,9 +187,16 @@ TEST(ProbeJob, FiguresTakenWhileSharingACoreAreNotCached) {
   // each rank has about half a core while it probes (yet the host still has
   // a core per rank, so the probe runs).
   job(cache, [](int rank) {
-    cpu_set_t set;
+    // The rank-th core this process may use (not core `rank` itself: a
+    // cpuset may leave cores 0 and 1 out).
+    cpu_set_t allowed, set;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cpu = -1;
+    for (int c = 0, seen = 0; c < CPU_SETSIZE && cpu < 0; ++c)
+      if (CPU_ISSET(c, &allowed) && seen++ == rank) cpu = c;
+    ASSERT_GE(cpu, 0);
     CPU_ZERO(&set);
-    CPU_SET(rank, &set);
+    CPU_SET(cpu, &set);
     ASSERT_EQ(::sched_setaffinity(0, sizeof set, &set), 0);
     // Inherits the mask; spins until the rank's process exits.
     std::thread([] {
