@@ -85,3 +85,37 @@ TEST(BenchTool, BadFlagsAreClearErrors) {
   EXPECT_NE(run(bin() + " bench -n 2 -b 1X", &out), 0);
   EXPECT_NE(out.find("1X"), std::string::npos) << out;
 }
+
+// `braid bench --probe` writes calibrated figures the cost model can read,
+// or, when its ranks shared their cores with other work (a parallel ctest
+// may do that), says so and writes nothing.
+TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
+  char dir[] = "/tmp/braid_probe_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/tuning.json";
+  std::string out;
+  int rc = -1;
+  for (int attempt = 0; attempt < 5 && rc != 0; ++attempt) {
+    out.clear();
+    rc = run("BRAID_PROBE=0 " + bin() + " bench -n 2 --probe --probe-out " + file, &out);
+    if (rc == 0) break;
+    ASSERT_NE(out.find("of a core each"), std::string::npos) << out;
+    ASSERT_EQ(std::fopen(file.c_str(), "r"), nullptr) << "a refused probe wrote " << file;
+  }
+  if (rc != 0) GTEST_SKIP() << "5 probes in a row shared their cores: " << out;
+  std::FILE* f = std::fopen(file.c_str(), "r");
+  ASSERT_NE(f, nullptr) << out;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  auto j = nlohmann::json::parse(text);
+  // The model's figures are the built-in ones (α 1 µs, 9 GB/s, reduce
+  // 10 GB/s) scaled by at most 4× either way.
+  const double alpha = j["shm"]["alpha_us"].get<double>(), gbps = j["shm"]["gbps"].get<double>();
+  EXPECT_TRUE(alpha >= 0.25 && alpha <= 4.0) << text;
+  EXPECT_TRUE(gbps >= 9.0 / 4 && gbps <= 9.0 * 4) << text;
+  EXPECT_GT(j["probed"]["shm"]["gbps"].get<double>(), 0) << text;
+  EXPECT_NE(out.find("model shm"), std::string::npos) << out;
+}
