@@ -32,6 +32,35 @@ double thread_cpu_s() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+// Seconds this thread has spent ready to run but waiting for a core (the
+// second field of /proc/thread-self/schedstat), or -1 where the kernel
+// does not say.
+double thread_run_delay_s() {
+  std::ifstream f("/proc/thread-self/schedstat");
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (!(f >> on_cpu >> waiting)) return -1;
+  return double(waiting) * 1e-9;
+}
+
+// The share of a core this thread had over an interval: 1 − (time it waited
+// for a core) / (wall time). Unlike CPU time / wall time it does not count
+// a wait that sleeps (a TCP link whose round trip outlasts the spin) as
+// lost, only time another task held the core this thread wanted. Falls
+// back to CPU time / wall time without schedstat.
+class CoreShare {
+ public:
+  CoreShare() : delay0_(thread_run_delay_s()), cpu0_(thread_cpu_s()), wall0_(now_s()) {}
+  double get() const {
+    const double wall = std::max(now_s() - wall0_, 1e-9);
+    const double delay = thread_run_delay_s();
+    if (delay0_ >= 0 && delay >= 0) return std::max(0.0, 1 - (delay - delay0_) / wall);
+    return (thread_cpu_s() - cpu0_) / wall;
+  }
+
+ private:
+  double delay0_, cpu0_, wall0_;
+};
+
 template <class F>
 double min_of(int trials, F&& once) {
   double best = 1e30;
@@ -77,7 +106,7 @@ ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t
   };
   ProbeSample s;
   round_trip(8, 100);  // warm-up: both ranks running, paths set up
-  const double cpu0 = thread_cpu_s(), wall0 = now_s();
+  const CoreShare core_share;
   {
     // Each round trip timed alone; the 20th percentile, so that a rank
     // descheduled for part of the run (a busy neighbour, a rank that
@@ -88,21 +117,23 @@ ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t
     std::nth_element(t.begin(), t.begin() + t.size() / 5, t.end());
     s.alpha_s = t[t.size() / 5];
   }
-  // The share of a core this rank had while the small messages went back
-  // and forth: about 1 when each rank has a core of its own (its waits
-  // spin), about ½ when the two share one (another job on the other core).
-  const double share = (thread_cpu_s() - cpu0) / std::max(now_s() - wall0, 1e-9);
+  round_trip(kBigBytes, 1);  // touches the buffers and the transport's rings
+  const double t_big = min_of(4, [&] { return round_trip(kBigBytes, 1); });
+  s.gbps = double(kBigBytes) / std::max(t_big - s.alpha_s, 1e-9) / 1e9;
+  // The share of a core this rank had while the messages went back and
+  // forth: about 1 when each rank has a core of its own, about ½ when it
+  // shares one with a busy task. Over both phases (~15 ms), not the small
+  // messages alone: those take ~0.5 ms, less than the scheduler's slice,
+  // and fitted between a busy neighbour's turns (seen once in a test).
+  const double share = core_share.get();
   if (leader) {
     double theirs = 0;
     recv(&theirs, sizeof theirs);
     s.core_share = std::min(share, theirs);
   } else {
     send(&share, sizeof share);
+    return ProbeSample{};
   }
-  round_trip(kBigBytes, 1);  // touches the buffers and the transport's rings
-  const double t_big = min_of(4, [&] { return round_trip(kBigBytes, 1); });
-  s.gbps = double(kBigBytes) / std::max(t_big - s.alpha_s, 1e-9) / 1e9;
-  if (!leader) return ProbeSample{};
   // In place (a += b), as the algorithms fold a received block into their
   // accumulator, on the two halves of the message buffer: its pages are
   // already mapped (fresh ones cost more than the sums here).

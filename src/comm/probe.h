@@ -29,9 +29,10 @@ struct ProbeSample {
   double alpha_s = 0;      // 8-byte message
   double gbps = 0;         // 16 MiB message, α removed
   double reduce_gbps = 0;  // f32 sum of two 8 MiB buffers, in place
-  // The smaller of the two ranks' shares of a core while it ran (thread
-  // CPU time / wall time); well below 1 means the ranks shared cores with
-  // other work and the figures describe that moment, not the machine.
+  // The smaller of the two ranks' shares of a core while the small
+  // messages ran (1 − time waiting for a core / wall time); well below 1
+  // means the ranks shared cores with other work and the figures describe
+  // that moment, not the machine.
   double core_share = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -198,11 +199,15 @@ TEST(ProbeJob, FiguresTakenWhileSharingACoreAreNotCached) {
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     ASSERT_EQ(::sched_setaffinity(0, sizeof set, &set), 0);
-    // Inherits the mask; spins until the rank's process exits.
+    // Inherits the mask; spins until the rank's process exits. The rank
+    // goes on once it has run.
+    static std::atomic<bool> running{false};
     std::thread([] {
       static volatile uint64_t spins = 0;
+      running.store(true);
       for (;;) spins = spins + 1;
     }).detach();
+    while (!running.load()) std::this_thread::yield();
   });
   EXPECT_FALSE(exists(cache + "/braid/tuning.json")) << slurp(cache + "/braid/tuning.json");
 }
