@@ -33,9 +33,7 @@ std::string describe_call(const MsgSig& s, const std::string& algo) {
      << dtype_name(s.dtype);
   if (s.op == CollOp::kAllReduce || s.op == CollOp::kReduce || s.op == CollOp::kReduceScatter)
     os << " " << reduce_op_name(s.rop);
-  if ((s.op == CollOp::kSend || s.op == CollOp::kRecv) && s.root == CommImpl::kProbeTag)
-    os << ", the cost-model probe at creation";
-  else if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " tag " << s.root;
+  if (s.op == CollOp::kSend || s.op == CollOp::kRecv) os << " tag " << s.root;
   else if (s.root >= 0) os << " root " << s.root;
   os << ", " << algo << ")";
   return os.str();
@@ -54,9 +52,7 @@ std::string CommImpl::agree_cost_text(Store& pstore) const {
     pstore.set_str("cost", mine);
     return mine;
   }
-  const std::string text = pstore.get_str("cost");
-  parse_cost_params(text, "of rank 0");
-  return text;
+  return pstore.get_str("cost");  // parsed by make_selector
 }
 
 void CommImpl::make_selector(int nhosts, int max_local, bool any_tcp, bool all_shm, int cores) {
@@ -66,8 +62,8 @@ void CommImpl::make_selector(int nhosts, int max_local, bool any_tcp, bool all_s
   last_choice_ = LastChoice{};
 }
 
-void CommImpl::probe_links(Store& pstore, int max_local, int cores) {
-  if (size_ < 2) return;
+bool CommImpl::probe_links(Store& pstore, int max_local, int cores) {
+  if (size_ < 2) return false;
   std::vector<ProbeLink> plan;
   if (rank_ == 0) {
     std::vector<ProbeLink> kinds;  // rank 0's lowest peer over each transport
@@ -84,17 +80,17 @@ void CommImpl::probe_links(Store& pstore, int max_local, int cores) {
   } else {
     plan = parse_plan(pstore.get_str("probe"));
   }
-  if (plan.empty()) return;
+  if (plan.empty()) return false;
   std::string text = cost_text_;
   const double t0 = now_s();
   for (const auto& l : plan) {
     if (rank_ != 0 && rank_ != l.peer) continue;
     const int other = rank_ == 0 ? l.peer : 0;
     auto send = [&](const void* b, size_t n) {
-      launch_p2p(true, b, nullptr, n, DType::kU8, other, kProbeTag, n, false);
+      launch_p2p(true, b, nullptr, n, DType::kU8, other, -1, n, false, CollOp::kProbe);
     };
     auto recv = [&](void* b, size_t n) {
-      launch_p2p(false, nullptr, b, n, DType::kU8, other, kProbeTag, n, false);
+      launch_p2p(false, nullptr, b, n, DType::kU8, other, -1, n, false, CollOp::kProbe);
     };
     const ProbeSample s = probe_link(rank_ == 0, send, recv);
     // Every message of the probe has been matched, so both ends can start
@@ -122,7 +118,9 @@ void CommImpl::probe_links(Store& pstore, int max_local, int cores) {
   }
   if (rank_ == 0) pstore.set_str("cost/probed", text);
   else text = pstore.get_str("cost/probed");
+  const bool changed = text != cost_text_;
   cost_text_ = text;
+  return changed;
 }
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
@@ -169,12 +167,12 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   cost_text_ = cost_text ? *cost_text : agree_cost_text(*pstore);
   // The hierarchy exists only with several hosts, and is built below.
   const bool hier = !flat && !env_flag("BRAID_NO_HIER") && nhosts > 1 && max_local > 1;
-  make_selector(hier ? nhosts : 1, max_local, any_tcp, all_shm, cores);
-  if (!cost_text) {
-    const std::string before = cost_text_;
-    probe_links(*pstore, max_local, cores);
-    if (cost_text_ != before) make_selector(hier ? nhosts : 1, max_local, any_tcp, all_shm, cores);
-  }
+  const int sel_hosts = hier ? nhosts : 1;
+  make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
+  // The probe's messages go through this communicator, so it needs a
+  // selector already; a changed text gets a new one.
+  if (!cost_text && probe_links(*pstore, max_local, cores))
+    make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   if (hier) build_hierarchy();
   host_ring_.peers_on_shm = all_shm && size_ > 1;
   std::lock_guard<std::mutex> l(g_registry_mu);
@@ -468,9 +466,9 @@ void CommImpl::worker_loop() {
 }
 
 Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t,
-                          int peer, int tag, size_t bytes, bool async) {
+                          int peer, int tag, size_t bytes, bool async, CollOp op) {
   // A receive carries the sender's signature (kSend) so the two compare equal.
-  MsgSig sig = next_sig(CollOp::kSend, count, t, ReduceOp::kSum, tag,
+  MsgSig sig = next_sig(op, count, t, ReduceOp::kSum, tag,
                         int64_t(next_p2p_seq(peer, sending)));
   const std::string& algo = choose(CollOp::kSend, bytes, t);
   // A blocking call with nothing queued runs alone, right here (nothing
@@ -502,12 +500,10 @@ Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count
 
 std::string CommImpl::describe_p2p(const WorkState::P2p& p) const {
   const bool send = p.kind == Request::Kind::kSend;
-  return std::string(send ? "send to " : "recv from ") + "rank " + std::to_string(p.peer) +
-         " (seq " + std::to_string(p.sig.seq) + ", count " + std::to_string(p.sig.count) + " " +
-         dtype_name(p.sig.dtype) + ", " +
-         (p.sig.root == kProbeTag ? std::string("the cost-model probe at creation")
-                                  : "tag " + std::to_string(p.sig.root)) +
-         ")";
+  return std::string(p.sig.op == CollOp::kProbe ? "probe " : "") +
+         (send ? "send to " : "recv from ") + "rank " + std::to_string(p.peer) + " (seq " +
+         std::to_string(p.sig.seq) + ", count " + std::to_string(p.sig.count) + " " +
+         dtype_name(p.sig.dtype) + ", tag " + std::to_string(p.sig.root) + ")";
 }
 
 void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {

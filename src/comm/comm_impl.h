@@ -86,9 +86,6 @@ class CommImpl {
            const std::string* cost_text = nullptr);
   ~CommImpl();
 
-  // The tag of the probe's messages (user tags are never negative).
-  static constexpr int kProbeTag = -2;
-
   int rank() const { return rank_; }
   int size() const { return size_; }
   int host_size() const {
@@ -116,9 +113,11 @@ class CommImpl {
     }
     return launch_queued(sig, algo, AlgoFn(std::forward<F>(fn)), id, async);
   }
-  // send (from src) or recv (into dst) of `bytes` with `peer`.
+  // send (from src) or recv (into dst) of `bytes` with `peer`. `op`:
+  // kSend, or kProbe for the cost-model probe's messages (probe_links), so
+  // that errors and the flight recorder name them.
   Work launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t, int peer, int tag,
-                  size_t bytes, bool async);
+                  size_t bytes, bool async, CollOp op = CollOp::kSend);
 
   // Called by Work::wait: while the worker thread is idle, runs the queued
   // operations, oldest first, on the calling thread until `w` is done.
@@ -175,7 +174,8 @@ class CommImpl {
   void make_selector(int nhosts, int max_local, bool any_tcp, bool all_shm, int cores);
   // Probes the links probe_plan names and updates cost_text_ (collective:
   // rank 0 decides and caches, the others follow through the store).
-  void probe_links(Store& pstore, int max_local, int cores);
+  // Returns whether cost_text_ changed.
+  bool probe_links(Store& pstore, int max_local, int cores);
   void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
   MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);
   bool inline_begin();

@@ -97,11 +97,7 @@ std::string FlightRecorder::dump(const std::string& header) const {
                   dtype_name(DType(e.dtype.load(std::memory_order_relaxed))),
                   (unsigned long long)e.count.load(std::memory_order_relaxed),
                   reduce_op_name(ReduceOp(e.rop.load(std::memory_order_relaxed))),
-                  // tag -2: the cost-model probe's messages (CommImpl::kProbeTag)
-                  p2p && root == -2 ? "probe"
-                  : root < 0        ? ""
-                                    : ((p2p ? "tag " : "root ") + std::to_string(root)).c_str(),
-                  algo,
+                  root < 0 ? "" : ((p2p ? "tag " : "root ") + std::to_string(root)).c_str(), algo,
                   states[int(state)], run_us, state == State::kRunning ? "  <- in progress" : "");
     os << line;
   }

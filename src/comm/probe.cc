@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -24,8 +25,6 @@ namespace {
 constexpr size_t kBigBytes = 16 << 20;
 constexpr size_t kHugePage = 2 << 20;
 
-// Minimum over `trials` of `once()`: the least disturbed run, so a probe
-// taken beside other work still measures the link.
 double thread_cpu_s() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -61,11 +60,25 @@ class CoreShare {
   double delay0_, cpu0_, wall0_;
 };
 
+// Minimum over `trials` of `once()`: the least disturbed run, so a probe
+// taken beside other work still measures the link.
 template <class F>
 double min_of(int trials, F&& once) {
   double best = 1e30;
   for (int i = 0; i < trials; ++i) best = std::min(best, once());
   return best;
+}
+
+// Tuning text as a JSON object ("" or JSON that is not an object gives an
+// empty one); nullopt if it does not parse.
+std::optional<nlohmann::json> tuning_object(const std::string& text) {
+  if (text.empty()) return nlohmann::json::object();
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    return j.is_object() ? j : nlohmann::json::object();
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -176,15 +189,7 @@ double calibrate_reduce_gbps(const std::string& kind, const ProbeSample& s) {
 
 std::string merge_probe(const std::string& text, const std::string& kind, const ProbeSample& s,
                         const std::string& host) {
-  nlohmann::json j = nlohmann::json::object();
-  if (!text.empty()) {
-    try {
-      j = nlohmann::json::parse(text);
-      if (!j.is_object()) j = nlohmann::json::object();
-    } catch (const nlohmann::json::exception&) {
-      j = nlohmann::json::object();
-    }
-  }
+  nlohmann::json j = tuning_object(text).value_or(nlohmann::json::object());
   const LinkCost l = calibrate_link(kind, s);
   j[kind] = {{"alpha_us", l.alpha_s * 1e6}, {"gbps", 1.0 / l.beta_s_per_b / 1e9}};
   j["reduce_gbps"] = calibrate_reduce_gbps(kind, s);
@@ -220,17 +225,11 @@ std::vector<ProbeLink> probe_plan(const std::string& text,
                                   int max_local, int cores) {
   if (env_str("BRAID_TUNING") || env_str("BRAID_PROBE").value_or("1") == "0") return {};
   if (size < 2 || max_local > cores) return {};
-  nlohmann::json j = nlohmann::json::object();
-  if (!text.empty()) {
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception&) {
-      return {};  // the parser has already rejected it
-    }
-  }
+  const auto j = tuning_object(text);
+  if (!j) return {};  // the parser has already rejected it
   std::vector<ProbeLink> plan;
   for (const auto& l : peer_of_kind)
-    if (l.peer > 0 && !(j.is_object() && j.contains(l.kind))) plan.push_back(l);
+    if (l.peer > 0 && !j->contains(l.kind)) plan.push_back(l);
   return plan;
 }
 

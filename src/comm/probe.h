@@ -4,7 +4,7 @@
 // The selector's α, β and γ are not raw hardware figures: its formulas and
 // their built-in values were fitted together, against measured algorithm
 // times on this project's reference VM (see select.cc). A probe's raw
-// numbers (an 8-byte ping-pong, a 16 MiB ping-pong, a 16 MiB sum) are
+// numbers (8-byte and 16 MiB ping-pongs, an 8 MiB in-place sum) are
 // therefore not used as they are. They are compared with what the same
 // probe measured on the reference VM, and the built-in values are scaled by
 // that ratio: a machine whose link moves bytes twice as fast gets half the
@@ -29,8 +29,8 @@ struct ProbeSample {
   double alpha_s = 0;      // 8-byte message
   double gbps = 0;         // 16 MiB message, α removed
   double reduce_gbps = 0;  // f32 sum of two 8 MiB buffers, in place
-  // The smaller of the two ranks' shares of a core while the small
-  // messages ran (1 − time waiting for a core / wall time); well below 1
+  // The smaller of the two ranks' shares of a core while the messages
+  // ran (1 − time waiting for a core / wall time); well below 1
   // means the ranks shared cores with other work and the figures describe
   // that moment, not the machine.
   double core_share = 0;

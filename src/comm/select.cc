@@ -52,18 +52,20 @@ std::string default_tuning_path() {
   return "";
 }
 
-std::string read_tuning() {
-  const std::string path = default_tuning_path();
-  if (path.empty()) return "";
+std::string read_tuning_file(const std::string& path) {
   std::ifstream f(path);
-  if (!f) {
-    if (env_str("BRAID_TUNING"))
-      throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + path);
-    return "";  // no cached probe yet: built-in defaults
-  }
+  if (!f) return "";
   std::ostringstream text;
   text << f.rdbuf();
   return text.str();
+}
+
+std::string read_tuning() {
+  const std::string path = default_tuning_path();
+  if (path.empty()) return "";
+  if (env_str("BRAID_TUNING") && !std::ifstream(path))
+    throw Error(Errc::kInvalidArgument, "BRAID_TUNING: cannot open " + path);
+  return read_tuning_file(path);  // "" with no cached probe yet: the built-in values
 }
 
 CostParams parse_cost_params(const std::string& text, const std::string& from) {

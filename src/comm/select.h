@@ -38,6 +38,8 @@ struct CostParams {
 // else the probe's cache ($XDG_CACHE_HOME or
 // ~/.cache/braid/tuning.json) if present, else "" (the built-in defaults).
 std::string read_tuning();
+// The text of the tuning file at `path`, or "" if it cannot be opened.
+std::string read_tuning_file(const std::string& path);
 // Cost parameters from a tuning file's text ("": the defaults); `from`
 // names the file in errors. The same text gives the same bits everywhere.
 CostParams parse_cost_params(const std::string& text, const std::string& from);

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "braid/comm.h"
@@ -25,7 +24,6 @@
 #include "braid/reduce.h"
 #include "comm/probe.h"
 #include "comm/select.h"
-#include <fstream>
 #include "subcommands.h"
 
 namespace braid::tool {
@@ -302,21 +300,13 @@ int run_probe(Communicator& comm, const Opts& o) {
   if (r != 0) return 0;
   std::string path = o.probe_out.empty() ? comm::default_tuning_path() : o.probe_out;
   if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
-  std::string text;
-  {
-    std::ifstream in(path);
-    if (in) {
-      std::ostringstream os;
-      os << in.rdbuf();
-      text = os.str();
-    }
-  }
   if (s.core_share < comm::kMinCoreShare)
     throw Error(Errc::kInvalidArgument,
                 "--probe: the ranks had " + std::to_string(s.core_share) +
                     " of a core each (other work is running), so the figures would describe "
                     "that load, not the machine; " + path + " not written");
-  comm::write_tuning(path, comm::merge_probe(text, kind, s, hostname()));
+  comm::write_tuning(path,
+                     comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()));
   const comm::LinkCost l = comm::calibrate_link(kind, s);
   std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
               "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
