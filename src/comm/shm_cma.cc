@@ -96,7 +96,7 @@ size_t ShmWire::send_cma_desc(Peer& p, uint8_t* s, const Request& r) {
   h->first = kFirstCma;
   h->len = uint32_t(sizeof d);
   std::memcpy(s + payload_off(sizeof d), &d, sizeof d);
-  p.out->head.store(++p.out_head, std::memory_order_seq_cst);
+  publish(p.out->head, ++p.out_head);
   wake_if_sleeping(p);
   return 1;
 }
@@ -124,7 +124,7 @@ size_t ShmWire::start_cma_recv(Peer& p, const uint8_t* s, uint32_t len, uint64_t
     throw_protocol(p.rank, "shm single-copy descriptor " + std::to_string(d.index) + " out of sequence");
   p.recv_cma_addr = d.addr;
   p.recv_cma = true;
-  p.in->tail.store(++p.in_tail, std::memory_order_seq_cst);
+  publish(p.in->tail, ++p.in_tail);
   wake_if_sleeping(p);
   return 1;
 }
@@ -168,7 +168,7 @@ size_t ShmWire::cma_read_piece(Peer& p, Request& r) {
 // The whole message is read: the sender's send may complete.
 void ShmWire::ack_cma_recv(Peer& p) {
   p.recv_cma = false;
-  p.in->cma_ack.store(++p.cma_read, std::memory_order_seq_cst);
+  publish(p.in->cma_ack, ++p.cma_read);
   wake_if_sleeping(p);
 }
 

@@ -30,6 +30,11 @@ namespace {
 
 constexpr uint64_t kLivenessEveryNs = 50'000'000;
 constexpr uint64_t kSleepSliceNs = 50'000'000;
+// How long a rank about to sleep keeps looking after raising its waiting
+// flag: far longer than a store takes to leave a core's store buffer (the
+// line's trip from the polling peer, 0.1-0.4 µs on this VM). Should one ever
+// take longer, that message waits for the sleep slice to end.
+constexpr uint64_t kPublishGraceNs = 5'000;
 
 // Bytes per slot for a message of `bytes`: whole slots for large messages
 // (fewer hand-offs, which is what oversubscribed ranks need), but at least
@@ -78,8 +83,8 @@ size_t env_slots(size_t slot_bytes, size_t nrings) {
 // faster here for pieces of 64 KiB and up: 2-rank all_to_all +10-20 % at
 // 1-8 MiB, all_reduce +10-17 %, broadcast +20-40 %, all_gather +10-40 % at
 // 1-64 MiB (2026-11-22, three and two rounds alternating). stream_copy's
-// sfence orders the streamed lines before the seq_cst store that publishes
-// the slot.
+// sfence orders the streamed lines before the store that publishes the slot
+// (x86 keeps ordinary stores in order, not streaming ones).
 size_t env_stream_bytes() { return env_min_bytes("BRAID_SHM_STREAM_BYTES", 64 << 10); }
 
 }  // namespace
@@ -113,6 +118,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   stream_bytes_ = env_stream_bytes();
   my_->cma_probe_word = ctx.peers[size_t(ctx.rank)].nonce | 1;
   my_->cma_probe_addr = uint64_t(reinterpret_cast<uintptr_t>(&my_->cma_probe_word));
+  light_publish_ = env_int("BRAID_SHM_LIGHT_PUBLISH", 1) != 0;
   my_->magic = kMagic;
   ctx.store->set_str("shm/ready/" + std::to_string(ctx.rank), std::to_string(layout_.total));
 
@@ -209,7 +215,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       b.len = uint32_t(bytes);
       b.sig = r->sig;
       if (bytes) std::memcpy(b.data, r->src, bytes);
-      b.stamp.store(++p.fb_head, std::memory_order_seq_cst);
+      publish(b.stamp, ++p.fb_head);
       if (r->copy_to != nullptr && bytes) std::memcpy(r->copy_to, r->src, bytes);
       wake_if_sleeping(p);
       r->done = bytes;
@@ -245,7 +251,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       h->len = uint32_t(chunk);
       const uint8_t* from = static_cast<const uint8_t*>(r->src) + r->done;
       if (chunk) copy_maybe_streamed(s + payload_off(chunk), from, chunk, chunk >= stream_bytes_);
-      p.out->head.store(++p.out_head, std::memory_order_seq_cst);
+      publish(p.out->head, ++p.out_head);
       // The sender's own copy, from the source the slot copy just read.
       if (r->copy_to != nullptr && chunk) std::memcpy(static_cast<uint8_t*>(r->copy_to) + r->done, from, chunk);
       r->done += chunk;
@@ -294,7 +300,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         if (r->kind == Request::Kind::kRecv) std::memcpy(r->dst, b.data, bytes);
         else reduce2(r->dst, r->acc, b.data, bytes / dtype_size(r->dtype), r->dtype, r->rop);
       }
-      p.in->fb_tail.store(++p.fb_in, std::memory_order_seq_cst);
+      publish(p.in->fb_tail, ++p.fb_in);
       if (p.in->fb_blocked.load(std::memory_order_seq_cst)) wake_if_sleeping(p);
       r->done = bytes;
       r->complete = true;
@@ -357,7 +363,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
           reduce2(dst, acc, src, len / dtype_size(r->dtype), r->dtype, r->rop);
         }
       }
-      p.in->tail.store(++p.in_tail, std::memory_order_seq_cst);
+      publish(p.in->tail, ++p.in_tail);
       r->done += len;
       moved += len + 1;
       wake_if_sleeping(p);
@@ -450,7 +456,10 @@ void ShmWire::wait_activity(std::chrono::microseconds timeout) {
     uint64_t slice = std::min(deadline - now, kSleepSliceNs);
     const uint32_t seen = my_->bell.load(std::memory_order_seq_cst);
     my_->waiting.store(1, std::memory_order_seq_cst);
-    if (ready()) {
+    // A peer's plain-store publish (ShmWire::publish) that read the flag
+    // before we raised it is on its way out of that core's store buffer:
+    // look for kPublishGraceNs, not once, before sleeping on it.
+    if (spin_until([&] { return ready(); }, kPublishGraceNs)) {
       my_->waiting.store(0, std::memory_order_relaxed);
       return;
     }

@@ -4,7 +4,7 @@
 // plus a "waiting" flag) and one inbound ring per same-host peer: `BRAID_SHM_SLOTS` slots (default 8) of
 // `BRAID_SHM_SLOT_BYTES` payload bytes (default 512 KiB), head/tail counters
 // on their own cache lines. A sender memcpys a chunk into a free slot and
-// publishes it (seq_cst store of head); the receiver copies it out (kRecv)
+// publishes it (store of head); the receiver copies it out (kRecv)
 // or reduces straight out of the slot (kRecvReduce) and frees it. Large
 // messages stream through the ring chunk by chunk, so sender and receiver
 // copy concurrently and the data in flight stays in the shared cache.
@@ -22,8 +22,10 @@
 // recv, tail of each ring with a posted send) for BRAID_SPIN_US (default 200
 // µs, 2 µs when the host has more ranks than cores), then raises its waiting
 // flag, re-checks the rings and FUTEX_WAITs on its doorbell (shared futex,
-// 50 ms slices). A peer that publishes or frees a slot (seq_cst store) and
-// then sees the flag up bumps the doorbell and FUTEX_WAKEs; while both sides
+// 50 ms slices). A peer that publishes or frees a slot and then sees the
+// flag up bumps the doorbell and FUTEX_WAKEs. The publish is a plain store,
+// and the sleeper keeps looking for 5 µs after raising its flag, so one side
+// sees the other (ShmWire::publish). While both sides
 // are awake no doorbell traffic happens at all. Peer death is seen through pidfds (kill(pid,0) where
 // pidfd_open is missing) checked during waits and every ~50 ms in progress().
 //

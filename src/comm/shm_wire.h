@@ -193,10 +193,28 @@ class ShmWire final : public Wire {
   size_t cma_read_piece(Peer& p, Request& r);
   void ack_cma_recv(Peer& p);
   uint32_t probe_cma(const Peer& p) const;
-  // Called after a seq_cst store that publishes a slot (head) or frees one
-  // (tail): a peer that went to sleep before seeing it has raised its
-  // waiting flag, and the seq_cst pair (our store then load, its flag store
-  // then re-check) guarantees one side sees the other.
+  // Stores a counter that a peer polls (a fast-box stamp, a ring's head or
+  // tail, an ack); wake_if_sleeping() must follow. By default a plain store
+  // (x86: `mov`), so the caller goes on to its next poll while the line
+  // travels to the peer. The load in wake_if_sleeping() may then run before
+  // the store is visible, and miss a peer that raised its waiting flag in
+  // between; that peer's re-check after raising the flag outlasts the store's
+  // way out of the store buffer (kPublishGraceNs, wait_activity), so it sees
+  // the message itself. BRAID_SHM_LIGHT_PUBLISH=0: a seq_cst store (`xchg`),
+  // which orders the pair outright but first waits until every line of the
+  // message has been taken back from the peer's cache: ~40 ns per 8-byte
+  // all_reduce and ~350 ns per 4 KiB one here (docs/PERFORMANCE.md).
+  void publish(std::atomic<uint64_t>& at, uint64_t v) const {
+    if (light_publish_) {
+      at.store(v, std::memory_order_release);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the flag load below
+    } else {
+      at.store(v, std::memory_order_seq_cst);
+    }
+  }
+  // Called after publish(): a peer that went to sleep before seeing the
+  // store has raised its waiting flag (see publish() for why one side sees
+  // the other).
   void wake_if_sleeping(Peer& p) {
     if (p.seg->waiting.load(std::memory_order_seq_cst)) {
       p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
@@ -247,6 +265,7 @@ class ShmWire final : public Wire {
   std::vector<int> index_;  // rank -> index in peers_local_, -1 if not shm
   size_t npending_ = 0;
   ShmWaitPlan wait_;
+  bool light_publish_ = true;  // BRAID_SHM_LIGHT_PUBLISH (publish())
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;
   uint64_t cma_bytes_ = 0;            // BRAID_SHM_CMA_BYTES; 0: single copy off

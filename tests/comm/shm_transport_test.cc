@@ -1,6 +1,7 @@
 // Shared-memory transport tests: the opt-in single-copy path
 // (process_vm_readv; see src/comm/shm_cma.cc), with real processes
 // (tests/support/multiproc.h). transport_test.cc covers shm and tcp alike.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -12,7 +13,10 @@
 #include <cstddef>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -290,6 +294,94 @@ TEST(ShmSingleCopyFaults, UnmappedSourceIsAnError) {
     store->set_str("seen", "1");
   }, 30s, kCmaOn);
 }
+
+
+// Waking a sleeping receiver (ShmWire::publish). Rank 1 sleeps as soon as
+// its quick polls find nothing (BRAID_SPIN_US=0); rank 0 sends after a
+// varying pause of 0-5 µs, so its publish lands before, during and after
+// rank 1's fall asleep, and each side waits with a 2 s timeout, so a wake-up
+// lost between the publish and the sleeper's re-check costs the full 50 ms
+// sleep slice. Counted: round trips of 40 ms or more, unless either rank
+// spent 5 ms of that round waiting for a core (a busy machine, not a lost
+// wake-up; from /proc/thread-self/schedstat). With plain-store publishes
+// (the default) and with seq_cst ones (BRAID_SHM_LIGHT_PUBLISH=0).
+class ShmWake : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShmWake, SleepingReceiverWakesAtOnce) {
+  const std::vector<std::string> env = {"BRAID_SPIN_US=0", "BRAID_SHM_LIGHT_PUBLISH=" + GetParam()};
+  expect_all_pass(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = make(rank, size, *store, "shm");
+    auto finish = [&](Request& r) {
+      while (!r.complete)
+        if (!t->progress()) t->wait_activity(std::chrono::seconds(2));
+    };
+    auto voluntary_switches = [] {
+      std::ifstream f("/proc/self/status");
+      std::string line;
+      while (std::getline(f, line))
+        if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+      return -1L;
+    };
+    // Nanoseconds this thread has spent runnable but not running.
+    const int sfd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(sfd, 0);
+    auto run_delay = [sfd] {
+      char buf[128] = {};
+      if (::pread(sfd, buf, sizeof buf - 1, 0) <= 0) return uint64_t(0);
+      unsigned long long on_cpu = 0, delay = 0;
+      return std::sscanf(buf, "%llu %llu", &on_cpu, &delay) == 2 ? uint64_t(delay) : uint64_t(0);
+    };
+    const long sw0 = voluntary_switches();
+    constexpr int kRounds = 60000;
+    std::vector<int> slow, starved;
+    uint64_t worst = 0, x = 12345, delay0 = run_delay();
+    for (int i = 0; i < kRounds; ++i) {
+      uint64_t v = uint64_t(i), got = 0;
+      Request s, r;
+      tutil::send_recv_pair(1 - rank, sig_of(CollOp::kSend, uint64_t(i), 1, 8), &v, &got, s, r);
+      const uint64_t t0 = now_ns();
+      if (rank == 0) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t until = t0 + (x >> 33) % 20'000;
+        while (now_ns() < until) cpu_relax();
+        t->post(&s);
+        t->post(&r);
+        finish(s);
+        finish(r);
+      } else {
+        t->post(&r);
+        finish(r);
+        t->post(&s);
+        finish(s);
+      }
+      ASSERT_EQ(got, uint64_t(i));
+      const uint64_t dt = now_ns() - t0, delay = run_delay();
+      worst = std::max(worst, dt);
+      if (dt >= 40'000'000) slow.push_back(i);
+      if (delay - delay0 >= 5'000'000) starved.push_back(i);
+      delay0 = delay;
+    }
+    ::close(sfd);
+    // The receiver did fall asleep (a futex wait is a voluntary switch) in
+    // a good share of the rounds, or this tested nothing.
+    if (rank == 1) {
+      EXPECT_GE(voluntary_switches() - sw0, kRounds / 5);
+    }
+    std::string mine;
+    for (int i : starved) mine += std::to_string(i) + " ";
+    store->set_str("starved/" + std::to_string(rank), mine);
+    store->wait({"starved/" + std::to_string(1 - rank)}, 30s);
+    std::istringstream theirs(store->get_str("starved/" + std::to_string(1 - rank)));
+    for (int i; theirs >> i;) starved.push_back(i);
+    int stalls = 0;
+    for (int i : slow) stalls += std::find(starved.begin(), starved.end(), i) == starved.end();
+    EXPECT_EQ(stalls, 0) << "rank " << rank << ": " << stalls << " of " << kRounds
+                         << " round trips took 40 ms or more with both ranks on a core (worst "
+                         << worst / 1000 << " µs)";
+  }, 60s, env);
+}
+
+INSTANTIATE_TEST_SUITE_P(LightPublish, ShmWake, ::testing::Values("1", "0"));
 
 }  // namespace
 }  // namespace braid::comm

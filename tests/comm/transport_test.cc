@@ -246,13 +246,7 @@ TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
       for (int it = 0; it < 200; ++it) {
         uint64_t out = uint64_t(rank * 1000 + id * 100 + it), in = 0;
         Request s, r;
-        s.kind = Request::Kind::kSend;
-        s.peer = 1 - rank;
-        s.sig = sig_of(CollOp::kAllReduce, uint64_t(it), 1, 8);
-        s.src = &out;
-        r = s;
-        r.kind = Request::Kind::kRecv;
-        r.dst = &in;
+        tutil::send_recv_pair(1 - rank, sig_of(CollOp::kAllReduce, uint64_t(it), 1, 8), &out, &in, s, r);
         t->post(&s);
         t->post(&r);
         drive(*t, {&s, &r});

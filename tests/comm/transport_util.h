@@ -95,6 +95,19 @@ inline std::unique_ptr<Transport> make(int rank, int size, Store& store, const s
   return make_transport(rank, size, view, o);
 }
 
+// A send of `sig` from `src` and a receive of it into `dst`, both with `peer`.
+inline void send_recv_pair(int peer, const MsgSig& sig, const void* src, void* dst, Request& s, Request& r) {
+  s = Request{};
+  s.kind = Request::Kind::kSend;
+  s.peer = peer;
+  s.sig = sig;
+  s.src = src;
+  r = s;
+  r.kind = Request::Kind::kRecv;
+  r.src = nullptr;
+  r.dst = dst;
+}
+
 // Drives requests to completion; Error(kTimeout) after `limit`.
 inline void drive(Transport& t, const std::vector<Request*>& reqs,
                   std::chrono::milliseconds limit = std::chrono::seconds(30)) {
