@@ -30,6 +30,12 @@ uint64_t now_ns();
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
 
+// Nanoseconds the calling thread has spent ready to run but waiting for a
+// core (the second field of /proc/thread-self/schedstat), or -1 where the
+// kernel does not say. Cheap enough to call often: the file stays open per
+// thread (one pread a call).
+int64_t thread_run_delay_ns();
+
 // Peak resident set size of this process, in bytes (from getrusage).
 uint64_t peak_rss_bytes();
 

@@ -31,16 +31,6 @@ double thread_cpu_s() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-// Seconds this thread has spent ready to run but waiting for a core (the
-// second field of /proc/thread-self/schedstat), or -1 where the kernel
-// does not say.
-double thread_run_delay_s() {
-  std::ifstream f("/proc/thread-self/schedstat");
-  unsigned long long on_cpu = 0, waiting = 0;
-  if (!(f >> on_cpu >> waiting)) return -1;
-  return double(waiting) * 1e-9;
-}
-
 // The share of a core this thread had over an interval: 1 − (time it waited
 // for a core) / (wall time). Unlike CPU time / wall time it does not count
 // a wait that sleeps (a TCP link whose round trip outlasts the spin) as
@@ -48,16 +38,17 @@ double thread_run_delay_s() {
 // back to CPU time / wall time without schedstat.
 class CoreShare {
  public:
-  CoreShare() : delay0_(thread_run_delay_s()), cpu0_(thread_cpu_s()), wall0_(now_s()) {}
+  CoreShare() : delay0_(thread_run_delay_ns()), cpu0_(thread_cpu_s()), wall0_(now_s()) {}
   double get() const {
     const double wall = std::max(now_s() - wall0_, 1e-9);
-    const double delay = thread_run_delay_s();
-    if (delay0_ >= 0 && delay >= 0) return std::max(0.0, 1 - (delay - delay0_) / wall);
+    const int64_t delay = thread_run_delay_ns();
+    if (delay0_ >= 0 && delay >= 0) return std::max(0.0, 1 - double(delay - delay0_) * 1e-9 / wall);
     return (thread_cpu_s() - cpu0_) / wall;
   }
 
  private:
-  double delay0_, cpu0_, wall0_;
+  int64_t delay0_;
+  double cpu0_, wall0_;
 };
 
 // Minimum over `trials` of `once()`: the least disturbed run, so a probe

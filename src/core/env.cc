@@ -1,10 +1,12 @@
 #include "braid/env.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <time.h>
@@ -77,6 +79,31 @@ int usable_cores() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int64_t thread_run_delay_ns() {
+  // Opened by the thread it describes: /proc/thread-self resolves at open,
+  // so a child of fork() (same thread_local, another thread) opens its own.
+  struct Stat {
+    pid_t tid = -1;
+    int fd = -1;
+    ~Stat() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  thread_local Stat st;
+  if (st.tid != ::gettid()) {
+    if (st.fd >= 0) ::close(st.fd);
+    st.tid = ::gettid();
+    st.fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  }
+  if (st.fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::pread(st.fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  unsigned long long on_cpu = 0, waiting = 0;
+  return std::sscanf(buf, "%llu %llu", &on_cpu, &waiting) == 2 ? int64_t(waiting) : -1;
 }
 
 uint64_t peak_rss_bytes() {

@@ -1,7 +1,6 @@
 // Shared-memory transport tests: the opt-in single-copy path
 // (process_vm_readv; see src/comm/shm_cma.cc), with real processes
 // (tests/support/multiproc.h). transport_test.cc covers shm and tcp alike.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -13,7 +12,6 @@
 #include <cstddef>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -180,15 +178,10 @@ TEST_P(ShmSingleCopy, BothWaysAtOnceDoesNotDeadlock) {
     for (size_t k = 0; k <= nchunks; ++k) {
       const size_t off = k * chunk, len = k < nchunks ? chunk : big;
       Request& s = reqs[2 * k];
-      s.kind = Request::Kind::kSend;
-      s.peer = 1 - rank;
-      s.sig = sig_of(CollOp::kAllGather, 9, nchunks, len, DType::kU8, ReduceOp::kSum, int32_t(k));
-      s.src = out.data() + off;
       Request& r = reqs[2 * k + 1];
-      r = s;
-      r.kind = Request::Kind::kRecv;
-      r.src = nullptr;
-      r.dst = in.data() + off;
+      tutil::send_recv_pair(1 - rank, 1 - rank,
+                            sig_of(CollOp::kAllGather, 9, nchunks, len, DType::kU8, ReduceOp::kSum, int32_t(k)),
+                            out.data() + off, in.data() + off, s, r);
       t->post(&s);
       all.push_back(&s);
     }
@@ -322,23 +315,16 @@ TEST_P(ShmWake, SleepingReceiverWakesAtOnce) {
         if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
       return -1L;
     };
-    // Nanoseconds this thread has spent runnable but not running.
-    const int sfd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(sfd, 0);
-    auto run_delay = [sfd] {
-      char buf[128] = {};
-      if (::pread(sfd, buf, sizeof buf - 1, 0) <= 0) return uint64_t(0);
-      unsigned long long on_cpu = 0, delay = 0;
-      return std::sscanf(buf, "%llu %llu", &on_cpu, &delay) == 2 ? uint64_t(delay) : uint64_t(0);
-    };
+    ASSERT_GE(thread_run_delay_ns(), 0) << "no /proc/thread-self/schedstat";
     const long sw0 = voluntary_switches();
     constexpr int kRounds = 60000;
     std::vector<int> slow, starved;
-    uint64_t worst = 0, x = 12345, delay0 = run_delay();
+    uint64_t worst = 0, x = 12345;
+    int64_t delay0 = thread_run_delay_ns();
     for (int i = 0; i < kRounds; ++i) {
       uint64_t v = uint64_t(i), got = 0;
       Request s, r;
-      tutil::send_recv_pair(1 - rank, sig_of(CollOp::kSend, uint64_t(i), 1, 8), &v, &got, s, r);
+      tutil::send_recv_pair(1 - rank, 1 - rank, sig_of(CollOp::kSend, uint64_t(i), 1, 8), &v, &got, s, r);
       const uint64_t t0 = now_ns();
       if (rank == 0) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -355,13 +341,13 @@ TEST_P(ShmWake, SleepingReceiverWakesAtOnce) {
         finish(s);
       }
       ASSERT_EQ(got, uint64_t(i));
-      const uint64_t dt = now_ns() - t0, delay = run_delay();
+      const uint64_t dt = now_ns() - t0;
+      const int64_t delay = thread_run_delay_ns();
       worst = std::max(worst, dt);
       if (dt >= 40'000'000) slow.push_back(i);
       if (delay - delay0 >= 5'000'000) starved.push_back(i);
       delay0 = delay;
     }
-    ::close(sfd);
     // The receiver did fall asleep (a futex wait is a voluntary switch) in
     // a good share of the rounds, or this tested nothing.
     if (rank == 1) {

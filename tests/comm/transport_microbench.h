@@ -21,13 +21,7 @@ inline double bench_time(Transport& t, Store& store, int rank, const std::string
   // Align both ranks, then time `iters` runs of body.
   uint64_t x = 0, y = 0;
   Request s, r;
-  s.kind = Request::Kind::kSend;
-  s.peer = 1 - rank;
-  s.sig = sig_of(CollOp::kBarrier, 1u << 30, 0, 8);
-  s.src = &x;
-  r = s;
-  r.kind = Request::Kind::kRecv;
-  r.dst = &y;
+  send_recv_pair(1 - rank, 1 - rank, sig_of(CollOp::kBarrier, 1u << 30, 0, 8), &x, &y, s, r);
   t.post(&s);
   t.post(&r);
   drive(t, {&s, &r});

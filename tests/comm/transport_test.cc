@@ -148,14 +148,8 @@ TEST_P(TransportPair, SimultaneousLargeBothWays) {
     std::vector<uint64_t> out(bytes / 8), in(bytes / 8, 0);
     for (size_t i = 0; i < out.size(); ++i) out[i] = (uint64_t(rank) << 56) ^ (i * 0x9E3779B97F4A7C15ull);
     Request s, r;
-    s.kind = Request::Kind::kSend;
-    s.peer = 1 - rank;
-    s.sig = sig_of(CollOp::kAllToAll, 1, bytes, bytes);
-    s.src = out.data();
-    r = s;
-    r.kind = Request::Kind::kRecv;
-    r.src = nullptr;
-    r.dst = in.data();
+    tutil::send_recv_pair(1 - rank, 1 - rank, sig_of(CollOp::kAllToAll, 1, bytes, bytes), out.data(),
+                          in.data(), s, r);
     t->post(&s);
     t->post(&r);
     drive(*t, {&s, &r}, 30s);
@@ -246,7 +240,7 @@ TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
       for (int it = 0; it < 200; ++it) {
         uint64_t out = uint64_t(rank * 1000 + id * 100 + it), in = 0;
         Request s, r;
-        tutil::send_recv_pair(1 - rank, sig_of(CollOp::kAllReduce, uint64_t(it), 1, 8), &out, &in, s, r);
+        tutil::send_recv_pair(1 - rank, 1 - rank, sig_of(CollOp::kAllReduce, uint64_t(it), 1, 8), &out, &in, s, r);
         t->post(&s);
         t->post(&r);
         drive(*t, {&s, &r});
@@ -276,15 +270,8 @@ TEST_P(TransportPair, EightRanksOversubscribed) {
       size_t count = it % 2 ? out.size() : 3;  // 1 MiB and tiny messages
       for (size_t i = 0; i < count; ++i) out[i] = uint32_t(rank * 100000 + it * 1000 + i);
       Request s, r;
-      s.kind = Request::Kind::kSend;
-      s.peer = next;
-      s.sig = sig_of(CollOp::kAllGather, uint64_t(it), count, count * 4);
-      s.src = out.data();
-      r = s;
-      r.kind = Request::Kind::kRecv;
-      r.peer = prev;
-      r.src = nullptr;
-      r.dst = in.data();
+      tutil::send_recv_pair(next, prev, sig_of(CollOp::kAllGather, uint64_t(it), count, count * 4),
+                            out.data(), in.data(), s, r);
       t->post(&s);
       t->post(&r);
       drive(*t, {&s, &r});
@@ -405,15 +392,9 @@ TEST(Transport, MixedHostsUseShmAndTcp) {
       out[size_t(p)].assign(bytes, uint8_t(rank * 16 + p));
       in[size_t(p)].assign(bytes, 0);
       Request& s = reqs[size_t(2 * p)];
-      s.kind = Request::Kind::kSend;
-      s.peer = p;
-      s.sig = sig_of(CollOp::kAllToAll, 0, bytes, bytes);
-      s.src = out[size_t(p)].data();
       Request& r = reqs[size_t(2 * p + 1)];
-      r = s;
-      r.kind = Request::Kind::kRecv;
-      r.src = nullptr;
-      r.dst = in[size_t(p)].data();
+      tutil::send_recv_pair(p, p, sig_of(CollOp::kAllToAll, 0, bytes, bytes), out[size_t(p)].data(),
+                            in[size_t(p)].data(), s, r);
       t->post(&s);
       t->post(&r);
       all.push_back(&s);
@@ -426,14 +407,7 @@ TEST(Transport, MixedHostsUseShmAndTcp) {
       int to = (rank + 1 + it % 3) % size, from = (rank + size - 1 - it % 3) % size;
       uint32_t o = uint32_t(it), i = 99999;
       Request s, r;
-      s.kind = Request::Kind::kSend;
-      s.peer = to;
-      s.sig = sig_of(CollOp::kBarrier, uint64_t(it + 1), 1, 4);
-      s.src = &o;
-      r = s;
-      r.kind = Request::Kind::kRecv;
-      r.peer = from;
-      r.dst = &i;
+      tutil::send_recv_pair(to, from, sig_of(CollOp::kBarrier, uint64_t(it + 1), 1, 4), &o, &i, s, r);
       t->post(&r);
       t->post(&s);
       drive(*t, {&s, &r});

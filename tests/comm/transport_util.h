@@ -95,15 +95,18 @@ inline std::unique_ptr<Transport> make(int rank, int size, Store& store, const s
   return make_transport(rank, size, view, o);
 }
 
-// A send of `sig` from `src` and a receive of it into `dst`, both with `peer`.
-inline void send_recv_pair(int peer, const MsgSig& sig, const void* src, void* dst, Request& s, Request& r) {
+// A send of `sig` from `src` to rank `to`, and a receive of the same
+// signature from rank `from` into `dst`.
+inline void send_recv_pair(int to, int from, const MsgSig& sig, const void* src, void* dst, Request& s,
+                           Request& r) {
   s = Request{};
   s.kind = Request::Kind::kSend;
-  s.peer = peer;
+  s.peer = to;
   s.sig = sig;
   s.src = src;
   r = s;
   r.kind = Request::Kind::kRecv;
+  r.peer = from;
   r.src = nullptr;
   r.dst = dst;
 }
@@ -190,14 +193,8 @@ inline void ring_exchange(Transport& t, int rank, int size, const std::vector<si
 inline void ring_ping(Transport& t, int rank, int size) {
   uint64_t out = 0xABCD0000u + uint64_t(rank), in = 0;
   Request s, r;
-  s.kind = Request::Kind::kSend;
-  s.peer = (rank + 1) % size;
-  s.sig = sig_of(CollOp::kBarrier, 7, 1, 8);
-  s.src = &out;
-  r = s;
-  r.kind = Request::Kind::kRecv;
-  r.peer = (rank + size - 1) % size;
-  r.dst = &in;
+  send_recv_pair((rank + 1) % size, (rank + size - 1) % size, sig_of(CollOp::kBarrier, 7, 1, 8), &out,
+                 &in, s, r);
   t.post(&s);
   t.post(&r);
   drive(t, {&s, &r});
