@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "braid/env.h"
+#include "comm/select.h"
 #include "support/tool.h"
 
 namespace {
@@ -105,20 +107,15 @@ TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
     rc = run("BRAID_PROBE=0 " + bin() + " bench -n 2 --probe --probe-out " + file, &out);
     if (rc == 0) break;
     ASSERT_NE(out.find("of a core each"), std::string::npos) << out;
-    ASSERT_EQ(std::fopen(file.c_str(), "r"), nullptr) << "a refused probe wrote " << file;
+    ASSERT_FALSE(std::filesystem::exists(file)) << "a refused probe wrote " << file;
   } while (own_cores && std::chrono::steady_clock::now() < give_up);
   if (!own_cores) {
     EXPECT_NE(rc, 0) << "2 ranks on one core had a core each: " << out;
     return;
   }
   ASSERT_EQ(rc, 0) << "every probe for 90 s shared its cores: " << out;
-  std::FILE* f = std::fopen(file.c_str(), "r");
-  ASSERT_NE(f, nullptr) << out;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  std::fclose(f);
+  const std::string text = braid::comm::read_tuning_file(file);
+  ASSERT_FALSE(text.empty()) << "no " << file << ": " << out;
   auto j = nlohmann::json::parse(text);
   // The model's figures are the built-in ones (α 1 µs, 9 GB/s, reduce
   // 10 GB/s) scaled by at most 4× either way.
