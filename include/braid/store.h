@@ -78,8 +78,12 @@ std::shared_ptr<Store> connect_tcp_store(const std::string& host, int port,
                                          const std::string& secret,
                                          std::chrono::milliseconds timeout);
 
-// A store in a directory (created if missing).
-std::shared_ptr<Store> make_file_store(const std::string& dir);
+// A store in a directory (created if missing). With members > 0 (the number
+// of processes that each open one store on it), the directory and its keys
+// are removed when the last of them destroys its store — PyTorch's
+// FileStore(path, world_size) behaves the same way; a process that dies
+// without destroying its store leaves the directory behind.
+std::shared_ptr<Store> make_file_store(const std::string& dir, int members = 0);
 
 // A fresh random job secret (hex), from the OS random source.
 std::string make_job_secret();

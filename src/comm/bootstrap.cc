@@ -300,7 +300,8 @@ JobEnv from_mpirun(std::chrono::milliseconds timeout) {
   std::string tag = sha256_hex(job + "|" + std::to_string(::getppid())).substr(0, 24);
   std::string dir = "/tmp/braid_store_" + std::to_string(::getuid()) + "_" + tag;
   env.secret = secret_for("mpirun", job + "|" + dir);
-  env.store = make_file_store(dir);
+  // The last rank of this host to let go of its store removes the directory.
+  env.store = make_file_store(dir, L.local_size);
   env.store->set_timeout(timeout);
   return env;
 }

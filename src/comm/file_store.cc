@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "braid/env.h"
@@ -29,9 +30,24 @@ std::string hex_key(const std::string& key) {
 
 class FileStore : public Store {
  public:
-  explicit FileStore(std::string dir) : dir_(std::move(dir)) {
+  FileStore(std::string dir, int members) : dir_(std::move(dir)), members_(members) {
     if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
       throw_errno("FileStore: mkdir " + dir_);
+  }
+
+  // With members > 0, each store object counts itself out, and the one that
+  // brings the count to members removes the directory. Counting leavers
+  // rather than open stores means a rank that opens late can never find the
+  // directory gone; a rank that dies without leaving keeps it.
+  ~FileStore() override {
+    if (members_ <= 0) return;
+    try {
+      if (add(kLeftKey, 1) < members_) return;
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+    } catch (const std::exception&) {
+      // The directory is only left behind; nothing to report from a destructor.
+    }
   }
 
   void set(const std::string& key, const Bytes& value) override {
@@ -137,7 +153,9 @@ class FileStore : public Store {
     return true;
   }
 
+  static constexpr const char* kLeftKey = "braid/file_store/left";
   std::string dir_;
+  int members_;
 };
 
 class PrefixStore : public Store {
@@ -167,8 +185,9 @@ class PrefixStore : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> make_file_store(const std::string& dir) {
-  return std::make_shared<FileStore>(dir);
+std::shared_ptr<Store> make_file_store(const std::string& dir, int members) {
+  if (members < 0) throw Error(Errc::kInvalidArgument, "make_file_store: members < 0");
+  return std::make_shared<FileStore>(dir, members);
 }
 
 std::shared_ptr<Store> make_prefix_store(std::shared_ptr<Store> base, const std::string& prefix) {

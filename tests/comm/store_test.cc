@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -401,6 +402,29 @@ TEST(JobSecret, RandomHex) {
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
+// With a member count, the last store to go removes the directory; a store
+// opened after others have left still finds it; without one it stays.
+TEST(FileStore, LastOfItsMembersRemovesTheDirectory) {
+  const std::string dir = braid::testing::temp_dir("filestore") + "/job";
+  auto a = braid::make_file_store(dir, 3);
+  auto b = braid::make_file_store(dir, 3);
+  a->set_str("k", "v");
+  a.reset();
+  EXPECT_TRUE(std::filesystem::exists(dir)) << "removed after 1 of 3 left";
+  auto c = braid::make_file_store(dir, 3);  // a late member
+  EXPECT_EQ(c->get_str("k"), "v");
+  b.reset();
+  EXPECT_TRUE(std::filesystem::exists(dir)) << "removed after 2 of 3 left";
+  c.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "still there after all 3 left";
+
+  auto keep = braid::make_file_store(dir);
+  keep->set_str("k", "v");
+  keep.reset();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/k_6b"));
+  EXPECT_THROW(braid::make_file_store(dir, -1), braid::Error);
+}
+
 // ---- bootstrap ------------------------------------------------------------
 
 namespace {
@@ -492,6 +516,7 @@ TEST(Bootstrap, Torchrun) {
 
 TEST(Bootstrap, OpenMpiSingleHostFileStore) {
   std::string job = "test" + std::to_string(::getpid()) + "_" + std::to_string(braid::now_ns());
+  const std::string note = braid::testing::temp_dir("mpistore") + "/dir";
   braid::testing::expect_all_pass(3, [&](int rank, int size, std::shared_ptr<braid::Store>) {
     clear_job_env();
     put("OMPI_COMM_WORLD_RANK", std::to_string(rank));
@@ -502,7 +527,23 @@ TEST(Bootstrap, OpenMpiSingleHostFileStore) {
     auto env = braid::comm::bootstrap_from_env(10s);
     EXPECT_FALSE(env.server);
     check_job(env, rank, size, "mpirun");
+    if (rank == 0) {
+      // This job's directory is the one whose view/0 (hex key) holds this
+      // job's secret; it must outlive rank 0's check and go with its store.
+      const std::string prefix = "braid_store_" + std::to_string(::getuid()) + "_";
+      const std::string want = "mpirun/" + env.secret;
+      for (auto& e : std::filesystem::directory_iterator("/tmp")) {
+        if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+        std::ifstream f(e.path() / "k_766965772f30");
+        std::string v((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        if (v == want) std::ofstream(note) << e.path().string();
+      }
+    }
   }, 60s);
+  std::ifstream f(note);
+  std::string dir((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(dir.empty()) << "rank 0 did not find the job's store directory";
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " outlived the job's ranks";
 }
 
 TEST(Bootstrap, OpenMpiWithMasterAddress) {

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "braid/comm.h"
@@ -46,11 +48,39 @@ class ChildListener : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
+namespace {
+
+// Directories made by temp_dir, removed when the process that made them
+// exits normally. Forked ranks leave with _exit, and a child that does call
+// exit() skips the parent's entries (the pid check).
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::pair<pid_t, std::string>> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (auto& [pid, dir] : dirs)
+      if (pid == ::getpid()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs t;
+  return t;
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   std::string tmpl = "/tmp/braid_test_" + tag + "_XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back(0);
-  if (!::mkdtemp(buf.data())) return "/tmp";
+  if (!::mkdtemp(buf.data())) {
+    ADD_FAILURE() << "mkdtemp " << tmpl << ": " << std::strerror(errno);
+    return "/tmp";
+  }
+  auto& t = temp_dirs();
+  std::lock_guard<std::mutex> l(t.mu);
+  t.dirs.emplace_back(::getpid(), buf.data());
   return buf.data();
 }
 

@@ -42,7 +42,8 @@ void expect_all_pass(int n, const std::function<void(int, int, std::shared_ptr<S
 std::shared_ptr<Communicator> make_comm(int rank, int size, std::shared_ptr<Store> store,
                                         int timeout_s = 30, const std::string& transport = "");
 
-// A fresh temporary directory (removed at process exit by the parent).
+// A fresh temporary directory under /tmp, removed with its contents when
+// the process that made it exits normally (not by forked ranks).
 std::string temp_dir(const std::string& tag);
 
 }  // namespace braid::testing

@@ -13,6 +13,7 @@
 
 #include "braid/env.h"
 #include "comm/select.h"
+#include "support/multiproc.h"
 #include "support/tool.h"
 
 namespace {
@@ -95,9 +96,7 @@ TEST(BenchTool, BadFlagsAreClearErrors) {
 // may do that for a while; one core always does), says so and writes
 // nothing.
 TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
-  char dir[] = "/tmp/braid_probe_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string file = std::string(dir) + "/tuning.json";
+  const std::string file = braid::testing::temp_dir("probe_out") + "/tuning.json";
   const bool own_cores = braid::usable_cores() >= 2;
   std::string out;
   int rc = -1;
