@@ -125,8 +125,9 @@ bool CommImpl::probe_links(Store& pstore, int max_local, int cores) {
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
                    const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat,
-                   const std::string* cost_text)
-    : rank_(rank), size_(size), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
+                   const std::string* cost_text, int world_rank)
+    : rank_(rank), size_(size), world_rank_(world_rank >= 0 ? world_rank : rank),
+      store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
       keepalive_(std::move(keepalive)) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
   BRAID_CHECK_ARG(rank >= 0 && rank < size, "rank " + std::to_string(rank) +
@@ -142,6 +143,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
                 "transport must be auto, shm or tcp; got '" + topt.mode + "'");
   topt.secret = !opt.secret.empty() ? opt.secret : env_str("BRAID_SECRET").value_or("");
   topt.timeout = timeout_;
+  topt.world_rank = world_rank_;
   auto pstore = make_prefix_store(store_, prefix_);
   tp_ = make_transport(rank_, size_, *pstore, topt);
   bool any_tcp = false, all_shm = true;
@@ -221,10 +223,11 @@ void CommImpl::build_hierarchy() {
   o.timeout = timeout_;
   local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
                                       prefix_ + "local" + std::to_string(host_idx) + "/", o,
-                                      nullptr, true, &cost_text_);
+                                      nullptr, true, &cost_text_, world_rank_);
   if (local_rank == 0)
     leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
-                                          prefix_ + "leaders/", o, nullptr, true, &cost_text_);
+                                          prefix_ + "leaders/", o, nullptr, true, &cost_text_,
+                                          world_rank_);
 }
 
 CommImpl::~CommImpl() {
@@ -342,7 +345,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
   } catch (const Error& e) {
     fr_.finish(fr_id, false);
     std::string msg = e.code() == Errc::kTimeout ? std::string(e.what())
-                                                 : "rank " + std::to_string(rank_) + ": " +
+                                                 : who() + ": " +
                                                        describe_call(sig, algo) + ": " + e.what();
     if (e.code() != Errc::kInvalidArgument) set_broken(e.code(), msg);
     throw Error(e.code(), msg);
@@ -351,7 +354,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
 
 Error CommImpl::broken_error(const std::string& what) {
   std::lock_guard<std::mutex> l(broken_mu_);
-  return Error(broken_code_, "rank " + std::to_string(rank_) + ": " + what +
+  return Error(broken_code_, who() + ": " + what +
                                  " not started: the communicator failed earlier: " + broken_msg_);
 }
 
@@ -360,7 +363,7 @@ void CommImpl::set_broken(Errc code, const std::string& msg) {
   broken_code_ = code;
   broken_msg_ = msg;
   broken_.store(true, std::memory_order_release);
-  std::string fr = fr_.dump("braid: flight recorder of rank " + std::to_string(rank_));
+  std::string fr = fr_.dump("braid: flight recorder of " + who());
   std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
 }
 
@@ -565,7 +568,7 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
         const Request& r = reqs[first];
         timed_out = first;
         throw Error(Errc::kTimeout,
-                    "rank " + std::to_string(rank_) + ": " + what(first) + " timed out after " +
+                    who() + ": " + what(first) + " timed out after " +
                         std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s with " +
                         std::to_string(r.done) + "/" + std::to_string(r.sig.bytes) +
                         " bytes moved, waiting on " + tp_->describe_peer(r.peer));
@@ -581,7 +584,7 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
     for (size_t i = 0; i < open.size(); ++i) {
       if (!open[i]) continue;
       std::string msg = i == timed_out ? std::string(e.what())
-                                       : "rank " + std::to_string(rank_) + ": " + what(i) +
+                                       : who() + ": " + what(i) +
                                              ": " + e.what();
       if (first_msg.empty()) first_msg = msg;
       finish(i, std::make_exception_ptr(Error(e.code(), msg)));
@@ -590,7 +593,7 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
     // Taken but never posted (a post threw): they never started.
     open.resize(ws.size(), 1);
     for (size_t i = reqs.size(); i < ws.size(); ++i)
-      finish(i, std::make_exception_ptr(Error(e.code(), "rank " + std::to_string(rank_) + ": " +
+      finish(i, std::make_exception_ptr(Error(e.code(), who() + ": " +
                                                             what(i) + " not started: " + first_msg)));
     set_broken(e.code(), first_msg);
   }
@@ -625,11 +628,13 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   CommOptions o = opt_;
   o.timeout = timeout_;
   return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o, nullptr,
-                                    false, &cost_text_);
+                                    false, &cost_text_, world_rank_);
 }
 
+std::string CommImpl::who() const { return rank_name(rank_, world_rank_); }
+
 std::string CommImpl::flight_record() const {
-  return fr_.dump("braid: flight recorder of rank " + std::to_string(rank_) + " (size " +
+  return fr_.dump("braid: flight recorder of " + who() + " (size " +
                   std::to_string(size_) + ", comm '" + prefix_ + "')");
 }
 

@@ -83,10 +83,12 @@ class CommImpl {
   // probe the links it has no figures for (comm/probe.h).
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
            const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false,
-           const std::string* cost_text = nullptr);
+           const std::string* cost_text = nullptr, int world_rank = -1);
   ~CommImpl();
 
   int rank() const { return rank_; }
+  // "rank R", or "rank R (world rank W)" in a sub-communicator.
+  std::string who() const;
   int size() const { return size_; }
   int host_size() const {
     return int(std::count(hosts_.begin(), hosts_.end(), hosts_[size_t(rank_)]));
@@ -206,6 +208,7 @@ class CommImpl {
   static void complete(WorkState& w, std::exception_ptr err);
 
   int rank_, size_;
+  int world_rank_;  // this rank in the top communicator (messages name both)
   std::shared_ptr<Store> store_;
   std::string prefix_;
   CommOptions opt_;

@@ -61,6 +61,11 @@ std::string describe_sig(const MsgSig& s) {
   os << " seq " << s.seq << " count " << s.count << ' ';
   if (uint8_t(s.dtype) < kNumDTypes) os << dtype_name(s.dtype);
   else os << "dtype#" << int(s.dtype);
+  if (s.op == CollOp::kSend || s.op == CollOp::kRecv || s.op == CollOp::kProbe) {
+    // point to point: the root field carries the tag; no reduction
+    os << " tag " << s.root << " (" << s.bytes << " bytes)";
+    return os.str();
+  }
   os << ' ';
   if (uint8_t(s.rop) < kNumReduceOps) os << reduce_op_name(s.rop);
   else os << "rop#" << int(s.rop);
@@ -68,8 +73,16 @@ std::string describe_sig(const MsgSig& s) {
   return os.str();
 }
 
+std::string rank_name(int rank, int world_rank) {
+  std::string s = "rank " + std::to_string(rank);
+  if (world_rank >= 0 && world_rank != rank) s += " (world rank " + std::to_string(world_rank) + ")";
+  return s;
+}
+
 std::string describe_peer_info(const PeerInfo& p) {
-  return "rank " + std::to_string(p.rank) + " (pid " + std::to_string(p.pid) + " on host " + p.host + ")";
+  std::string s = "rank " + std::to_string(p.rank) + " (";
+  if (p.world_rank >= 0 && p.world_rank != p.rank) s += "world rank " + std::to_string(p.world_rank) + ", ";
+  return s + "pid " + std::to_string(p.pid) + " on host " + p.host + ")";
 }
 
 int64_t WireContext::ms_left() const {
@@ -82,8 +95,12 @@ std::string Wire::describe_peer(int peer) const {
   return describe_peer_info(peers_[size_t(peer)]);
 }
 
+std::string Wire::describe_self() const {
+  return rank_name(rank_, size_t(rank_) < peers_.size() ? peers_[size_t(rank_)].world_rank : -1);
+}
+
 void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const {
-  throw Error(Errc::kMismatch, "rank " + std::to_string(rank_) + " expected " + describe_sig(r.sig) +
+  throw Error(Errc::kMismatch, describe_self() + " expected " + describe_sig(r.sig) +
                                    " from rank " + std::to_string(r.peer) + ", but " + describe_peer(r.peer) +
                                    " sent " + describe_sig(got) + " (over " + wire + ")");
 }
@@ -91,15 +108,15 @@ void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire)
 void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how) const {
   std::string msg = "peer " + describe_peer(peer) + " " + how;
   if (pending) {
-    msg += pending->kind == Request::Kind::kSend ? " while rank " + std::to_string(rank_) + " was sending it "
-                                                 : " while rank " + std::to_string(rank_) + " was receiving ";
+    msg += pending->kind == Request::Kind::kSend ? " while " + describe_self() + " was sending it "
+                                                 : " while " + describe_self() + " was receiving ";
     msg += describe_sig(pending->sig) + " (" + std::to_string(pending->done) + " bytes moved)";
   }
   throw Error(Errc::kPeerDied, msg);
 }
 
 void Wire::throw_protocol(int peer, const std::string& what) const {
-  throw Error(Errc::kProtocol, "rank " + std::to_string(rank_) + ": bad frame from " + describe_peer(peer) + ": " + what);
+  throw Error(Errc::kProtocol, describe_self() + ": bad frame from " + describe_peer(peer) + ": " + what);
 }
 
 uint64_t spin_ns_for(int local_ranks, int cores) {
@@ -277,6 +294,9 @@ class CompositeTransport final : public Transport {
     if (peer < 0 || size_t(peer) >= peers_.size()) return "rank " + std::to_string(peer);
     return describe_peer_info(peers_[size_t(peer)]);
   }
+  std::string describe_self() const override {
+    return rank_name(rank_, peers_[size_t(rank_)].world_rank);
+  }
 
   void add(std::unique_ptr<Wire> w, const std::vector<int>& peers, bool waitable) {
     if (route_.empty()) route_.assign(peers_.size(), nullptr);
@@ -315,11 +335,12 @@ std::string host_identity() {
          "|" + ns_id("/proc/self/ns/pid");
 }
 
-// info value: "pid\nnonce\nhost\nhost_id\ncpus"
+// info value: "pid\nnonce\nhost\nhost_id\ncpus\nworld_rank"
 std::string encode_info(const PeerInfo& p) {
   char nonce[17];
   std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(p.nonce));
-  return std::to_string(p.pid) + "\n" + nonce + "\n" + p.host + "\n" + p.host_id + "\n" + p.cpus;
+  return std::to_string(p.pid) + "\n" + nonce + "\n" + p.host + "\n" + p.host_id + "\n" + p.cpus +
+         "\n" + std::to_string(p.world_rank);
 }
 
 PeerInfo decode_info(int rank, const std::string& v) {
@@ -332,6 +353,9 @@ PeerInfo decode_info(int rank, const std::string& v) {
   std::getline(is, p.host);
   std::getline(is, p.host_id);
   std::getline(is, p.cpus);
+  std::string world;
+  std::getline(is, world);
+  p.world_rank = world.empty() ? -1 : std::atoi(world.c_str());
   if (p.cpus.find_first_not_of("0123456789abcdef") != std::string::npos) p.cpus.clear();
   p.pid = std::atoi(pid.c_str());
   p.nonce = std::strtoull(nonce.c_str(), nullptr, 16);
@@ -360,6 +384,7 @@ std::unique_ptr<Transport> make_transport(int rank, int size, Store& store, cons
   me.host = hostname();
   me.host_id = host_identity();
   me.cpus = affinity_hex();
+  me.world_rank = opt.world_rank >= 0 ? opt.world_rank : rank;
   if (::getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce)
     me.nonce = now_ns() ^ (uint64_t(me.pid) << 32);
   store.set_str("info/" + std::to_string(rank), encode_info(me));

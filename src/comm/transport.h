@@ -79,7 +79,11 @@ struct TransportOptions {
   std::string mode = "auto";  // "auto": shm for same-host peers, tcp otherwise; "tcp"; "shm"
   std::string secret;         // job secret for TCP handshakes
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for set-up
+  int world_rank = -1;  // this rank in the top communicator, for messages (-1: the same)
 };
+
+// "rank R", or "rank R (world rank W)" when W is known and differs.
+std::string rank_name(int rank, int world_rank);
 
 class Transport {
  public:
@@ -96,6 +100,8 @@ class Transport {
   virtual std::string kind_to(int peer) const = 0;
   // "rank 3 (pid 1234 on host h)".
   virtual std::string describe_peer(int peer) const = 0;
+  // This rank: "rank R", or "rank R (world rank W)" in a sub-communicator.
+  virtual std::string describe_self() const = 0;
   // Looks now for a peer whose process has exited, as far as this transport
   // can tell without traffic (the shm wire watches pidfds); its rank, or -1.
   // For waits outside the transport (the chain all-reduce's counters).

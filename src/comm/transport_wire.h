@@ -30,6 +30,7 @@ struct PeerInfo {
   std::string host_id;  // hostname + boot id + ipc/pid namespaces: equal => shm possible
   uint64_t nonce = 0;   // random per rank and communicator
   std::string cpus;     // the CPUs it may run on (sched_getaffinity), hex, lowest CPU last
+  int world_rank = -1;  // its rank in the communicator this one was split from (at the top)
 };
 
 // The CPUs the ranks on `host_id` may run on between them: the union of
@@ -40,7 +41,8 @@ int host_cores(const std::vector<PeerInfo>& peers, const std::string& host_id);
 // This process's affinity mask as PeerInfo::cpus spells it.
 std::string affinity_hex();
 
-// "rank 3 (pid 1234 on host h)"
+// "rank 3 (pid 1234 on host h)"; in a sub-communicator
+// "rank 1 (world rank 3, pid 1234 on host h)".
 std::string describe_peer_info(const PeerInfo& p);
 
 // What a wire's set-up needs.
@@ -73,6 +75,8 @@ class Wire : public Transport {
 
  protected:
   explicit Wire(const WireContext& ctx) : rank_(ctx.rank), peers_(ctx.peers) {}
+  // "rank R", or "rank R (world rank W)" in a sub-communicator.
+  std::string describe_self() const override;
   // Error(kMismatch) with both sides' descriptions.
   [[noreturn]] void throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const;
   // Error(kPeerDied) naming the peer and what was pending.

@@ -148,6 +148,33 @@ TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
   }
 }
 
+// In a sub-communicator, errors name ranks by their place in it and, where
+// that differs, in the world: "rank 1 (world rank 2, pid …)".
+TEST(CommFaults, SubCommunicatorErrorsNameWorldRanks) {
+  auto res = run_ranks(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto world = make_comm(rank, size, store, 60);
+    auto sub = world->split(rank % 2, rank);  // {0, 2} and {1, 3}
+    std::vector<float> v(1 << 12, 1.0f);
+    sub->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    if (rank == 2) ::_exit(0);
+    if (rank != 0) return;
+    auto e = expect_error([&] { sub->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum); });
+    EXPECT_TRUE(contains(e.what(), "peer rank 1 (world rank 2, pid ")) << e.what();
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  auto res2 = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto world = make_comm(rank, size, store, 60);
+    auto sub = world->split(0, -rank);  // reversed: world rank 1 is rank 0 here
+    std::vector<int32_t> v(100, 1);
+    auto e = expect_error([&] {
+      sub->all_reduce(v.data(), v.data(), rank == 0 ? 100 : 99, DType::kI32, ReduceOp::kSum);
+    });
+    const std::string me = rank == 0 ? "rank 1 (world rank 0)" : "rank 0 (world rank 1)";
+    EXPECT_TRUE(contains(e.what(), me)) << e.what();
+  }, std::chrono::seconds(60));
+  for (auto& r : res2) EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // The chain all-reduce waits on counters in shared memory, not on messages:
 // a mismatch, a dead peer or a timeout must still reach every rank quickly.
 TEST(CommChain, MismatchFailsEveryRankNamingBothSides) {

@@ -266,7 +266,7 @@ class Chain {
     }
     std::string waiting = who >= 0 ? c_.peer_name(who) : std::string("every rank");
     throw Error(Errc::kTimeout,
-                "rank " + std::to_string(c_.rank()) + ": " + c_.describe() +
+                c_.self_name() + ": " + c_.describe() +
                     " timed out; waiting on " + waiting + " to " + what + " chunk " +
                     std::to_string(k) + " of " + std::to_string(nch_) + " (" +
                     std::to_string(h_.slot_bytes) + "-byte chunks through shared memory); " +

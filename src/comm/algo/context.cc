@@ -114,7 +114,7 @@ void* Context::scratch(size_t bytes) {
 
 void Context::timeout_error() {
   std::ostringstream os;
-  os << "rank " << rank_ << ": " << describe_() << " timed out; waiting on ";
+  os << tp_.describe_self() << ": " << describe_() << " timed out; waiting on ";
   size_t done = 0, total = 0;
   std::vector<std::string> open;
   for (auto& r : reqs_) {

@@ -43,6 +43,8 @@ class Context {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // "rank R", or "rank R (world rank W)" in a sub-communicator.
+  std::string self_name() const { return tp_.describe_self(); }
   // Ring order (topology-aware): position p of the ring holds rank ring_at(p).
   // Identity unless set_ring was called.
   void set_ring(const std::vector<int>* ring);
