@@ -44,6 +44,12 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// One element at p (any alignment) from or to a double: floats round to
+// nearest even, integers truncate toward zero and wrap to their width.
+// For tests, checks and tools; not for bulk data.
+void dtype_store(void* p, DType t, double v);
+double dtype_load(const void* p, DType t);
+
 // Bulk conversions (vectorised where the CPU allows).
 void convert_f32_to_bf16(const float* src, uint16_t* dst, size_t n);
 void convert_bf16_to_f32(const uint16_t* src, float* dst, size_t n);

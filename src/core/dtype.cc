@@ -54,6 +54,37 @@ bool reduce_op_supported(ReduceOp op, DType t) {
   return unsigned(op) < unsigned(kNumReduceOps);
 }
 
+void dtype_store(void* p, DType t, double v) {
+  auto* q = static_cast<uint8_t*>(p);
+  // integers go through int64 so that negative values wrap like a cast in C
+  const int64_t i = dtype_is_float(t) ? 0 : int64_t(v);
+  switch (t) {
+    case DType::kF32: { float x = float(v); std::memcpy(q, &x, 4); return; }
+    case DType::kF64: std::memcpy(q, &v, 8); return;
+    case DType::kF16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(q, &h, 2); return; }
+    case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(q, &h, 2); return; }
+    case DType::kI8: { int8_t x = int8_t(i); std::memcpy(q, &x, 1); return; }
+    case DType::kU8: { uint8_t x = uint8_t(i); std::memcpy(q, &x, 1); return; }
+    case DType::kI32: { int32_t x = int32_t(i); std::memcpy(q, &x, 4); return; }
+    case DType::kI64: std::memcpy(q, &i, 8); return;
+  }
+  throw Error(Errc::kInvalidArgument, "dtype_store: unknown dtype " + std::to_string(int(t)));
+}
+
+double dtype_load(const void* p, DType t) {
+  switch (t) {
+    case DType::kF32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::kF64: { double d; std::memcpy(&d, p, 8); return d; }
+    case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
+    case DType::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
+    case DType::kI8: { int8_t x; std::memcpy(&x, p, 1); return x; }
+    case DType::kU8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
+    case DType::kI32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case DType::kI64: { int64_t x; std::memcpy(&x, p, 8); return double(x); }
+  }
+  throw Error(Errc::kInvalidArgument, "dtype_load: unknown dtype " + std::to_string(int(t)));
+}
+
 float f16_to_f32(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1f;

@@ -25,17 +25,7 @@ void fill(std::vector<uint8_t>& buf, size_t off, size_t count, DType t, int r, i
   size_t es = dtype_size(t);
   for (size_t i = 0; i < count; ++i) {
     double v = pattern(r, base + i, salt);
-    uint8_t* q = buf.data() + (off + i) * es;
-    switch (t) {
-      case DType::kF32: { float x = float(v); std::memcpy(q, &x, 4); break; }
-      case DType::kF64: std::memcpy(q, &v, 8); break;
-      case DType::kF16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(q, &h, 2); break; }
-      case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(q, &h, 2); break; }
-      case DType::kI8: *reinterpret_cast<int8_t*>(q) = int8_t(v); break;
-      case DType::kU8: *q = uint8_t(v + 2); break;
-      case DType::kI32: { int32_t x = int32_t(v); std::memcpy(q, &x, 4); break; }
-      case DType::kI64: { int64_t x = int64_t(v); std::memcpy(q, &x, 8); break; }
-    }
+    dtype_store(buf.data() + (off + i) * es, t, t == DType::kU8 ? v + 2 : v);
   }
 }
 
@@ -52,16 +42,6 @@ std::vector<uint8_t> reference(size_t count, DType t, ReduceOp op, int n, int sa
   return acc;
 }
 
-double as_double(const uint8_t* p, DType t) {
-  switch (t) {
-    case DType::kF32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::kF64: { double d; std::memcpy(&d, p, 8); return d; }
-    case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
-    case DType::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
-    default: return 0;
-  }
-}
-
 // Returns the number of mismatching elements (first one reported).
 size_t compare(const uint8_t* got, const uint8_t* want, size_t count, DType t, ReduceOp op,
                const std::string& what) {
@@ -69,7 +49,7 @@ size_t compare(const uint8_t* got, const uint8_t* want, size_t count, DType t, R
   for (size_t i = 0; i < count; ++i) {
     if (std::memcmp(got + i * es, want + i * es, es) == 0) continue;
     if (op == ReduceOp::kAvg && dtype_is_float(t)) {
-      double a = as_double(got + i * es, t), b = as_double(want + i * es, t);
+      double a = dtype_load(got + i * es, t), b = dtype_load(want + i * es, t);
       double tol = (t == DType::kF32 || t == DType::kF64) ? 1e-6 : 1e-2;
       if (std::fabs(a - b) <= tol * std::max(1.0, std::fabs(b))) continue;
     }

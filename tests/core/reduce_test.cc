@@ -134,3 +134,22 @@ TEST(Dtype, ParseNamesAndRejectUnknown) {
     EXPECT_NE(std::string(e.what()).find("f8"), std::string::npos);
   }
 }
+
+TEST(Dtype, StoreAndLoadOneElement) {
+  uint8_t buf[9] = {};
+  for (int ti = 0; ti < braid::kNumDTypes; ++ti) {
+    auto t = braid::DType(ti);
+    for (double v : {0.0, 1.0, -2.0, 100.0}) {
+      if (t == braid::DType::kU8 && v < 0) continue;
+      braid::dtype_store(buf + 1, t, v);  // unaligned on purpose
+      EXPECT_EQ(braid::dtype_load(buf + 1, t), v) << braid::dtype_name(t);
+    }
+  }
+  braid::dtype_store(buf, braid::DType::kI8, 200);  // wraps like a cast
+  EXPECT_EQ(braid::dtype_load(buf, braid::DType::kI8), -56);
+  braid::dtype_store(buf, braid::DType::kU8, -1);
+  EXPECT_EQ(braid::dtype_load(buf, braid::DType::kU8), 255);
+  braid::dtype_store(buf, braid::DType::kBF16, 1.0 / 3);  // rounded to bf16
+  EXPECT_EQ(braid::dtype_load(buf, braid::DType::kBF16), braid::bf16_to_f32(braid::f32_to_bf16(1.0f / 3)));
+  EXPECT_THROW(braid::dtype_store(buf, braid::DType(99), 1), braid::Error);
+}

@@ -66,17 +66,7 @@ void fill(void* buf, size_t count, DType t, int r, size_t base = 0) {
   size_t es = dtype_size(t);
   for (size_t i = 0; i < count; ++i) {
     double v = pattern(r, base + i);
-    uint8_t* q = p + i * es;
-    switch (t) {
-      case DType::kF32: { float x = float(v); std::memcpy(q, &x, 4); break; }
-      case DType::kF64: std::memcpy(q, &v, 8); break;
-      case DType::kF16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(q, &h, 2); break; }
-      case DType::kBF16: { uint16_t h = f32_to_bf16(float(v)); std::memcpy(q, &h, 2); break; }
-      case DType::kI8: *reinterpret_cast<int8_t*>(q) = int8_t(v); break;
-      case DType::kU8: *q = uint8_t(v + 1); break;
-      case DType::kI32: { int32_t x = int32_t(v); std::memcpy(q, &x, 4); break; }
-      case DType::kI64: { int64_t x = int64_t(v); std::memcpy(q, &x, 8); break; }
-    }
+    dtype_store(p + i * es, t, t == DType::kU8 ? v + 1 : v);
   }
 }
 
