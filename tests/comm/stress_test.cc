@@ -352,8 +352,12 @@ struct Victim {
   std::string stamp;
 };
 
-void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& victim) {
+void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& victim,
+                bool two_hosts = false) {
   const Params prm = params();
+  // Two pretend hosts, ranks interleaved: TCP between them, shared memory
+  // within, and the hierarchical all-reduce.
+  if (two_hosts) ::setenv("BRAID_HOSTNAME", rank % 2 == 0 ? "stress_a" : "stress_b", 1);
   auto world = braid::testing::make_comm(rank, size, store, 60);
   auto sub = world->split(rank % 2, rank);
   ASSERT_NE(sub, nullptr);
@@ -433,6 +437,11 @@ TEST(Stress, RandomOperationsWorld3) { braid::testing::expect_all_pass(3, body, 
 TEST(Stress, RandomOperationsWorld4) { braid::testing::expect_all_pass(4, body, std::chrono::seconds(300)); }
 TEST(Stress, RandomOperationsWorld5Tcp) {
   braid::testing::expect_all_pass(5, body, std::chrono::seconds(300), {"BRAID_TRANSPORT=tcp"});
+}
+TEST(Stress, RandomOperationsTwoPretendHosts) {
+  braid::testing::expect_all_pass(4, [](int rank, int size, std::shared_ptr<Store> store) {
+    run_stream(rank, size, std::move(store), Victim{}, true);
+  }, std::chrono::seconds(300));
 }
 TEST(Stress, RandomOperationsWorld8) { braid::testing::expect_all_pass(8, body, std::chrono::seconds(300)); }
 
