@@ -121,10 +121,11 @@ std::string sha256_hex(const std::string& s) {
   return out;
 }
 
-// BRAID_SECRET, or a secret every rank derives alike from `shared`.
-std::string secret_for(const std::string& source, const std::string& shared) {
+// BRAID_SECRET, or a secret every rank derives alike from `shared` (rank 0
+// says so, once for the job).
+std::string secret_for(const std::string& source, const std::string& shared, int rank) {
   if (auto s = env_str("BRAID_SECRET")) return *s;
-  BRAID_LOG(kWarn, "BRAID_SECRET is not set; the " << source
+  if (rank == 0) BRAID_LOG(kWarn, "BRAID_SECRET is not set; the " << source
                         << " job uses a secret derived from its job id and address, which "
                            "other users of these hosts can compute. Export the same random "
                            "BRAID_SECRET to every rank to protect the job.");
@@ -250,7 +251,7 @@ JobEnv from_torchrun(std::chrono::milliseconds timeout) {
     return env;
   }
   env.secret = secret_for("torchrun", env_str("TORCHELASTIC_RUN_ID").value_or("") + "|" +
-                                          addr->first + ":" + std::to_string(addr->second));
+                                          addr->first + ":" + std::to_string(addr->second), L.rank);
   attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
   return env;
 }
@@ -279,7 +280,8 @@ JobEnv from_mpirun(std::chrono::milliseconds timeout) {
   auto addr = store_from_braid_var();
   if (!addr) addr = store_from_master_vars(0);
   if (addr) {
-    env.secret = secret_for("mpirun", job + "|" + addr->first + ":" + std::to_string(addr->second));
+    env.secret = secret_for("mpirun", job + "|" + addr->first + ":" + std::to_string(addr->second),
+                            L.rank);
     attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
     return env;
   }
@@ -299,7 +301,7 @@ JobEnv from_mpirun(std::chrono::milliseconds timeout) {
   // id this names the job's directory, so a later job never sees stale keys.
   std::string tag = sha256_hex(job + "|" + std::to_string(::getppid())).substr(0, 24);
   std::string dir = "/tmp/braid_store_" + std::to_string(::getuid()) + "_" + tag;
-  env.secret = secret_for("mpirun", job + "|" + dir);
+  env.secret = secret_for("mpirun", job + "|" + dir, L.rank);
   // The last rank of this host to let go of its store removes the directory.
   env.store = make_file_store(dir, L.local_size);
   env.store->set_timeout(timeout);
@@ -352,7 +354,7 @@ JobEnv from_slurm(std::chrono::milliseconds timeout) {
     return env;
   }
   env.secret = secret_for("slurm", job + "." + step + "|" + addr->first + ":" +
-                                       std::to_string(addr->second));
+                                       std::to_string(addr->second), L.rank);
   attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
   return env;
 }
