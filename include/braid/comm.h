@@ -10,7 +10,15 @@
 //    BRAID_TIMEOUT or 300 s) and throws Error(kTimeout) naming this rank, the
 //    operation, its sequence number, the peers not heard from and bytes done;
 //  * a peer that dies fails the pending operation with Error(kPeerDied)
-//    within a few seconds.
+//    within a few seconds;
+//  * after any failure other than bad arguments (timeout, mismatch, dead
+//    peer) the communicator is broken: later calls fail at once with the
+//    first error. Its peers are told (their pending and later operations
+//    with this rank fail at once, naming the first failure, instead of
+//    waiting out their deadline), and so are the other communicators of
+//    this process that share its root (the one it was split from, its
+//    splits): one failed group stops the job's other groups too, as
+//    PyTorch's error handling does by ending the process.
 //
 // Every collective has an _async twin returning a Work handle. Async work runs
 // in issue order on the communicator's background thread; blocking calls run

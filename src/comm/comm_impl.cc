@@ -125,9 +125,9 @@ bool CommImpl::probe_links(Store& pstore, int max_local, int cores) {
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
                    const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat,
-                   const std::string* cost_text, int world_rank)
-    : rank_(rank), size_(size), world_rank_(world_rank >= 0 ? world_rank : rank),
-      store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
+                   const CommImpl* parent)
+    : rank_(rank), size_(size), world_rank_(parent ? parent->world_rank_ : rank),
+      family_(parent ? parent->family_ : std::make_shared<Family>()), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
       keepalive_(std::move(keepalive)) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
   BRAID_CHECK_ARG(rank >= 0 && rank < size, "rank " + std::to_string(rank) +
@@ -166,17 +166,21 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   // sees its own host's).
   int cores = tp_->cores_of(0);
   for (int p = 1; p < size_; ++p) cores = std::min(cores, tp_->cores_of(p));
-  cost_text_ = cost_text ? *cost_text : agree_cost_text(*pstore);
+  cost_text_ = parent ? parent->cost_text_ : agree_cost_text(*pstore);
   // The hierarchy exists only with several hosts, and is built below.
   const bool hier = !flat && !env_flag("BRAID_NO_HIER") && nhosts > 1 && max_local > 1;
   const int sel_hosts = hier ? nhosts : 1;
   make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   // The probe's messages go through this communicator, so it needs a
   // selector already; a changed text gets a new one.
-  if (!cost_text && probe_links(*pstore, max_local, cores))
+  if (!parent && probe_links(*pstore, max_local, cores))
     make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   if (hier) build_hierarchy();
   host_ring_.peers_on_shm = all_shm && size_ > 1;
+  {
+    std::lock_guard<std::mutex> l(family_->mu);
+    family_->members.push_back(this);
+  }
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);
 }
@@ -223,17 +227,21 @@ void CommImpl::build_hierarchy() {
   o.timeout = timeout_;
   local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
                                       prefix_ + "local" + std::to_string(host_idx) + "/", o,
-                                      nullptr, true, &cost_text_, world_rank_);
+                                      nullptr, true, this);
   if (local_rank == 0)
     leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
-                                          prefix_ + "leaders/", o, nullptr, true, &cost_text_,
-                                          world_rank_);
+                                          prefix_ + "leaders/", o, nullptr, true, this);
 }
 
 CommImpl::~CommImpl() {
   {
     std::lock_guard<std::mutex> l(g_registry_mu);
     registry().erase(this);
+  }
+  {
+    std::lock_guard<std::mutex> l(family_->mu);
+    auto& m = family_->members;
+    m.erase(std::remove(m.begin(), m.end(), this), m.end());
   }
   {
     std::unique_lock<std::mutex> l(qmu_);
@@ -359,12 +367,33 @@ Error CommImpl::broken_error(const std::string& what) {
 }
 
 void CommImpl::set_broken(Errc code, const std::string& msg) {
-  std::lock_guard<std::mutex> l(broken_mu_);
-  broken_code_ = code;
-  broken_msg_ = msg;
-  broken_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    broken_code_ = code;
+    broken_msg_ = msg;
+    broken_.store(true, std::memory_order_release);
+  }
+  // Peers waiting on this rank learn now, not at their deadline.
+  tp_->abort(msg);
   std::string fr = fr_.dump("braid: flight recorder of " + who());
   std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
+  const std::string root = tp_->abort_reason(msg);
+  std::lock_guard<std::mutex> l(family_->mu);
+  for (CommImpl* m : family_->members)
+    if (m != this) m->abandon(code, root);
+}
+
+void CommImpl::abandon(Errc code, const std::string& why) {
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    if (broken_.load(std::memory_order_acquire)) return;
+    msg = "its process gave it up after another communicator failed: " + why;
+    broken_code_ = code;
+    broken_msg_ = msg;
+    broken_.store(true, std::memory_order_release);
+  }
+  tp_->abort(msg);
 }
 
 void CommImpl::complete(WorkState& w, std::exception_ptr err) {
@@ -628,7 +657,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   CommOptions o = opt_;
   o.timeout = timeout_;
   return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o, nullptr,
-                                    false, &cost_text_, world_rank_);
+                                    false, this);
 }
 
 std::string CommImpl::who() const { return rank_name(rank_, world_rank_); }

@@ -78,12 +78,13 @@ class CommImpl {
 
   // Collective over all `size` ranks sharing `store`: builds the transport.
   // `flat` skips building the host hierarchy (used for the hierarchy's own
-  // sub-communicators). `cost_text`: the parent's tuning text, for a
-  // sub-communicator; without it the ranks take rank 0's tuning file, and
-  // probe the links it has no figures for (comm/probe.h).
+  // sub-communicators). `parent`: the communicator a sub-communicator comes
+  // from; it takes the parent's tuning text (without one the ranks take
+  // rank 0's tuning file, and probe the links it has no figures for,
+  // comm/probe.h), its world rank and its family.
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
            const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false,
-           const std::string* cost_text = nullptr, int world_rank = -1);
+           const CommImpl* parent = nullptr);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -201,14 +202,30 @@ class CommImpl {
   // "recv from rank 1 (seq 3, count 10 f32, tag 7)"
   std::string describe_p2p(const WorkState::P2p& p) const;
   uint64_t next_p2p_seq(int peer, bool sending);
-  // Marks the communicator broken with `msg` and dumps the flight recorder.
+  // Marks the communicator broken with `msg`, tells its peers (the
+  // transport's abort), dumps the flight recorder, and abandons the rest of
+  // the family.
   void set_broken(Errc code, const std::string& msg);
+  // Another communicator of the family failed with `why`: this one is
+  // broken too, and its peers are told. Called with the family's lock held.
+  void abandon(Errc code, const std::string& why);
   // Once broken: the error for operation `what`, which was not started.
   Error broken_error(const std::string& what);
   static void complete(WorkState& w, std::exception_ptr err);
 
+  // A communicator, its splits and the hierarchy's sub-communicators, in
+  // this process. When one fails, the others are abandoned: a job whose
+  // data-parallel group failed does not wait out the deadline in its
+  // tensor-parallel group (PyTorch's error handling tears down the whole
+  // process for the same reason).
+  struct Family {
+    std::mutex mu;
+    std::vector<CommImpl*> members;
+  };
+
   int rank_, size_;
   int world_rank_;  // this rank in the top communicator (messages name both)
+  std::shared_ptr<Family> family_;
   std::shared_ptr<Store> store_;
   std::string prefix_;
   CommOptions opt_;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "braid/env.h"
@@ -379,9 +380,22 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
 
 bool ShmWire::check_liveness() {
   last_check_ns_ = now_ns();
+  // Abandoned by this process (another communicator of its family failed)
+  // while an operation still waits here: stop it.
+  if (npending_ > 0 && my_->aborted.load(std::memory_order_acquire))
+    throw Error(Errc::kPeerDied,
+                describe_self() + " stopped: this process abandoned the communicator after: " +
+                    std::string(my_->abort_msg, strnlen(my_->abort_msg, sizeof my_->abort_msg)));
   bool newly = false;
   for (Peer& p : peers_local_) {
     if (p.dead) continue;
+    if (p.seg->aborted.load(std::memory_order_acquire)) {
+      p.dead = true;
+      newly = true;
+      p.how = "abandoned the communicator: " +
+              std::string(p.seg->abort_msg, strnlen(p.seg->abort_msg, sizeof p.seg->abort_msg));
+      continue;
+    }
     bool gone = false;
     if (p.pidfd >= 0) {
       pollfd pf{p.pidfd, POLLIN, 0};
@@ -391,6 +405,7 @@ bool ShmWire::check_liveness() {
     }
     if (gone) {
       p.dead = true;
+      p.how = "exited";
       newly = true;
       BRAID_LOG(kInfo, "shm: " << describe_peer(p.rank) << " exited");
     }
@@ -405,9 +420,36 @@ int ShmWire::exited_peer() {
   return -1;
 }
 
+std::string ShmWire::how_gone(int peer) const {
+  const int i = peer >= 0 && size_t(peer) < index_.size() ? index_[size_t(peer)] : -1;
+  if (i < 0 || !peers_local_[size_t(i)].dead) return "exited";
+  return peers_local_[size_t(i)].how;
+}
+
+std::string ShmWire::abort_reason(const std::string& why) const {
+  // Passing on a peer's abort: forward its reason (the first failure), not
+  // a message that wraps it once more per rank it went through.
+  for (const Peer& p : peers_local_)
+    if (p.dead && p.seg->aborted.load(std::memory_order_acquire))
+      return std::string(p.seg->abort_msg, strnlen(p.seg->abort_msg, sizeof p.seg->abort_msg));
+  return why;
+}
+
+void ShmWire::abort(const std::string& why) {
+  if (my_->aborted.load(std::memory_order_relaxed)) return;
+  std::snprintf(my_->abort_msg, sizeof my_->abort_msg, "%s", abort_reason(why).c_str());
+  my_->aborted.store(1, std::memory_order_release);
+  // Wake every peer, asleep or about to be: they look at the flag when
+  // they wake (check_liveness).
+  for (Peer& p : peers_local_) {
+    p.seg->bell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&p.seg->bell);
+  }
+}
+
 void ShmWire::fail_dead(Peer& p) {
   const Request* r = !p.recvs.empty() ? p.recvs.front() : !p.cma_wait.empty() ? p.cma_wait.front() : p.sends.front();
-  throw_peer_died(p.rank, r, "exited");
+  throw_peer_died(p.rank, r, p.how.empty() ? "exited" : p.how);
 }
 
 bool ShmWire::progress() {

@@ -37,6 +37,10 @@ struct SegHeader {
   uint64_t cma_probe_word;
   alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers of a sleeper; futex word
   alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep on bell
+  // Set once by the owner when its communicator fails (ShmWire::abort),
+  // after abort_msg; peers then fail what they have pending with it.
+  alignas(kLine) std::atomic<uint32_t> aborted;
+  char abort_msg[448];
   alignas(kLine) char end_[1];
 };
 
@@ -124,6 +128,9 @@ class ShmWire final : public Wire {
   bool progress() override;
   void wait_activity(std::chrono::microseconds timeout) override;
   int exited_peer() override;
+  std::string how_gone(int peer) const override;
+  void abort(const std::string& why) override;
+  std::string abort_reason(const std::string& why) const override;
   std::string kind_to(int) const override { return "shm"; }
   bool busy() const override { return npending_ > 0; }
   bool poll_ready() override { return ready(); }
@@ -134,7 +141,8 @@ class ShmWire final : public Wire {
     int rank = -1;
     pid_t pid = 0;
     int pidfd = -1;
-    bool dead = false;
+    bool dead = false;     // exited, or abandoned the communicator (how)
+    std::string how;       // "exited" or "abandoned the communicator: …"
     SegHeader* seg = nullptr;  // the peer's segment (its doorbell, my ring into it)
     size_t seg_len = 0;
     // Outbound ring (lives in the peer's segment, the peer's geometry).

@@ -40,6 +40,12 @@ class TcpWire final : public Wire {
   bool progress() override;
   void wait_activity(std::chrono::microseconds timeout) override;
   std::string kind_to(int) const override { return "tcp"; }
+  // Shuts every connection down: the peers see them close at once.
+  void abort(const std::string&) override {
+    for (Conn& c : conns_)
+      for (Stream& st : c.st)
+        if (st.fd >= 0) ::shutdown(st.fd, SHUT_RDWR);
+  }
   bool busy() const override { return npending_ > 0; }
   bool poll_ready() override {
     epoll_event ev[16];
@@ -253,14 +259,14 @@ bool TcpWire::fill(Conn& c, Stream& s) {
     }
     if (n == 0) {
       s.eof = true;
-      s.eof_how = "closed the connection (process exited?)";
+      s.eof_how = "closed the connection (it exited, or its communicator failed)";
       return false;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
     if (errno == ECONNRESET) {
       s.eof = true;
-      s.eof_how = "reset the connection (process exited?)";
+      s.eof_how = "reset the connection (it exited, or its communicator failed)";
       return false;
     }
     throw_errno("tcp: recv from " + describe_peer(c.rank));
@@ -314,7 +320,7 @@ bool TcpWire::recv_stripe(Conn& c, Stream& s, Request* r, uint64_t off, uint64_t
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n < 0 && errno != ECONNRESET) throw_errno("tcp: recv from " + describe_peer(c.rank));
         s.eof = true;
-        s.eof_how = n == 0 ? "closed the connection (process exited?)" : "reset the connection (process exited?)";
+        s.eof_how = n == 0 ? "closed the connection (it exited, or its communicator failed)" : "reset the connection (it exited, or its communicator failed)";
         break;
       }
       if (fill(c, s)) continue;

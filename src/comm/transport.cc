@@ -177,6 +177,7 @@ namespace {
 // Messages to oneself: a send meets the recv posted for it.
 class SelfWire final : public Wire {
  public:
+  void abort(const std::string&) override {}
   explicit SelfWire(const WireContext& ctx) : Wire(ctx) {}
   void post(Request* r) override { (r->kind == Request::Kind::kSend ? sends_ : recvs_).push(r); }
   bool progress() override {
@@ -284,6 +285,18 @@ class CompositeTransport final : public Transport {
     for (Wire* w : wires_)
       if (int p = w->exited_peer(); p >= 0) return p;
     return -1;
+  }
+  std::string how_gone(int peer) const override {
+    if (peer < 0 || size_t(peer) >= route_.size() || !route_[size_t(peer)]) return "exited";
+    return route_[size_t(peer)]->how_gone(peer);
+  }
+  void abort(const std::string& why) override {
+    for (Wire* w : wires_) w->abort(why);
+  }
+  std::string abort_reason(const std::string& why) const override {
+    for (Wire* w : wires_)
+      if (std::string r = w->abort_reason(why); r != why) return r;
+    return why;
   }
 
   std::string kind_to(int peer) const override {

@@ -105,7 +105,20 @@ class Transport {
   // Looks now for a peer whose process has exited, as far as this transport
   // can tell without traffic (the shm wire watches pidfds); its rank, or -1.
   // For waits outside the transport (the chain all-reduce's counters).
+  // A peer that abandoned the communicator (abort) counts as gone too.
   virtual int exited_peer() { return -1; }
+  // How exited_peer()'s peer went: "exited", or "abandoned the
+  // communicator: <its error>".
+  virtual std::string how_gone(int /*peer*/) const { return "exited"; }
+  // This rank's communicator failed with `why`: tell every peer, so that
+  // what they have pending with this rank, and what they post later, fails
+  // at once with `why` (or, over TCP, as a closed connection) instead of
+  // waiting for the deadline. Nothing is sent or received afterwards.
+  virtual void abort(const std::string& why) = 0;
+  // After abort(): the reason the peers were given. Passing on a peer's
+  // abort forwards that peer's reason (the first failure), so a chain of
+  // ranks does not wrap it once more per rank.
+  virtual std::string abort_reason(const std::string& why) const { return why; }
   // The cores the ranks on `peer`'s host may use between them (host_cores).
   virtual int cores_of(int peer) const { (void)peer; return usable_cores(); }
 };

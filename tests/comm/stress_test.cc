@@ -120,14 +120,14 @@ const char* pick(std::mt19937_64& g, std::initializer_list<const char*> xs) {
 
 // Issues one random operation on `c` (async), recording what to expect.
 void issue(Communicator& c, std::mt19937_64& g, uint64_t salt, Pending& p, bool sub,
-           SharedBuffer* shared) {
+           SharedBuffer* shared, bool deviate = false) {
   const int n = c.size(), r = c.rank();
   p.op = Op(g() % int(Op::kCount));
   do {
     p.t = DType(g() % kNumDTypes);
     p.rop = ReduceOp(g() % kNumReduceOps);
   } while (!reduce_op_supported(p.rop, p.t));
-  const size_t count = draw_count(g);
+  const size_t count = draw_count(g) + (deviate ? 1 : 0);
   const int root_draw = int(g() % 64);
   const bool in_place = g() % 3 == 0;
   const bool use_shared = shared && !sub && g() % 4 == 0;
@@ -350,6 +350,7 @@ struct Victim {
   int rank = -1;
   int after = 0;
   std::string stamp;
+  bool mismatch = false;  // instead of dying, pass a different count from then on
 };
 
 void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& victim,
@@ -385,8 +386,11 @@ void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& 
         std::mt19937_64 og(seeds[size_t(i)]);
         const uint64_t salt = og();
         // only the batch's first operation may use the shared buffer
+        const bool deviate =
+            victim.mismatch && rank == victim.rank && done + i >= victim.after;
+        if (deviate && victim.after == done + i) std::ofstream(victim.stamp) << now_ns();
         issue(on_sub[size_t(i)] ? *sub : *world, og, salt, ps[size_t(i)], on_sub[size_t(i)],
-              i == 0 ? &shared : nullptr);
+              i == 0 ? &shared : nullptr, deviate);
         ps[size_t(i)].what = "batch " + std::to_string(batch) + " op " + std::to_string(i) +
                              (threaded ? " (threaded)" : "") + ": " + ps[size_t(i)].what;
       }
@@ -413,7 +417,7 @@ void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& 
       issue_some(false, mine);
     }
     done += k;
-    if (rank == victim.rank && done >= victim.after) {
+    if (rank == victim.rank && done >= victim.after && !victim.mismatch) {
       std::ofstream(victim.stamp) << now_ns();
       ::kill(::getpid(), SIGKILL);
     }
@@ -481,5 +485,41 @@ TEST(Stress, KilledRankFailsEveryOtherRankQuickly) {
       if (msg.find("rank " + std::to_string(victim)) != std::string::npos) ++named;
     }
     EXPECT_GE(named, 1) << "no surviving rank's error names rank " << victim;
+  }
+}
+
+// A rank that starts passing a different count in the middle of the stream
+// (one element more, on whatever it calls next): every rank's operations,
+// on the world and on the split, fail within moments, though every process
+// stays alive (the failure travels through the communicators, not as a
+// process exit), and some error shows both sides' counts.
+TEST(Stress, MismatchMidStreamFailsEveryRankQuickly) {
+  const std::string dir = braid::testing::temp_dir("stress_mismatch");
+  for (const char* transport : {"shm", "tcp"}) {
+    const std::string stamp = dir + "/deviated_" + transport;
+    auto res = braid::testing::run_ranks(4, [&](int rank, int size, std::shared_ptr<Store> store) {
+      try {
+        run_stream(rank, size, store, Victim{1, 50, stamp, true});
+        ADD_FAILURE() << "rank " << rank << " finished its stream although rank 1 deviated";
+      } catch (const Error& e) {
+        std::ifstream f(stamp);
+        uint64_t since = 0;
+        ASSERT_TRUE(f >> since) << "failed before the deviation: " << e.what();
+        const double after_s = double(now_ns() - since) / 1e9;
+        EXPECT_LT(after_s, 3.0) << transport << ": " << e.what();
+        std::ofstream(dir + "/msg_" + transport + std::to_string(rank)) << e.what();
+        // Stay alive for longer than that: the others must not be learning
+        // of the failure from this process exiting.
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+      }
+    }, std::chrono::seconds(120), {"BRAID_STRESS_OPS=100000", std::string("BRAID_TRANSPORT=") + transport});
+    int both = 0;
+    for (auto& r : res) {
+      EXPECT_EQ(r.exit_code, 0) << transport << " rank " << r.rank << ": " << r.output;
+      std::ifstream f(dir + "/msg_" + transport + std::to_string(r.rank));
+      std::string msg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (msg.find("expected") != std::string::npos && msg.find("sent") != std::string::npos) ++both;
+    }
+    EXPECT_GE(both, 1) << transport << ": no rank's error shows both sides";
   }
 }

@@ -251,7 +251,7 @@ class Chain {
   void check_peers(size_t k) {
     const int p = c_.exited_peer();
     if (p < 0) return;
-    throw Error(Errc::kPeerDied, "peer " + c_.peer_name(p) + " exited (chunk " +
+    throw Error(Errc::kPeerDied, "peer " + c_.peer_name(p) + " " + c_.how_gone(p) + " (chunk " +
                                      std::to_string(k) + " of " + std::to_string(nch_) +
                                      " through shared memory)");
   }

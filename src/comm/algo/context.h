@@ -60,6 +60,7 @@ class Context {
   uint64_t timeout_ns() const { return timeout_ns_; }
   std::string peer_name(int peer) const { return tp_.describe_peer(peer); }
   int exited_peer() { return tp_.exited_peer(); }
+  std::string how_gone(int peer) const { return tp_.how_gone(peer); }
   // The cores the ranks of this rank's host may use between them.
   int host_cores() const { return tp_.cores_of(rank_); }
 
