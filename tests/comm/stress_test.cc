@@ -385,10 +385,10 @@ void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& 
         if (pause() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(pause() % 300));
         std::mt19937_64 og(seeds[size_t(i)]);
         const uint64_t salt = og();
-        // only the batch's first operation may use the shared buffer
         const bool deviate =
             victim.mismatch && rank == victim.rank && done + i >= victim.after;
         if (deviate && victim.after == done + i) std::ofstream(victim.stamp) << now_ns();
+        // only the batch's first operation may use the shared buffer
         issue(on_sub[size_t(i)] ? *sub : *world, og, salt, ps[size_t(i)], on_sub[size_t(i)],
               i == 0 ? &shared : nullptr, deviate);
         ps[size_t(i)].what = "batch " + std::to_string(batch) + " op " + std::to_string(i) +
