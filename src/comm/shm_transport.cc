@@ -429,14 +429,17 @@ std::string ShmWire::how_gone(int peer) const {
 std::string ShmWire::abort_reason(const std::string& why) const {
   // Passing on a peer's abort: forward its reason (the first failure), not
   // a message that wraps it once more per rank it went through.
+  // (Only the peers' atomics: abort() may run on another thread than the
+  // one progressing this wire, when a sibling communicator failed.)
   for (const Peer& p : peers_local_)
-    if (p.dead && p.seg->aborted.load(std::memory_order_acquire))
+    if (p.seg->aborted.load(std::memory_order_acquire))
       return std::string(p.seg->abort_msg, strnlen(p.seg->abort_msg, sizeof p.seg->abort_msg));
   return why;
 }
 
 void ShmWire::abort(const std::string& why) {
-  if (my_->aborted.load(std::memory_order_relaxed)) return;
+  // Once, though a failure here and a sibling's may call it together.
+  if (abort_claimed_.exchange(true)) return;
   std::snprintf(my_->abort_msg, sizeof my_->abort_msg, "%s", abort_reason(why).c_str());
   my_->aborted.store(1, std::memory_order_release);
   // Wake every peer, asleep or about to be: they look at the flag when

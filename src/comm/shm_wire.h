@@ -264,6 +264,7 @@ class ShmWire final : public Wire {
     throw_mismatch(r, got, "shm");
   }
   bool check_liveness();  // true if a peer was newly found dead
+  std::atomic<bool> abort_claimed_{false};
   [[noreturn]] void fail_dead(Peer& p);
 
   Layout layout_;
