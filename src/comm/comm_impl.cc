@@ -21,10 +21,17 @@
 namespace braid::comm {
 namespace {
 
+// Every live communicator of the process (the flight recorder's SIGUSR1
+// dump, and a failure abandoning the rest of its family).
 std::mutex g_registry_mu;
 std::set<CommImpl*>& registry() {
   static auto* s = new std::set<CommImpl*>;
   return *s;
+}
+
+uint64_t next_family() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
 }
 
 std::string describe_call(const MsgSig& s, const std::string& algo) {
@@ -127,7 +134,8 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
                    const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat,
                    const CommImpl* parent)
     : rank_(rank), size_(size), world_rank_(parent ? parent->world_rank_ : rank),
-      family_(parent ? parent->family_ : std::make_shared<Family>()), store_(std::move(store)), prefix_(std::move(prefix)), opt_(opt),
+      family_(parent ? parent->family_ : next_family()), store_(std::move(store)),
+      prefix_(std::move(prefix)), opt_(opt),
       keepalive_(std::move(keepalive)) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
   BRAID_CHECK_ARG(rank >= 0 && rank < size, "rank " + std::to_string(rank) +
@@ -177,10 +185,6 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
     make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   if (hier) build_hierarchy();
   host_ring_.peers_on_shm = all_shm && size_ > 1;
-  {
-    std::lock_guard<std::mutex> l(family_->mu);
-    family_->members.push_back(this);
-  }
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);
 }
@@ -237,11 +241,6 @@ CommImpl::~CommImpl() {
   {
     std::lock_guard<std::mutex> l(g_registry_mu);
     registry().erase(this);
-  }
-  {
-    std::lock_guard<std::mutex> l(family_->mu);
-    auto& m = family_->members;
-    m.erase(std::remove(m.begin(), m.end(), this), m.end());
   }
   {
     std::unique_lock<std::mutex> l(qmu_);
@@ -366,34 +365,34 @@ Error CommImpl::broken_error(const std::string& what) {
                                  " not started: the communicator failed earlier: " + broken_msg_);
 }
 
+bool CommImpl::mark_broken(Errc code, const std::string& msg, bool keep_first) {
+  std::lock_guard<std::mutex> l(broken_mu_);
+  if (keep_first && broken_.load(std::memory_order_acquire)) return false;
+  broken_code_ = code;
+  broken_msg_ = msg;
+  broken_.store(true, std::memory_order_release);
+  return true;
+}
+
 void CommImpl::set_broken(Errc code, const std::string& msg) {
-  {
-    std::lock_guard<std::mutex> l(broken_mu_);
-    broken_code_ = code;
-    broken_msg_ = msg;
-    broken_.store(true, std::memory_order_release);
-  }
-  // Peers waiting on this rank learn now, not at their deadline.
-  tp_->abort(msg);
+  mark_broken(code, msg, false);
+  // Peers waiting on this rank learn now, not at their deadline. Failing
+  // because a peer gave up, pass on that peer's reason (the first failure),
+  // not a message that wraps it once more per rank it went through.
+  std::string first = tp_->peer_abort_reason();
+  if (first.empty()) first = msg;
+  tp_->abort(first);
   std::string fr = fr_.dump("braid: flight recorder of " + who());
   std::fprintf(stderr, "braid: %s\n%s", msg.c_str(), fr.c_str());
-  const std::string root = tp_->abort_reason(msg);
-  std::lock_guard<std::mutex> l(family_->mu);
-  for (CommImpl* m : family_->members)
-    if (m != this) m->abandon(code, root);
+  std::lock_guard<std::mutex> l(g_registry_mu);
+  for (CommImpl* m : registry())
+    if (m != this && m->family_ == family_) m->abandon(code, first);
 }
 
 void CommImpl::abandon(Errc code, const std::string& why) {
-  std::string msg;
-  {
-    std::lock_guard<std::mutex> l(broken_mu_);
-    if (broken_.load(std::memory_order_acquire)) return;
-    msg = "its process gave it up after another communicator failed: " + why;
-    broken_code_ = code;
-    broken_msg_ = msg;
-    broken_.store(true, std::memory_order_release);
-  }
-  tp_->abort(msg);
+  // The peers get the first failure itself, to pass on unwrapped.
+  if (mark_broken(code, "its process gave it up after another communicator failed: " + why, true))
+    tp_->abort(why);
 }
 
 void CommImpl::complete(WorkState& w, std::exception_ptr err) {

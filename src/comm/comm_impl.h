@@ -202,30 +202,28 @@ class CommImpl {
   // "recv from rank 1 (seq 3, count 10 f32, tag 7)"
   std::string describe_p2p(const WorkState::P2p& p) const;
   uint64_t next_p2p_seq(int peer, bool sending);
+  // Records the failure; with keep_first, only if none is recorded yet.
+  // Returns whether it recorded this one.
+  bool mark_broken(Errc code, const std::string& msg, bool keep_first);
   // Marks the communicator broken with `msg`, tells its peers (the
   // transport's abort), dumps the flight recorder, and abandons the rest of
   // the family.
   void set_broken(Errc code, const std::string& msg);
   // Another communicator of the family failed with `why`: this one is
-  // broken too, and its peers are told. Called with the family's lock held.
+  // broken too, and its peers are told. Called with the registry's lock held.
   void abandon(Errc code, const std::string& why);
   // Once broken: the error for operation `what`, which was not started.
   Error broken_error(const std::string& what);
   static void complete(WorkState& w, std::exception_ptr err);
 
-  // A communicator, its splits and the hierarchy's sub-communicators, in
-  // this process. When one fails, the others are abandoned: a job whose
-  // data-parallel group failed does not wait out the deadline in its
-  // tensor-parallel group (PyTorch's error handling tears down the whole
-  // process for the same reason).
-  struct Family {
-    std::mutex mu;
-    std::vector<CommImpl*> members;
-  };
-
   int rank_, size_;
   int world_rank_;  // this rank in the top communicator (messages name both)
-  std::shared_ptr<Family> family_;
+  // Shared by a communicator, its splits and the hierarchy's
+  // sub-communicators. When one fails, the others are abandoned: a job
+  // whose data-parallel group failed does not wait out the deadline in its
+  // tensor-parallel group (PyTorch's error handling tears down the whole
+  // process for the same reason).
+  uint64_t family_;
   std::shared_ptr<Store> store_;
   std::string prefix_;
   CommOptions opt_;

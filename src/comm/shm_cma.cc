@@ -150,8 +150,9 @@ size_t ShmWire::cma_read_piece(Peer& p, Request& r) {
     const std::string why = std::string("process_vm_readv: ") + std::strerror(e);
     // A sender that exits takes its memory along: report the death.
     check_liveness();
-    if (e == ESRCH || p.dead) throw_peer_died(p.rank, &r, "exited (" + why + ")");
-    throw Error(Errc::kIo, "rank " + std::to_string(rank_) + ": single-copy read of " + describe_sig(r.sig) +
+    if (e == ESRCH) throw_peer_died(p.rank, &r, "exited (" + why + ")");
+    if (p.dead) throw_peer_died(p.rank, &r, p.how + " (" + why + ")");
+    throw Error(Errc::kIo, describe_self() + ": single-copy read of " + describe_sig(r.sig) +
                                " from " + describe_peer(p.rank) + " failed at byte " +
                                std::to_string(r.done + got) + " of " + std::to_string(r.sig.bytes) + " (" + why +
                                ")");

@@ -382,18 +382,17 @@ bool ShmWire::check_liveness() {
   last_check_ns_ = now_ns();
   // Abandoned by this process (another communicator of its family failed)
   // while an operation still waits here: stop it.
-  if (npending_ > 0 && my_->aborted.load(std::memory_order_acquire))
-    throw Error(Errc::kPeerDied,
-                describe_self() + " stopped: this process abandoned the communicator after: " +
-                    std::string(my_->abort_msg, strnlen(my_->abort_msg, sizeof my_->abort_msg)));
+  if (npending_ > 0)
+    if (std::string mine = abort_text(*my_); !mine.empty())
+      throw Error(Errc::kPeerDied,
+                  describe_self() + " stopped: this process abandoned the communicator after: " + mine);
   bool newly = false;
   for (Peer& p : peers_local_) {
     if (p.dead) continue;
-    if (p.seg->aborted.load(std::memory_order_acquire)) {
+    if (std::string why = abort_text(*p.seg); !why.empty()) {
       p.dead = true;
       newly = true;
-      p.how = "abandoned the communicator: " +
-              std::string(p.seg->abort_msg, strnlen(p.seg->abort_msg, sizeof p.seg->abort_msg));
+      p.how = "abandoned the communicator: " + why;
       continue;
     }
     bool gone = false;
@@ -426,21 +425,17 @@ std::string ShmWire::how_gone(int peer) const {
   return peers_local_[size_t(i)].how;
 }
 
-std::string ShmWire::abort_reason(const std::string& why) const {
-  // Passing on a peer's abort: forward its reason (the first failure), not
-  // a message that wraps it once more per rank it went through.
-  // (Only the peers' atomics: abort() may run on another thread than the
-  // one progressing this wire, when a sibling communicator failed.)
+std::string ShmWire::peer_abort_reason() const {
+  // Only the peers' segments (atomics), not Peer::dead: any thread may ask.
   for (const Peer& p : peers_local_)
-    if (p.seg->aborted.load(std::memory_order_acquire))
-      return std::string(p.seg->abort_msg, strnlen(p.seg->abort_msg, sizeof p.seg->abort_msg));
-  return why;
+    if (std::string r = abort_text(*p.seg); !r.empty()) return r;
+  return {};
 }
 
 void ShmWire::abort(const std::string& why) {
   // Once, though a failure here and a sibling's may call it together.
   if (abort_claimed_.exchange(true)) return;
-  std::snprintf(my_->abort_msg, sizeof my_->abort_msg, "%s", abort_reason(why).c_str());
+  std::snprintf(my_->abort_msg, sizeof my_->abort_msg, "%s", why.c_str());
   my_->aborted.store(1, std::memory_order_release);
   // Wake every peer, asleep or about to be: they look at the flag when
   // they wake (check_liveness).
@@ -452,7 +447,7 @@ void ShmWire::abort(const std::string& why) {
 
 void ShmWire::fail_dead(Peer& p) {
   const Request* r = !p.recvs.empty() ? p.recvs.front() : !p.cma_wait.empty() ? p.cma_wait.front() : p.sends.front();
-  throw_peer_died(p.rank, r, p.how.empty() ? "exited" : p.how);
+  throw_peer_died(p.rank, r, p.how);
 }
 
 bool ShmWire::progress() {

@@ -130,7 +130,7 @@ class ShmWire final : public Wire {
   int exited_peer() override;
   std::string how_gone(int peer) const override;
   void abort(const std::string& why) override;
-  std::string abort_reason(const std::string& why) const override;
+  std::string peer_abort_reason() const override;
   std::string kind_to(int) const override { return "shm"; }
   bool busy() const override { return npending_ > 0; }
   bool poll_ready() override { return ready(); }
@@ -141,8 +141,8 @@ class ShmWire final : public Wire {
     int rank = -1;
     pid_t pid = 0;
     int pidfd = -1;
-    bool dead = false;     // exited, or abandoned the communicator (how)
-    std::string how;       // "exited" or "abandoned the communicator: …"
+    bool dead = false;  // exited, or abandoned the communicator: then `how` says which
+    std::string how;
     SegHeader* seg = nullptr;  // the peer's segment (its doorbell, my ring into it)
     size_t seg_len = 0;
     // Outbound ring (lives in the peer's segment, the peer's geometry).
@@ -264,8 +264,12 @@ class ShmWire final : public Wire {
     throw_mismatch(r, got, "shm");
   }
   bool check_liveness();  // true if a peer was newly found dead
-  std::atomic<bool> abort_claimed_{false};
   [[noreturn]] void fail_dead(Peer& p);
+  // The owner's abort message once it has set `aborted`, else "".
+  static std::string abort_text(const SegHeader& h) {
+    if (!h.aborted.load(std::memory_order_acquire)) return {};
+    return std::string(h.abort_msg, strnlen(h.abort_msg, sizeof h.abort_msg));
+  }
 
   Layout layout_;
   std::string name_;
@@ -275,6 +279,7 @@ class ShmWire final : public Wire {
   size_t npending_ = 0;
   ShmWaitPlan wait_;
   bool light_publish_ = true;  // BRAID_SHM_LIGHT_PUBLISH (publish())
+  std::atomic<bool> abort_claimed_{false};  // abort() ran
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;
   uint64_t cma_bytes_ = 0;            // BRAID_SHM_CMA_BYTES; 0: single copy off

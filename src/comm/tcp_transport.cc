@@ -30,6 +30,9 @@ constexpr size_t kDirectRecvMin = 64 << 10;  // kRecv reads at least this straig
 // connection 0.
 constexpr uint64_t kStripeMin = 256 << 10;
 constexpr int kDefaultStreams = 1;
+// How a peer whose connection ended went (an abort shuts the sockets down).
+constexpr const char* kClosedHow = "closed the connection (it exited, or its communicator failed)";
+constexpr const char* kResetHow = "reset the connection (it exited, or its communicator failed)";
 
 class TcpWire final : public Wire {
  public:
@@ -259,14 +262,14 @@ bool TcpWire::fill(Conn& c, Stream& s) {
     }
     if (n == 0) {
       s.eof = true;
-      s.eof_how = "closed the connection (it exited, or its communicator failed)";
+      s.eof_how = kClosedHow;
       return false;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
     if (errno == ECONNRESET) {
       s.eof = true;
-      s.eof_how = "reset the connection (it exited, or its communicator failed)";
+      s.eof_how = kResetHow;
       return false;
     }
     throw_errno("tcp: recv from " + describe_peer(c.rank));
@@ -320,7 +323,7 @@ bool TcpWire::recv_stripe(Conn& c, Stream& s, Request* r, uint64_t off, uint64_t
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n < 0 && errno != ECONNRESET) throw_errno("tcp: recv from " + describe_peer(c.rank));
         s.eof = true;
-        s.eof_how = n == 0 ? "closed the connection (it exited, or its communicator failed)" : "reset the connection (it exited, or its communicator failed)";
+        s.eof_how = n == 0 ? kClosedHow : kResetHow;
         break;
       }
       if (fill(c, s)) continue;

@@ -177,8 +177,8 @@ namespace {
 // Messages to oneself: a send meets the recv posted for it.
 class SelfWire final : public Wire {
  public:
-  void abort(const std::string&) override {}
   explicit SelfWire(const WireContext& ctx) : Wire(ctx) {}
+  void abort(const std::string&) override {}
   void post(Request* r) override { (r->kind == Request::Kind::kSend ? sends_ : recvs_).push(r); }
   bool progress() override {
     bool moved = false;
@@ -293,10 +293,10 @@ class CompositeTransport final : public Transport {
   void abort(const std::string& why) override {
     for (Wire* w : wires_) w->abort(why);
   }
-  std::string abort_reason(const std::string& why) const override {
+  std::string peer_abort_reason() const override {
     for (Wire* w : wires_)
-      if (std::string r = w->abort_reason(why); r != why) return r;
-    return why;
+      if (std::string r = w->peer_abort_reason(); !r.empty()) return r;
+    return {};
   }
 
   std::string kind_to(int peer) const override {

@@ -113,12 +113,14 @@ class Transport {
   // This rank's communicator failed with `why`: tell every peer, so that
   // what they have pending with this rank, and what they post later, fails
   // at once with `why` (or, over TCP, as a closed connection) instead of
-  // waiting for the deadline. Nothing is sent or received afterwards.
+  // waiting for the deadline. Nothing is sent or received afterwards. Once;
+  // later calls do nothing. May run on another thread than the one
+  // progressing the transport (a sibling communicator failed).
   virtual void abort(const std::string& why) = 0;
-  // After abort(): the reason the peers were given. Passing on a peer's
-  // abort forwards that peer's reason (the first failure), so a chain of
-  // ranks does not wrap it once more per rank.
-  virtual std::string abort_reason(const std::string& why) const { return why; }
+  // The reason a peer that abandoned the communicator gave (the first such
+  // peer seen), or "" — so that a rank passing an abort on forwards the
+  // first failure instead of wrapping it again. Safe from any thread.
+  virtual std::string peer_abort_reason() const { return {}; }
   // The cores the ranks on `peer`'s host may use between them (host_cores).
   virtual int cores_of(int peer) const { (void)peer; return usable_cores(); }
 };
