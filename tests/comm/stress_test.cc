@@ -173,14 +173,9 @@ void issue(Communicator& c, std::mt19937_64& g, uint64_t salt, Pending& p, bool 
       p.in.resize(count * es);
       fill(p.in.data(), count, t, rop, salt, r);
       p.want = reduced(count, t, rop, salt, n, 0);
-      uint8_t* out = in_place ? p.in.data() : dest(count * es);
-      if (in_place && use_shared && count * es <= shared->bytes()) {
-        out = static_cast<uint8_t*>(shared->data());
-        std::memcpy(out, p.in.data(), count * es);
-        p.works.push_back(c.all_reduce_async(out, out, count, t, rop));
-      } else {
-        p.works.push_back(c.all_reduce_async(p.in.data(), out, count, t, rop));
-      }
+      uint8_t* out = dest(count * es);
+      if (in_place && count) std::memcpy(out, p.in.data(), count * es);
+      p.works.push_back(c.all_reduce_async(in_place ? out : p.in.data(), out, count, t, rop));
       expect_here(out, count * es);
       break;
     }
