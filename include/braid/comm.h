@@ -2,10 +2,38 @@
 //
 // Semantics follow MPI / NCCL / Gloo:
 //  * counts are in elements of `dtype`; every rank passes the same count,
-//    dtype, op and root (a mismatch raises Error(kMismatch) naming both sides
-//    instead of hanging or corrupting data);
-//  * in-place is allowed wherever send == recv (for all_gather, in-place means
-//    send == recv + rank*count; for reduce_scatter, recv == send + rank*count);
+//    dtype, op and root. A mismatch raises Error(kMismatch) naming both
+//    sides instead of hanging or corrupting data, on every rank within about
+//    a second. Where the ranks disagree on who sends to whom (a rooted
+//    collective's root), each may believe it only sends, or only receives,
+//    so no message shows the disagreement: a rank whose call then waits
+//    finds it through the store (its call and its peers' are compared after
+//    100 ms of waiting) and raises it in that call; a call that completes
+//    because its messages fit the peers' buffers returns, and the mismatch
+//    is raised at the latest by the rank's next call on the communicator.
+//    Checking every rooted call at once would cost every call a message;
+//  * in-place is allowed wherever send == recv: all_reduce, reduce,
+//    broadcast, all_to_all and all_to_all_v (MPI_IN_PLACE: each block is
+//    sent before it is overwritten; this costs one local copy of the input);
+//    all_gather with send == recv + rank*count; reduce_scatter with
+//    recv == send + rank*count; gather with the root's send == recv +
+//    root*count, scatter with the root's recv == send + root*count (its own
+//    block stays where it is);
+//  * argument errors (null buffers, bad roots or peers, counts that
+//    overflow, unknown dtypes or ops) raise Error(kInvalidArgument) at the
+//    call, also for the _async forms, before anything is queued, and leave
+//    the communicator usable; a reduce op a dtype does not define (bitwise
+//    ops on floats) raises Error(kNotSupported). send/recv to this rank
+//    itself is refused (kInvalidArgument): copy instead;
+//  * threads: the calls of one communicator must be issued by one thread at
+//    a time (their issue order is the order every rank must match); Work
+//    handles may be waited on from any thread, and different communicators
+//    (a split and its parent) may be used from different threads at once;
+//  * send/recv travel apart from the collectives, on the communicator's own
+//    point-to-point connections and queue (as MPI keeps them in a separate
+//    context): a receive posted before a collective and matched after it,
+//    or a send whose receive comes after a collective, holds nothing up.
+//    Messages between two ranks are matched in posting order;
 //  * every blocking call has a deadline (CommOptions::timeout, default
 //    BRAID_TIMEOUT or 300 s) and throws Error(kTimeout) naming this rank, the
 //    operation, its sequence number, the peers not heard from and bytes done;
@@ -13,12 +41,17 @@
 //    within a few seconds;
 //  * after any failure other than bad arguments (timeout, mismatch, dead
 //    peer) the communicator is broken: later calls fail at once with the
-//    first error. Its peers are told (their pending and later operations
-//    with this rank fail at once, naming the first failure, instead of
-//    waiting out their deadline), and so are the other communicators of
-//    this process that share its root (the one it was split from, its
-//    splits): one failed group stops the job's other groups too, as
-//    PyTorch's error handling does by ending the process.
+//    first error. Its peers are told: their pending and later operations
+//    fail at once (over shared memory, or a TCP connection they are
+//    reading; else at their next 200 ms look at the store) instead of
+//    waiting out their deadline, with the first failure's code (kMismatch,
+//    kTimeout; kPeerDied only where a process really died) and a message
+//    that names this rank and its own call, then "stopped, because the
+//    communicator failed first elsewhere:" and the first failure's message.
+//    So are the other communicators of this process that share its root
+//    (the one it was split from, its splits): one failed group stops the
+//    job's other groups too, as PyTorch's error handling does by ending the
+//    process.
 //
 // Every collective has an _async twin returning a Work handle. Async work runs
 // in issue order on the communicator's background thread; blocking calls run
@@ -143,7 +176,9 @@ class Communicator {
                     const std::vector<size_t>& recv_displs, DType t);
   void barrier();
   // Point to point. Messages between two ranks are matched in posting order;
-  // the tags must agree (a different tag raises Error(kMismatch)).
+  // the tags must agree (a different tag raises Error(kMismatch)). They
+  // never wait behind collectives nor hold them up (see the top). peer ==
+  // rank() is refused.
   void send(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
   void recv(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
 
@@ -159,8 +194,12 @@ class Communicator {
   Work send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
   Work recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
 
-  // Forces the algorithm for one collective ("ring", "hd", "tree", "direct",
-  // "hier", or "auto"); the same as BRAID_ALGO=op:algo[,op:algo].
+  // Forces the algorithm for one collective (all_reduce: ring, hd, rd,
+  // direct, hier, chain, oneshot; broadcast: tree, chain; reduce: tree,
+  // ring, direct; all_gather, reduce_scatter: ring, direct; or "auto"); the
+  // same as BRAID_ALGO=op:algo[,op:algo]. Under BRAID_DETERMINISTIC=1 the
+  // reductions keep rank-order folding (direct, or oneshot for all_reduce)
+  // whatever is set here, and say so once on stderr.
   void set_algorithm(const std::string& collective, const std::string& algo);
   // The algorithm the cost model would pick for this collective and size.
   std::string chosen_algorithm(const std::string& collective, size_t bytes) const;

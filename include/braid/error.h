@@ -13,8 +13,11 @@ namespace braid {
 enum class Errc {
   kInvalidArgument,  // bad input from the caller: null buffer, bad root, ...
   kTimeout,          // a deadline passed
-  kPeerDied,         // a peer closed its connection or its process exited
+  kPeerDied,         // a peer's process exited or closed its connection,
+                     // with no failure of the communicator before it
   kMismatch,         // ranks called different collectives / sizes / dtypes
+                     // / roots. A rank told of another rank's failure
+                     // gets that failure's code (kMismatch, kTimeout, ...)
   kAuth,             // a connection failed to prove the job secret
   kProtocol,         // malformed or oversized frame
   kIo,               // system call failed (socket, shm, file)

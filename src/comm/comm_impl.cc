@@ -131,7 +131,7 @@ bool CommImpl::probe_links(Store& pstore, int max_local, int cores) {
 }
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-                   const CommOptions& opt, std::shared_ptr<void> keepalive, bool flat,
+                   const CommOptions& opt, std::shared_ptr<void> keepalive, Role role,
                    const CommImpl* parent)
     : rank_(rank), size_(size), world_rank_(parent ? parent->world_rank_ : rank),
       family_(parent ? parent->family_ : next_family()), store_(std::move(store)),
@@ -152,14 +152,18 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   topt.secret = !opt.secret.empty() ? opt.secret : env_str("BRAID_SECRET").value_or("");
   topt.timeout = timeout_;
   topt.world_rank = world_rank_;
+  topt.ordered_seqs = true;
+  // Point-to-point rings: fewer slots (a send waits for its receive anyway).
+  if (role == Role::kPointToPoint) topt.max_shm_slots = 4;
   auto pstore = make_prefix_store(store_, prefix_);
+  desync_ = std::make_unique<Desync>(pstore, rank_);
   tp_ = make_transport(rank_, size_, *pstore, topt);
   bool any_tcp = false, all_shm = true;
   for (int p = 0; p < size_; ++p) {
     any_tcp |= tp_->kind_to(p) == "tcp";
     if (p != rank_) all_shm &= tp_->kind_to(p) == "shm";
   }
-  build_topology(*pstore, flat);
+  build_topology(*pstore, role == Role::kUser);
   int nhosts = 1, max_local = 1;
   {
     std::map<std::string, int> per_host;
@@ -176,7 +180,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   for (int p = 1; p < size_; ++p) cores = std::min(cores, tp_->cores_of(p));
   cost_text_ = parent ? parent->cost_text_ : agree_cost_text(*pstore);
   // The hierarchy exists only with several hosts, and is built below.
-  const bool hier = !flat && !env_flag("BRAID_NO_HIER") && nhosts > 1 && max_local > 1;
+  const bool hier = role == Role::kUser && !env_flag("BRAID_NO_HIER") && nhosts > 1 && max_local > 1;
   const int sel_hosts = hier ? nhosts : 1;
   make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   // The probe's messages go through this communicator, so it needs a
@@ -184,16 +188,19 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   if (!parent && probe_links(*pstore, max_local, cores))
     make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   if (hier) build_hierarchy();
+  if (role == Role::kUser)
+    p2p_ = std::make_unique<CommImpl>(rank_, size_, store_, prefix_ + "p2p/", opt_, nullptr,
+                                      Role::kPointToPoint, this);
   host_ring_.peers_on_shm = all_shm && size_ > 1;
   std::lock_guard<std::mutex> l(g_registry_mu);
   registry().insert(this);
 }
 
-void CommImpl::build_topology(Store& pstore, bool flat) {
+void CommImpl::build_topology(Store& pstore, bool with_topology_file) {
   pstore.set_str("host/" + std::to_string(rank_), hostname());
   hosts_.resize(size_t(size_));
   for (int r = 0; r < size_; ++r) hosts_[r] = pstore.get_str("host/" + std::to_string(r));
-  if (auto topo = env_str("BRAID_TOPOLOGY"); topo && !flat) {
+  if (auto topo = env_str("BRAID_TOPOLOGY"); topo && with_topology_file) {
     // A JSON matrix of link bandwidths between ranks, e.g. from nvidia-smi
     // topo or a cluster description.
     std::ifstream f(*topo);
@@ -231,10 +238,11 @@ void CommImpl::build_hierarchy() {
   o.timeout = timeout_;
   local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
                                       prefix_ + "local" + std::to_string(host_idx) + "/", o,
-                                      nullptr, true, this);
+                                      nullptr, Role::kHierarchy, this);
   if (local_rank == 0)
     leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
-                                          prefix_ + "leaders/", o, nullptr, true, this);
+                                          prefix_ + "leaders/", o, nullptr, Role::kHierarchy,
+                                          this);
 }
 
 CommImpl::~CommImpl() {
@@ -346,17 +354,30 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
               },
               pool_);
   ctx.set_ring(&ring_);
+  ctx.set_stall_watch(desync_.get());
   try {
     fn(ctx, algo);
     fr_.finish(fr_id, true);
-  } catch (const Error& e) {
+    desync_->done(sig);
+  } catch (const Error& e0) {
     fr_.finish(fr_id, false);
-    std::string msg = e.code() == Errc::kTimeout ? std::string(e.what())
-                                                 : who() + ": " +
-                                                       describe_call(sig, algo) + ": " + e.what();
+    const Error e = forwarded(e0);
+    std::string msg = failure_text(describe_call(sig, algo), e.what());
     if (e.code() != Errc::kInvalidArgument) set_broken(e.code(), msg);
     throw Error(e.code(), msg);
   }
+}
+
+std::string CommImpl::failure_text(const std::string& call, const std::string& what) const {
+  const std::string self = who() + ": ";
+  return what.rfind(self, 0) == 0 ? what : self + call + ": " + what;
+}
+
+Error CommImpl::forwarded(const Error& e) {
+  if (e.code() != Errc::kPeerDied) return e;
+  auto first = desync_->first_failure();
+  if (!first) return e;  // nobody failed first: the peer really went away
+  return Desync::forward(*first);
 }
 
 Error CommImpl::broken_error(const std::string& what) {
@@ -376,6 +397,8 @@ bool CommImpl::mark_broken(Errc code, const std::string& msg, bool keep_first) {
 
 void CommImpl::set_broken(Errc code, const std::string& msg) {
   mark_broken(code, msg, false);
+  // Before the peers are told: they read it to learn the first failure.
+  desync_->record_failure(code, msg);
   // Peers waiting on this rank learn now, not at their deadline. Failing
   // because a peer gave up, pass on that peer's reason (the first failure),
   // not a message that wraps it once more per rank it went through.
@@ -391,8 +414,10 @@ void CommImpl::set_broken(Errc code, const std::string& msg) {
 
 void CommImpl::abandon(Errc code, const std::string& why) {
   // The peers get the first failure itself, to pass on unwrapped.
-  if (mark_broken(code, "its process gave it up after another communicator failed: " + why, true))
+  if (mark_broken(code, "its process gave it up after another communicator failed: " + why, true)) {
+    desync_->record_failure(code, why);
     tp_->abort(why);
+  }
 }
 
 void CommImpl::complete(WorkState& w, std::exception_ptr err) {
@@ -498,6 +523,10 @@ void CommImpl::worker_loop() {
 
 Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t,
                           int peer, int tag, size_t bytes, bool async, CollOp op) {
+  // The application's sends and receives go to the twin; the probe's stay
+  // here (they run while this communicator is being built, before the twin).
+  if (p2p_ && op == CollOp::kSend)
+    return p2p_->launch_p2p(sending, src, dst, count, t, peer, tag, bytes, async, op);
   // A receive carries the sender's signature (kSend) so the two compare equal.
   MsgSig sig = next_sig(op, count, t, ReduceOp::kSum, tag,
                         int64_t(next_p2p_seq(peer, sending)));
@@ -606,14 +635,14 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
       tp_->wait_activity(std::chrono::microseconds(
           std::min<uint64_t>((deadline[first] - now) / 1000, 1000)));
     }
-  } catch (const Error& e) {
+  } catch (const Error& e0) {
+    const Error e = forwarded(e0);
     // The timed-out operation's message already names it.
     std::string first_msg;
     for (size_t i = 0; i < open.size(); ++i) {
       if (!open[i]) continue;
-      std::string msg = i == timed_out ? std::string(e.what())
-                                       : who() + ": " + what(i) +
-                                             ": " + e.what();
+      std::string msg =
+          i == timed_out ? std::string(e.what()) : who() + ": " + what(i) + ": " + e.what();
       if (first_msg.empty()) first_msg = msg;
       finish(i, std::make_exception_ptr(Error(e.code(), msg)));
     }
@@ -656,14 +685,15 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   CommOptions o = opt_;
   o.timeout = timeout_;
   return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o, nullptr,
-                                    false, this);
+                                    Role::kUser, this);
 }
 
 std::string CommImpl::who() const { return rank_name(rank_, world_rank_); }
 
 std::string CommImpl::flight_record() const {
-  return fr_.dump("braid: flight recorder of " + who() + " (size " +
-                  std::to_string(size_) + ", comm '" + prefix_ + "')");
+  std::string s = fr_.dump("braid: flight recorder of " + who() + " (size " +
+                           std::to_string(size_) + ", comm '" + prefix_ + "')");
+  return p2p_ ? s + p2p_->flight_record() : s;
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include "comm/flight_recorder.h"
 #include "comm/select.h"
 #include "comm/algo/host_ring.h"
+#include "comm/desync.h"
 #include "comm/shared_memory.h"
 #include "comm/transport.h"
 
@@ -76,15 +77,23 @@ class CommImpl {
  public:
   using AlgoFn = std::function<void(Context&, const std::string& algo)>;
 
+  // What a communicator is for. kUser: one the application holds (made by
+  // create, from_env or split); it builds the host hierarchy when ranks
+  // span hosts, and a kPointToPoint twin. kHierarchy: the hierarchy's own
+  // sub-communicators. kPointToPoint: a kUser communicator's twin that
+  // carries its send / recv, on a transport and queue of its own, so that
+  // point-to-point and collective traffic never wait behind each other
+  // (MPI keeps them apart the same way).
+  enum class Role { kUser, kHierarchy, kPointToPoint };
+
   // Collective over all `size` ranks sharing `store`: builds the transport.
-  // `flat` skips building the host hierarchy (used for the hierarchy's own
-  // sub-communicators). `parent`: the communicator a sub-communicator comes
-  // from; it takes the parent's tuning text (without one the ranks take
-  // rank 0's tuning file, and probe the links it has no figures for,
-  // comm/probe.h), its world rank and its family.
+  // `parent`: the communicator a sub-communicator comes from; it takes the
+  // parent's tuning text (without one the ranks take rank 0's tuning file,
+  // and probe the links it has no figures for, comm/probe.h), its world
+  // rank and its family.
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr, bool flat = false,
-           const CommImpl* parent = nullptr);
+           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr,
+           Role role = Role::kUser, const CommImpl* parent = nullptr);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -169,7 +178,7 @@ class CommImpl {
  private:
   // Hosts and ring order; then, once the selector exists, the per-host
   // sub-communicators of the hierarchical all-reduce.
-  void build_topology(Store& pstore, bool flat);
+  void build_topology(Store& pstore, bool with_topology_file);
   void build_hierarchy();
   // Rank 0's tuning file's text, published through the store (collective).
   std::string agree_cost_text(Store& pstore) const;
@@ -214,6 +223,12 @@ class CommImpl {
   void abandon(Errc code, const std::string& why);
   // Once broken: the error for operation `what`, which was not started.
   Error broken_error(const std::string& what);
+  // `e`, or, when it says a peer abandoned the communicator after another
+  // rank's failure, that first failure with its own code.
+  Error forwarded(const Error& e);
+  // The message of a failed operation: `what` when it already names this
+  // rank, else prefixed with this rank and the call.
+  std::string failure_text(const std::string& call, const std::string& what) const;
   static void complete(WorkState& w, std::exception_ptr err);
 
   int rank_, size_;
@@ -235,6 +250,7 @@ class CommImpl {
   std::vector<std::string> hosts_;
   std::vector<int> ring_;
   std::unique_ptr<CommImpl> local_, leaders_;
+  std::unique_ptr<CommImpl> p2p_;  // Role::kPointToPoint twin (kUser only)
   FlightRecorder fr_;
   ContextPool pool_;
   SharedRegistry shared_;
@@ -249,6 +265,8 @@ class CommImpl {
   uint64_t seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::shared_ptr<void> keepalive_;  // e.g. a store server hosted by this rank
+  // Disagreements no header shows, and the first failure (through the store).
+  std::unique_ptr<Desync> desync_;
 
   // Executor state.
   std::mutex qmu_;

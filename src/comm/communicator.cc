@@ -92,7 +92,7 @@ void check_op(CollOp op, DType t, ReduceOp rop) {
     throw Error(Errc::kInvalidArgument,
                 std::string(opname(op)) + ": unknown reduce op " + std::to_string(int(rop)));
   if (!reduce_op_supported(rop, t))
-    throw Error(Errc::kInvalidArgument, std::string(opname(op)) + ": reduce op " +
+    throw Error(Errc::kNotSupported, std::string(opname(op)) + ": reduce op " +
                                             reduce_op_name(rop) + " is not defined for " +
                                             dtype_name(t));
 }
@@ -276,8 +276,6 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
   size_t bytes = checked_bytes(op, count, t, size_t(n));
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
-  BRAID_CHECK_ARG(send != recv || count == 0 || n == 1,
-                  "all_to_all: in-place (send == recv) is not supported; use separate buffers");
   std::vector<size_t> counts(n, count), displs(n);
   for (int i = 0; i < n; ++i) displs[i] = size_t(i) * count;
   return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),

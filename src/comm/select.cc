@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <optional>
 #include <sstream>
 
@@ -10,6 +12,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "braid/log.h"
 #include "comm/algo/host_ring.h"
 
 namespace braid::comm {
@@ -134,6 +137,18 @@ void Selector::set_override(const std::string& collective, const std::string& al
                                             " (choose from: " + list + ", auto)");
   }
   overrides_[op] = algo;
+  const bool reduction =
+      op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
+  if (reduction && deterministic_ && algo != "direct" && algo != "oneshot") {
+    // Once per collective and process: every split and rank would repeat it.
+    static std::mutex mu;
+    static std::set<CollOp> warned;
+    std::lock_guard<std::mutex> l(mu);
+    if (warned.insert(op).second)
+      BRAID_LOG(kWarn, "BRAID_DETERMINISTIC=1: " << collective << " algorithm '" << algo
+                           << "' is not used; reductions fold in rank order (direct"
+                           << (op == CollOp::kAllReduce ? " or oneshot" : "") << ")");
+  }
 }
 
 void Selector::load_env_overrides() {

@@ -72,9 +72,10 @@ size_t env_slot_bytes() {
 }
 // Default: 8 slots per ring, fewer when many peers would make a rank's
 // segment pass 32 MiB (each rank holds one inbound ring per local peer).
-size_t env_slots(size_t slot_bytes, size_t nrings) {
+size_t env_slots(size_t slot_bytes, size_t nrings, size_t max_slots) {
   size_t dflt = std::clamp<size_t>((size_t(32) << 20) / (std::max<size_t>(nrings, 1) * slot_bytes), 2, 8);
-  return size_t(std::clamp<int64_t>(env_int("BRAID_SHM_SLOTS", int64_t(dflt)), 2, 4096));
+  size_t n = size_t(std::clamp<int64_t>(env_int("BRAID_SHM_SLOTS", int64_t(dflt)), 2, 4096));
+  return max_slots >= 2 ? std::min(n, max_slots) : n;
 }
 
 // Slot copies of at least this many bytes bypass the sender's cache
@@ -91,7 +92,9 @@ size_t env_stream_bytes() { return env_min_bytes("BRAID_SHM_STREAM_BYTES", 64 <<
 }  // namespace
 
 ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
-    : Wire(ctx), layout_(env_slot_bytes(), env_slots(env_slot_bytes(), peers.size()), peers.size()) {
+    : Wire(ctx),
+      layout_(env_slot_bytes(), env_slots(env_slot_bytes(), peers.size(), ctx.opt->max_shm_slots),
+              peers.size()) {
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());
@@ -120,6 +123,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   my_->cma_probe_word = ctx.peers[size_t(ctx.rank)].nonce | 1;
   my_->cma_probe_addr = uint64_t(reinterpret_cast<uintptr_t>(&my_->cma_probe_word));
   light_publish_ = env_int("BRAID_SHM_LIGHT_PUBLISH", 1) != 0;
+  ordered_seqs_ = ctx.opt->ordered_seqs;
   my_->magic = kMagic;
   ctx.store->set_str("shm/ready/" + std::to_string(ctx.rank), std::to_string(layout_.total));
 
@@ -294,6 +298,17 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
       MsgSig got;
       std::memcpy(&got, &b.sig, sizeof got);
       if (!sig_matches(got, r->sig)) throw_mismatch(*r, got, "shm");
+      // An older message still on the ring was sent by a call of the peer
+      // that no call of ours received: the ranks disagreed on who sends
+      // (e.g. on a broadcast's root). The ring's head line is rarely
+      // written, so this load is a cache hit.
+      if (ordered_seqs_ && p.in->head.load(std::memory_order_acquire) != p.in_tail) {
+        const SlotHdr* h = reinterpret_cast<const SlotHdr*>(
+            p.in_slots + (p.in_tail % layout_.nslots) * layout_.stride);
+        MsgSig older;
+        std::memcpy(&older, &h->sig, sizeof older);
+        if (ordered_seqs_ && sent_earlier(older, got)) throw_mismatch(*r, older, "shm");
+      }
       if (b.len != bytes)
         throw_protocol(p.rank, "shm fast box carries " + std::to_string(b.len) + " bytes, expected " +
                                    std::to_string(bytes));
@@ -342,6 +357,13 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
         MsgSig got;
         std::memcpy(&got, &h->sig, sizeof got);
         if (!sig_matches(got, r->sig)) throw_mismatch(*r, got, "shm");
+        // The mirror of the fast-box check: an older small message waiting.
+        const FastBox& b = p.in->fb[p.fb_in % kFastBoxes];
+        if (b.stamp.load(std::memory_order_acquire) == p.fb_in + 1) {
+          MsgSig older;
+          std::memcpy(&older, &b.sig, sizeof older);
+          if (ordered_seqs_ && sent_earlier(older, got)) throw_mismatch(*r, older, "shm");
+        }
         p.recv_started = true;
         if (h->first == kFirstCma) {
           moved += start_cma_recv(p, s, len, bytes);
@@ -393,6 +415,9 @@ bool ShmWire::check_liveness() {
       p.dead = true;
       newly = true;
       p.how = "abandoned the communicator: " + why;
+      // The communicator has failed: what waits here on other peers can
+      // no longer complete everywhere, so it stops now too.
+      if (npending_ > 0) throw_peer_died(p.rank, nullptr, p.how);
       continue;
     }
     bool gone = false;

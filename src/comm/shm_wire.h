@@ -254,6 +254,15 @@ class ShmWire final : public Wire {
     }
     return false;
   }
+  // True when `older` is a collective's message from a call before `now`'s:
+  // on one communicator collectives run one at a time in sequence order, so
+  // such a message, still unread, belongs to a call this rank has finished.
+  static bool sent_earlier(const MsgSig& older, const MsgSig& now) {
+    auto collective = [](const MsgSig& s) {
+      return s.op != CollOp::kSend && s.op != CollOp::kRecv && s.op != CollOp::kProbe;
+    };
+    return collective(older) && collective(now) && older.seq < now.seq;
+  }
   static bool is_fast(const Request* r, bool started) {
     return !started && r->sig.bytes <= kFastBytes;
   }
@@ -279,6 +288,7 @@ class ShmWire final : public Wire {
   size_t npending_ = 0;
   ShmWaitPlan wait_;
   bool light_publish_ = true;  // BRAID_SHM_LIGHT_PUBLISH (publish())
+  bool ordered_seqs_ = false;  // TransportOptions::ordered_seqs (sent_earlier())
   std::atomic<bool> abort_claimed_{false};  // abort() ran
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;

@@ -53,7 +53,7 @@ bool sig_matches(const MsgSig& a, const MsgSig& b) {
          a.op == b.op && a.dtype == b.dtype && a.rop == b.rop;
 }
 
-std::string describe_sig(const MsgSig& s) {
+std::string describe_sig(const MsgSig& s, bool with_bytes) {
   // Values come off the wire: print out-of-range enums as numbers.
   std::ostringstream os;
   if (uint8_t(s.op) <= uint8_t(CollOp::kProbe)) os << coll_op_name(s.op);
@@ -63,13 +63,15 @@ std::string describe_sig(const MsgSig& s) {
   else os << "dtype#" << int(s.dtype);
   if (s.op == CollOp::kSend || s.op == CollOp::kRecv || s.op == CollOp::kProbe) {
     // point to point: the root field carries the tag; no reduction
-    os << " tag " << s.root << " (" << s.bytes << " bytes)";
+    os << " tag " << s.root;
+    if (with_bytes) os << " (" << s.bytes << " bytes)";
     return os.str();
   }
   os << ' ';
   if (uint8_t(s.rop) < kNumReduceOps) os << reduce_op_name(s.rop);
   else os << "rop#" << int(s.rop);
-  os << " root " << s.root << " (" << s.bytes << " bytes)";
+  os << " root " << s.root;
+  if (with_bytes) os << " (" << s.bytes << " bytes)";
   return os.str();
 }
 
@@ -100,9 +102,14 @@ std::string Wire::describe_self() const {
 }
 
 void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const {
-  throw Error(Errc::kMismatch, describe_self() + " expected " + describe_sig(r.sig) +
+  // Message lengths are shown only when nothing else differs: they follow
+  // from the algorithm, and beside a differing count they only confuse.
+  MsgSig same_len = got;
+  same_len.bytes = r.sig.bytes;
+  const bool only_len = sig_matches(r.sig, same_len);
+  throw Error(Errc::kMismatch, describe_self() + " expected " + describe_sig(r.sig, only_len) +
                                    " from rank " + std::to_string(r.peer) + ", but " + describe_peer(r.peer) +
-                                   " sent " + describe_sig(got) + " (over " + wire + ")");
+                                   " sent " + describe_sig(got, only_len) + " (over " + wire + ")");
 }
 
 void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how) const {

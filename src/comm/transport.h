@@ -47,8 +47,10 @@ static_assert(sizeof(MsgSig) == 40, "MsgSig is a wire format");
 
 // True if the two signatures describe the same message (ignores `step`).
 bool sig_matches(const MsgSig& a, const MsgSig& b);
-// "all_reduce seq 12 count 1000 f32 sum root -1 (4000 bytes)"
-std::string describe_sig(const MsgSig& s);
+// "all_reduce seq 12 count 1000 f32 sum root -1 (4000 bytes)"; without
+// the message's byte length when with_bytes is false (it depends on the
+// algorithm's split of the call, not on the caller's arguments).
+std::string describe_sig(const MsgSig& s, bool with_bytes = true);
 
 struct Request {
   enum class Kind : uint8_t { kSend, kRecv, kRecvReduce };
@@ -80,6 +82,15 @@ struct TransportOptions {
   std::string secret;         // job secret for TCP handshakes
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for set-up
   int world_rank = -1;  // this rank in the top communicator, for messages (-1: the same)
+  // At most this many slots per shared-memory ring (0: BRAID_SHM_SLOTS or
+  // the default); point-to-point's own transport takes fewer.
+  size_t max_shm_slots = 0;
+  // The caller's collective messages to a peer carry sequence numbers that
+  // never decrease (a communicator's do: one collective at a time, in
+  // order). Then a collective message still unread when a later one
+  // arrives on another channel was sent by a call the receiver never made
+  // as a receiver, and the shm wire reports it (kMismatch).
+  bool ordered_seqs = false;
 };
 
 // "rank R", or "rank R (world rank W)" when W is known and differs.

@@ -1,5 +1,6 @@
 #include "comm/algo/context.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "braid/env.h"
@@ -74,8 +75,15 @@ void Context::idle() {
   if (++spins_ < 64) return;
   spins_ = 0;
   uint64_t now = now_ns();
-  if (deadline_ == 0) deadline_ = now + timeout_ns_;
+  if (deadline_ == 0) {
+    deadline_ = now + timeout_ns_;
+    next_watch_ = now + kStallNs;
+  }
   if (now > deadline_) timeout_error();
+  if (watch_ && now >= next_watch_) {
+    check_stall();
+    next_watch_ = now_ns() + kStallEveryNs;
+  }
   uint64_t left_us = (deadline_ - now) / 1000;
   tp_.wait_activity(std::chrono::microseconds(std::min<uint64_t>(left_us, 20000)));
 }
@@ -110,6 +118,20 @@ void* Context::scratch(size_t bytes) {
   }
   ++bufs_used_;
   return b.data();
+}
+
+void Context::check_stall() {
+  std::vector<int> peers;
+  for (const Request& r : reqs_)
+    if (!r.complete && std::find(peers.begin(), peers.end(), r.peer) == peers.end())
+      peers.push_back(r.peer);
+  const auto d = watch_->stalled(call_, peers);
+  if (!d) return;
+  throw Error(Errc::kMismatch,
+              "the ranks disagree on call seq " + std::to_string(d->ours.seq) + ": " +
+                  tp_.describe_self() + " called " + describe_sig(d->ours, false) + ", but " +
+                  tp_.describe_peer(d->peer) + " called " + describe_sig(d->theirs, false) +
+                  " (found through the store while both waited)");
 }
 
 void Context::timeout_error() {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,29 @@ struct ContextPool {
   static constexpr size_t kKeepBytes = size_t(512) << 20;
 };
 
+// Two calls that the ranks made with the same sequence number but
+// different arguments.
+struct Disagreement {
+  int peer;
+  MsgSig ours, theirs;
+};
+
+// Told when a call has waited for a long time (Context::kStallNs, then every
+// kStallEveryNs): finds calls on which this rank and the peers it waits on
+// disagree, where no message header could show it (comm/desync.h).
+class StallWatch {
+ public:
+  virtual ~StallWatch() = default;
+  virtual std::optional<Disagreement> stalled(const MsgSig& call,
+                                              const std::vector<int>& waiting_on) = 0;
+};
+
 class Context {
  public:
+  // How long a call waits before its StallWatch looks, and how often after.
+  static constexpr uint64_t kStallNs = 100'000'000;
+  static constexpr uint64_t kStallEveryNs = 200'000'000;
+
   // `describe` renders the call for error messages; it is only invoked when
   // something fails, so the fast path formats nothing.
   // The deadline is `timeout_ns` after the first time the call has to wait
@@ -48,6 +70,8 @@ class Context {
   // Ring order (topology-aware): position p of the ring holds rank ring_at(p).
   // Identity unless set_ring was called.
   void set_ring(const std::vector<int>* ring);
+  // Consulted when a wait lasts (may be null: no one to ask).
+  void set_stall_watch(StallWatch* w) { watch_ = w; }
   int ring_at(int pos) const { return ring_ ? (*ring_)[size_t(pos)] : pos; }
   int ring_pos() const { return ring_pos_; }
   DType dtype() const { return call_.dtype; }
@@ -93,6 +117,9 @@ class Context {
 
  private:
   [[noreturn]] void timeout_error();
+  // Asks the StallWatch about the peers of the open requests; throws
+  // Error(kMismatch) if it finds a disagreement.
+  void check_stall();
   Request* post(Request::Kind kind, int peer, size_t bytes, uint32_t step);
 
   Transport& tp_;
@@ -102,6 +129,8 @@ class Context {
   MsgSig call_;
   uint64_t timeout_ns_;
   uint64_t deadline_ = 0;
+  StallWatch* watch_ = nullptr;
+  uint64_t next_watch_ = 0;
   std::function<std::string()> describe_;
   ContextPool& pool_;
   std::deque<Request>& reqs_;

@@ -4,6 +4,8 @@
 //   send (receive). Cost at the root: (n−1)α + (n−1)/n·Nβ (N = total).
 // all-to-all(v): every rank posts its n−1 sends and n−1 receives together;
 //   the transports move them concurrently. Cost: (n−1)α + (n−1)/n·Nβ.
+//   In place (send == recv) the input is first copied to scratch: + Nβ
+//   of local copy and N bytes of scratch.
 // all-gather (small): every rank sends its block to all others at once.
 // Reduce-scatter / all-reduce / reduce ("direct"): rank j owns block j;
 //   every rank sends block j of its input to rank j; the owner folds the n
@@ -20,6 +22,7 @@
 //   outnumber cores each step costs a wake-up, and small sends land in the
 //   peers' fast boxes whether or not the peers are running.
 //   Cost: α + (n−1)·Nβ + (n−1)·Nγ per rank, (n−1)·N bytes of scratch.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -67,6 +70,15 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
   auto* out = static_cast<uint8_t*>(recv);
   size_t out_bytes = 0;
   for (int j = 0; j < n; ++j) out_bytes += rc[j] * es;
+  if (send == recv && n > 1) {
+    // In place (MPI_IN_PLACE): every block is read before any is written,
+    // so the input is staged once; received blocks land where they belong.
+    size_t in_bytes = 0;
+    for (int j = 0; j < n; ++j) in_bytes = std::max(in_bytes, (sd[j] + sc[j]) * es);
+    auto* staged = static_cast<uint8_t*>(c.scratch(in_bytes));
+    std::memcpy(staged, in, in_bytes);
+    in = staged;
+  }
   // Stagger partners (r+k, r−k) so that no rank is everyone's first target.
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n, from = (r - k + n) % n;
