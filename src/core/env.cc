@@ -8,14 +8,21 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <time.h>
 
 #include "braid/error.h"
+#include "braid/settings.h"
 
 namespace braid {
 
 std::optional<std::string> env_str(const char* name) {
+  // A BRAID_* setting is declared once, with its default and meaning, in
+  // src/core/settings.cc; reading an undeclared one is a bug in braid.
+  if (std::strncmp(name, "BRAID_", 6) == 0 && find_setting(name) == nullptr)
+    throw Error(Errc::kInternal, std::string(name) +
+                                     " is read but not declared in src/core/settings.cc");
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;
   return std::string(v);
