@@ -31,6 +31,7 @@ def worker(rank, world, a, init_file):
     lo, hi = rank * r.batch // world, (rank + 1) * r.batch // world
     clock = tt.Clock()
     loss_v = 0.0
+    first = []  # this rank's loss of the first steps, averaged over ranks after timing
     for s in range(steps):
         x, y = r.batch_xy(s, lo, hi)
         logits = ddp(x)
@@ -39,9 +40,17 @@ def worker(rank, world, a, init_file):
         loss.backward()
         opt.step()
         loss_v = loss.item()  # this rank's share; the global loss is not needed for timing
+        if s < 3:
+            first.append(loss_v)
         clock.step_done(s)
     rate, secs = clock.finish(steps, r.batch * r.units)
+    # The global batch's loss of the first steps, as braid logs it: the mean
+    # of the ranks' means (their slices are equal when the batch divides).
+    first_t = torch.tensor(first, dtype=torch.float64)
+    dist.all_reduce(first_t)
+    first = (first_t / world).tolist()
     done = {"event": "done", "model": a.model, "dp": world, "steps": steps, "final_loss": loss_v,
+            "first_losses": first,
             "train_seconds": secs, "threads": a.threads, "blas_core": tt.blas_core(),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     done["samples_per_s" if r.mlp else "tokens_per_s"] = rate

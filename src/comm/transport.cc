@@ -112,14 +112,15 @@ void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire)
                                    " sent " + describe_sig(got, only_len) + " (over " + wire + ")");
 }
 
-void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how) const {
+void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how,
+                           const std::string& also) const {
   std::string msg = "peer " + describe_peer(peer) + " " + how;
   if (pending) {
     msg += pending->kind == Request::Kind::kSend ? " while " + describe_self() + " was sending it "
                                                  : " while " + describe_self() + " was receiving ";
     msg += describe_sig(pending->sig) + " (" + std::to_string(pending->done) + " bytes moved)";
   }
-  throw Error(Errc::kPeerDied, msg);
+  throw Error(Errc::kPeerDied, msg + also);
 }
 
 void Wire::throw_protocol(int peer, const std::string& what) const {

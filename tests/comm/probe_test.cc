@@ -109,8 +109,17 @@ TEST(Probe, MergedFileParsesToTheCalibratedFiguresAndKeepsOtherEntries) {
   auto j = nlohmann::json::parse(text);
   EXPECT_EQ(j["probed"]["shm"]["host"], "hostx");
   EXPECT_DOUBLE_EQ(j["probed"]["shm"]["gbps"].get<double>(), s.gbps);
-  // Text that does not parse is replaced, not kept.
-  EXPECT_NO_THROW(parse_cost_params(merge_probe("{oops", "shm", s, "h"), "merged"));
+  // Text that does not parse is replaced, not kept: the result holds this
+  // probe's figures and nothing else.
+  const std::string fresh = merge_probe("{oops", "shm", s, "h");
+  const CostParams q = parse_cost_params(fresh, "merged");
+  EXPECT_DOUBLE_EQ(q.shm.beta_s_per_b, p.shm.beta_s_per_b);
+  EXPECT_DOUBLE_EQ(q.shm.alpha_s, p.shm.alpha_s);
+  EXPECT_DOUBLE_EQ(q.tcp.alpha_s, CostParams{}.tcp.alpha_s);  // the built-in figure
+  auto f = nlohmann::json::parse(fresh);
+  EXPECT_EQ(f["probed"]["shm"]["host"], "h");
+  EXPECT_FALSE(f.contains("tcp")) << fresh;
+  EXPECT_EQ(f.size(), 3u) << fresh;  // shm, reduce_gbps, probed
 }
 
 std::string slurp(const std::string& path) {

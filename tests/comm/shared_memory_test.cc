@@ -260,6 +260,13 @@ TEST(SharedMemory, PrivateBufferOnOneRankIsAnErrorNotAHang) {
       ADD_FAILURE() << "rank " << rank << ": expected braid::Error";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::kMismatch) << e.what();
+      // Names this rank, the call, the peer, and both sides of the mismatch.
+      const std::string m = e.what(), other = std::to_string(1 - rank);
+      EXPECT_TRUE(m.find("rank " + std::to_string(rank) + ": all_reduce seq ") == 0 &&
+                  m.find("rank " + other + " (pid ") != std::string::npos &&
+                  m.find("expected all_reduce") != std::string::npos &&
+                  m.find("sent all_reduce") != std::string::npos)
+          << m;
     }
     EXPECT_LT(now_s() - t0, 15.0);
   }, std::chrono::seconds(60));
@@ -279,6 +286,11 @@ TEST(SharedMemory, PeerDeathFailsTheReduction) {
       ADD_FAILURE() << "rank " << rank << ": expected braid::Error";
     } catch (const Error& e) {
       EXPECT_TRUE(e.code() == Errc::kPeerDied || e.code() == Errc::kTimeout) << e.what();
+      // Names this rank, the call and the dead peer.
+      const std::string m = e.what();
+      EXPECT_TRUE(m.find("rank " + std::to_string(rank) + ": all_reduce seq ") == 0 &&
+                  m.find("peer rank 2 (pid ") != std::string::npos)
+          << m;
     }
     EXPECT_LT(now_s() - t0, 10.0);
   }, std::chrono::seconds(90));

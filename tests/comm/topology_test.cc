@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "braid/error.h"
 #include "braid/topology.h"
 
@@ -13,6 +15,14 @@ std::vector<int> canonical(std::vector<int> r) {
   std::rotate(r.begin(), it, r.end());
   if (r.size() > 2 && r.back() < r[1]) std::reverse(r.begin() + 1, r.end());
   return r;
+}
+
+// A ring over n ranks visits each of 0..n-1 exactly once.
+void expect_permutation(const std::vector<int>& ring, int n) {
+  ASSERT_EQ(ring.size(), size_t(n));
+  std::vector<int> sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(sorted[size_t(i)], i) << "ring does not visit rank " << i << " exactly once";
 }
 }  // namespace
 
@@ -29,7 +39,7 @@ TEST(Topology, FindsTheAllNvlinkRingOfAnEightGpuMesh) {
   bw[0][1] = bw[1][0] = 50.0;  // chords
   bw[2][3] = bw[3][2] = 50.0;
   auto ring = ring_order_from_bandwidth(bw);
-  ASSERT_EQ(ring.size(), 8u);
+  expect_permutation(ring, 8);
   EXPECT_EQ(ring_bottleneck(bw, ring), 50.0);
   std::vector<int> want0;
   for (int g : want1) want0.push_back(g - 1);
@@ -50,6 +60,7 @@ TEST(Topology, LargeMatrixUsesHeuristicAndAvoidsSlowLinks) {
     for (int j = 0; j < n; ++j)
       if (i / 8 == j / 8) bw[i][j] = 100.0;
   auto ring = ring_order_from_bandwidth(bw);
+  expect_permutation(ring, n);
   int crossings = 0;
   for (int i = 0; i < n; ++i) crossings += ring[i] / 8 != ring[(i + 1) % n] / 8;
   EXPECT_EQ(crossings, 3);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,13 @@ using tutil::ring_exchange;
 using tutil::sig_of;
 
 std::string expected_kind(const std::string& mode) { return mode == "tcp" ? "tcp" : "shm"; }
+
+// CPU time this process has used, all threads, in seconds.
+double process_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
 class TransportModes : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
@@ -256,17 +264,36 @@ TEST_P(TransportPair, ConcurrentTransportsInOneProcess) {
   }, 30s);
 }
 
-// 8 ranks on a 2-core machine: waits must yield the core, not spin it away.
-// Shared-memory waits poll between sched_yield() calls before sleeping
-// (shm_wait_plan); "futex" turns that off, so every wait that outlasts the
-// short spin sleeps on the doorbell.
+// 8 ranks on a 2-core machine: waits must give the core up, not spin it
+// away. Shared-memory waits poll between sched_yield() calls before
+// sleeping (shm_wait_plan); "futex" turns that off, so every wait that
+// outlasts the short spin sleeps on the doorbell. Rank 0 stops for kPause
+// in the middle: the other seven wait on it, directly or through the ring,
+// in waits of up to 20 ms as the communicator's (algo/context.cc), and must
+// spend that time asleep. Seven ranks spinning (or polling without ever
+// sleeping) would keep both cores busy for the whole pause.
 TEST_P(TransportPair, EightRanksOversubscribed) {
   std::string mode = GetParam();
-  auto body = [mode](int rank, int size, std::shared_ptr<Store> store) {
+  static constexpr double kPause = 0.3;
+  static constexpr int kPauseAt = 20;
+  const std::string dir = testing::temp_dir("oversub");
+  auto body = [mode, dir](int rank, int size, std::shared_ptr<Store> store) {
     auto t = make(rank, size, *store, mode);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     std::vector<uint32_t> out(1 << 18), in(1 << 18);
+    double cpu0 = 0, wall0 = 0;
     for (int it = 0; it < 40; ++it) {
+      if (it == kPauseAt) {
+        cpu0 = process_cpu_s();
+        wall0 = now_s();
+        if (rank == 0) std::this_thread::sleep_for(std::chrono::duration<double>(kPause));
+      }
+      // Rank k waits in call kPauseAt + k - 1 at the latest (each rank's
+      // send of a call is posted before it waits on that call's receive):
+      // after `size` calls every rank has waited out the pause. Record
+      // what that cost this rank.
+      if (it == kPauseAt + size && rank != 0)
+        std::ofstream(dir + "/" + std::to_string(rank)) << process_cpu_s() - cpu0 << " " << now_s() - wall0;
       size_t count = it % 2 ? out.size() : 3;  // 1 MiB and tiny messages
       for (size_t i = 0; i < count; ++i) out[i] = uint32_t(rank * 100000 + it * 1000 + i);
       Request s, r;
@@ -274,7 +301,7 @@ TEST_P(TransportPair, EightRanksOversubscribed) {
                             out.data(), in.data(), s, r);
       t->post(&s);
       t->post(&r);
-      drive(*t, {&s, &r});
+      drive(*t, {&s, &r}, 30s, 20ms);
       ASSERT_EQ(in[count - 1], uint32_t(prev * 100000 + it * 1000 + count - 1));
     }
   };
@@ -284,8 +311,21 @@ TEST_P(TransportPair, EightRanksOversubscribed) {
     if (waits == "futex") env.push_back("BRAID_YIELD_US=0");
     uint64_t t0 = now_ns();
     expect_all_pass(8, body, 60s, env);
-    std::printf("  8 ranks, %s, %s waits: %.2f s\n", mode.c_str(), waits.c_str(),
-                double(now_ns() - t0) * 1e-9);
+    double cpu = 0, wall = 0;
+    for (int r = 1; r < 8; ++r) {
+      std::ifstream f(dir + "/" + std::to_string(r));
+      double c = -1, w = -1;
+      ASSERT_TRUE(f >> c >> w) << "rank " << r << " recorded nothing";
+      cpu += c;
+      wall = std::max(wall, w);
+    }
+    std::printf("  8 ranks, %s, %s waits: %.2f s; the 7 waiting ranks used %.3f s of CPU in %.3f s\n",
+                mode.c_str(), waits.c_str(), double(now_ns() - t0) * 1e-9, cpu, wall);
+    EXPECT_GE(wall, kPause) << mode << ", " << waits;
+    // Sleeping waiters cost a few ms in all; spinning ones fill both cores
+    // (2 × the pause, or less on a machine busy with other work, which can
+    // only lower the figure).
+    EXPECT_LT(cpu, 0.5 * wall) << mode << ", " << waits << ": the waiting ranks kept the cores busy";
   }
 }
 

@@ -111,9 +111,11 @@ inline void send_recv_pair(int to, int from, const MsgSig& sig, const void* src,
   r.dst = dst;
 }
 
-// Drives requests to completion; Error(kTimeout) after `limit`.
+// Drives requests to completion, waiting up to `wait` at a time when
+// nothing moved; Error(kTimeout) after `limit`.
 inline void drive(Transport& t, const std::vector<Request*>& reqs,
-                  std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+                  std::chrono::milliseconds limit = std::chrono::seconds(30),
+                  std::chrono::microseconds wait = std::chrono::microseconds(1000)) {
   uint64_t deadline = 0;
   for (unsigned idle = 0;;) {
     bool all = true;
@@ -124,7 +126,7 @@ inline void drive(Transport& t, const std::vector<Request*>& reqs,
         if (deadline == 0) deadline = now_ns() + uint64_t(limit.count()) * 1000000ull;
         else if (now_ns() > deadline) throw Error(Errc::kTimeout, "test: requests did not complete in time");
       }
-      t.wait_activity(std::chrono::microseconds(1000));
+      t.wait_activity(wait);
     }
   }
 }

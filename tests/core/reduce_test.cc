@@ -1,7 +1,9 @@
 // Reduction kernels against a scalar reference, every dtype × op.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -110,14 +112,119 @@ TEST(Reduce, HalfTypesAccumulateInF32) {
   EXPECT_EQ(bf16_to_f32(out), 1.0f + 4.0f / 512);
 }
 
+// scale_avg finishes every avg reduction, and the collective tests' expected
+// averages are computed with it: here it is held to a reference of its own.
+// Floats: the quotient correctly rounded to the type (double's quotient of
+// two floats, then rounded to the type, is: double has more than 2p + 2
+// bits for every p here). Integers: division truncating toward zero.
+TEST(Reduce, ScaleAvgMatchesAnIndependentReference) {
+  std::mt19937 rng(11);
+  for (int ti = 0; ti < kNumDTypes; ++ti) {
+    const DType t = DType(ti);
+    const size_t es = dtype_size(t);
+    // Every bit pattern of the 1- and 2-byte types; random ones (and
+    // edge cases) of the wider ones.
+    const size_t n = es <= 2 ? size_t(1) << (8 * es) : 100000;
+    std::vector<uint8_t> in(n * es);
+    if (es <= 2) {
+      for (size_t i = 0; i < n; ++i) std::memcpy(&in[i * es], &i, es);
+    } else {
+      for (auto& b : in) b = uint8_t(rng());
+      if (t == DType::kF32) {
+        const float edge[] = {0.0f, -0.0f, 1.0f, -3.0f, 7.0f, 1e-45f, 1.2e-38f, 3.4e38f,
+                              INFINITY, -INFINITY, NAN, 16777215.0f};
+        std::memcpy(in.data(), edge, sizeof edge);
+      } else if (t == DType::kI32) {
+        const int32_t edge[] = {0, -1, 1, -7, 7, INT32_MIN, INT32_MAX};
+        std::memcpy(in.data(), edge, sizeof edge);
+      } else if (t == DType::kI64) {
+        const int64_t edge[] = {0, -1, 1, -7, 7, INT64_MIN, INT64_MAX};
+        std::memcpy(in.data(), edge, sizeof edge);
+      }
+    }
+    for (int d = 1; d <= 8; ++d) {
+      std::vector<uint8_t> got = in;
+      scale_avg(got.data(), n, t, d);
+      for (size_t i = 0; i < n; ++i) {
+        const uint8_t* x = &in[i * es];
+        const uint8_t* y = &got[i * es];
+        bool ok = false;
+        switch (t) {
+          case DType::kF32: {
+            float a, b;
+            std::memcpy(&a, x, 4);
+            std::memcpy(&b, y, 4);
+            const float want = float(double(a) / d);
+            ok = std::isnan(want) ? std::isnan(b) : std::memcmp(&b, &want, 4) == 0;
+            break;
+          }
+          case DType::kF64: {
+            double a, b;
+            std::memcpy(&a, x, 8);
+            std::memcpy(&b, y, 8);
+            const double want = a / d;
+            ok = std::isnan(want) ? std::isnan(b) : std::memcmp(&b, &want, 8) == 0;
+            break;
+          }
+          case DType::kF16: case DType::kBF16: {
+            uint16_t a, b;
+            std::memcpy(&a, x, 2);
+            std::memcpy(&b, y, 2);
+            const bool f16 = t == DType::kF16;
+            const double q = double(f16 ? f16_to_f32(a) : bf16_to_f32(a)) / d;
+            const uint16_t want = f16 ? f32_to_f16(float(q)) : f32_to_bf16(float(q));
+            ok = std::isnan(q) ? std::isnan(f16 ? f16_to_f32(b) : bf16_to_f32(b)) : b == want;
+            break;
+          }
+          case DType::kI8: ok = int8_t(*x) / d == int8_t(*y); break;
+          case DType::kU8: ok = *x / d == *y; break;
+          case DType::kI32: {
+            int32_t a, b;
+            std::memcpy(&a, x, 4);
+            std::memcpy(&b, y, 4);
+            ok = b == int32_t(int64_t(a) / d);
+            break;
+          }
+          case DType::kI64: {
+            int64_t a, b;
+            std::memcpy(&a, x, 8);
+            std::memcpy(&b, y, 8);
+            ok = b == a / d;
+            break;
+          }
+        }
+        ASSERT_TRUE(ok) << dtype_name(t) << " element " << i << " / " << d;
+      }
+    }
+  }
+  // Worked values, by hand.
+  float f[3] = {7.0f, -1.0f, 1.0f};
+  scale_avg(f, 3, DType::kF32, 3);
+  EXPECT_EQ(f[0], 7.0f / 3.0f);
+  EXPECT_EQ(f[1], -1.0f / 3.0f);
+  int32_t q[2] = {-7, 7};
+  scale_avg(q, 2, DType::kI32, 2);
+  EXPECT_EQ(q[0], -3);  // toward zero, not -4
+  EXPECT_EQ(q[1], 3);
+  EXPECT_THROW(scale_avg(q, 2, DType::kI32, 0), Error);
+}
+
 TEST(Dtype, HalfConversionsRoundTrip) {
+  // Each format on its own: a bit pattern that is NaN in f16 is a finite
+  // bf16 value (and the other way round). A NaN stays a NaN.
   for (uint32_t h = 0; h < 65536; ++h) {
     float f = f16_to_f32(uint16_t(h));
-    if (std::isnan(f)) continue;
-    ASSERT_EQ(f32_to_f16(f), h) << h;
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f)))) << "f16 " << h;
+    } else {
+      ASSERT_EQ(f32_to_f16(f), h) << "f16 " << h;
+    }
     float g = bf16_to_f32(uint16_t(h));
-    if (std::isnan(g)) continue;
-    ASSERT_EQ(f32_to_bf16(g), h) << h;
+    if (std::isnan(g)) {
+      ASSERT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(g)))) << "bf16 " << h;
+    } else {
+      ASSERT_EQ(f32_to_bf16(g), h) << "bf16 " << h;
+    }
   }
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);
   EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), f32_to_bf16(1.0f));  // ties to even

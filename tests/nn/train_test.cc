@@ -127,7 +127,6 @@ TEST(Trainer, AccumulationAndShardsMatchOneBigBatch) {
     };
     t1.hooks().reduce_sums = [&](double* v, int n) { std::memcpy(sums1, v, sizeof(double) * size_t(n)); };
     t1.step();  // applies only its own half; fixed below
-    (void)sums1;
     std::vector<Tensor> g0;
     t0.hooks().reduce_gradients = [&](const std::vector<Parameter*>& ps) {
       for (size_t k = 0; k < ps.size(); ++k) {
@@ -135,10 +134,19 @@ TEST(Trainer, AccumulationAndShardsMatchOneBigBatch) {
         for (int64_t e = 0; e < ps[k]->size(); ++e) ps[k]->grad.f32()[e] += g1[k].f32()[e];
       }
     };
+    // [loss sum, rows, correct], summed over the two ranks as all_reduce would.
+    t0.hooks().reduce_sums = [&](double* v, int n) {
+      ASSERT_EQ(n, 3);
+      for (int k = 0; k < n; ++k) v[k] += sums1[k];
+    };
     StepStats st0 = t0.step();
     StepStats ss = serial.step();
-    (void)st0;
-    (void)ss;
+    // Each rank saw half the rows, and the summed statistics are the
+    // serial step's.
+    EXPECT_EQ(2 * int64_t(sums1[1]), ss.rows) << "step " << i;
+    EXPECT_EQ(st0.rows, ss.rows) << "step " << i;
+    EXPECT_EQ(st0.correct, ss.correct) << "step " << i;
+    EXPECT_NEAR(st0.loss, ss.loss, 1e-5 * ss.loss) << "step " << i;
     // Rank 1 took a half step; restore it to rank 0's parameters (a real
     // data-parallel run sums before either rank steps).
     auto p0 = r0->parameters(), p1 = r1->parameters();

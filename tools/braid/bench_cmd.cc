@@ -4,8 +4,8 @@
 // store); started under `braid run`, torchrun, mpirun or srun (BRAID_RANK,
 // RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
 // count, dtype, time (the slowest rank's mean per iteration), algbw, busbw
-// (nccl-tests' factors) and the number of wrong elements — every size is
-// checked against the exact expected result.
+// (nccl-tests' factors) and the number of wrong elements — every size's
+// last timed call is checked against the exact expected result.
 #include <CLI/CLI.hpp>
 #include <signal.h>
 #include <sys/wait.h>
@@ -148,56 +148,62 @@ class Case {
     else if (op_ == "scatter") c_.scatter(in, out, count_, t_, 0);
   }
 
-  // Fills inputs with the pattern, runs once, counts wrong output elements.
-  uint64_t check() {
+  // True when a call reads its own output (all_reduce on a shared buffer):
+  // each call's input is then the previous call's result.
+  bool in_place() const { return in_ == out_; }
+
+  // Fills the inputs with the pattern and the outputs with a sentinel, so
+  // that the next call has to write every checked element itself; the
+  // first time, also computes what the outputs must hold after that call.
+  void prepare() {
     const int r = c_.rank();
     std::fill(out_, out_ + bytes(), 0xEE);
-    size_t total = blockwise_ ? count_ * size_t(n_) : count_;
-    std::vector<uint8_t> want;
-    size_t check_n = 0;
-    const void* got = out_;
+    const size_t total = blockwise_ ? count_ * size_t(n_) : count_;
+    const bool first = !prepared_;
+    prepared_ = true;
     if (op_ == "all_reduce" || (op_ == "reduce" && r == 0)) {
       fill(in_, count_, t_, r);
-      want.resize(count_ * es_);
-      expected(want.data(), count_, t_, rop_, n_, 0);
-      check_n = count_;
+      if (first) expected(want(count_), count_, t_, rop_, n_, 0);
     } else if (op_ == "reduce") {
       fill(in_, count_, t_, r);
     } else if (op_ == "broadcast") {
       if (r == 0) fill(out_, count_, t_, 0);
-      want.resize(count_ * es_);
-      fill(want.data(), count_, t_, 0);
-      check_n = count_;
+      if (first) fill(want(count_), count_, t_, 0);
     } else if (op_ == "all_gather" || op_ == "gather") {
       fill(in_, count_, t_, r);
-      if (op_ == "all_gather" || r == 0) {
-        want.resize(total * es_);
-        for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j);
-        check_n = total;
+      if (first && (op_ == "all_gather" || r == 0)) {
+        uint8_t* w = want(total);
+        for (int j = 0; j < n_; ++j) fill(w + size_t(j) * count_ * es_, count_, t_, j);
       }
     } else if (op_ == "reduce_scatter") {
       fill(in_, total, t_, r);
-      want.resize(count_ * es_);
-      expected(want.data(), count_, t_, rop_, n_, size_t(r) * count_);
-      check_n = count_;
+      if (first) expected(want(count_), count_, t_, rop_, n_, size_t(r) * count_);
     } else if (op_ == "scatter") {
       if (r == 0) fill(in_, total, t_, 0);
-      want.resize(count_ * es_);
-      fill(want.data(), count_, t_, 0, size_t(r) * count_);
-      check_n = count_;
+      if (first) fill(want(count_), count_, t_, 0, size_t(r) * count_);
     } else if (op_ == "all_to_all") {
       // block j of rank r's input is pattern(r*n + j); rank r receives
       // block r of every rank j.
       for (int j = 0; j < n_; ++j) fill(in_ + size_t(j) * count_ * es_, count_, t_, r * n_ + j);
-      want.resize(total * es_);
-      for (int j = 0; j < n_; ++j) fill(want.data() + size_t(j) * count_ * es_, count_, t_, j * n_ + r);
-      check_n = total;
+      if (first) {
+        uint8_t* w = want(total);
+        for (int j = 0; j < n_; ++j) fill(w + size_t(j) * count_ * es_, count_, t_, j * n_ + r);
+      }
     }
-    run();
-    return check_n ? count_wrong(got, want.data(), check_n, t_) : 0;
   }
 
+  // Output elements of the last call that differ from what it had to
+  // produce from the inputs prepare() wrote.
+  uint64_t wrong() const { return check_n_ ? count_wrong(out_, want_.data(), check_n_, t_) : 0; }
+
  private:
+  // The expected output: n elements, to be written through the pointer.
+  uint8_t* want(size_t n) {
+    want_.assign(n * es_, 0);
+    check_n_ = n;
+    return want_.data();
+  }
+
   Communicator& c_;
   std::string op_;
   DType t_;
@@ -209,6 +215,9 @@ class Case {
   SharedBuffer shared_in_, shared_out_;
   uint8_t* in_ = nullptr;
   uint8_t* out_ = nullptr;
+  bool prepared_ = false;
+  std::vector<uint8_t> want_;
+  size_t check_n_ = 0;
 };
 
 int run_rank(Communicator& comm, const Opts& o) {
@@ -230,13 +239,31 @@ int run_rank(Communicator& comm, const Opts& o) {
                   "algbw_GB/s", "busbw_GB/s", "wrong", "algo");
     }
     for (size_t bytes = std::max<size_t>(o.min_bytes, 1); bytes <= o.max_bytes;) {
+      // As mpi_bench: `warmup` untimed calls, then `iters` timed ones, and
+      // the check is on the last timed call's output.
       Case cs(comm, op, bytes, t, rop, o.shared);
-      uint64_t wrong = o.check ? cs.check() : 0;
+      if (o.check) cs.prepare();
       for (int i = 0; i < o.warmup; ++i) cs.run();
+      // Back to the pattern and the sentinel (untimed): the timed calls
+      // must write the result themselves, not leave the warm-up's.
+      if (o.check) cs.prepare();
+      // In place, every call's input is the one before's output, so only
+      // a call that starts from prepare() has a known result: the last
+      // timed call runs after one, timed on its own.
+      const int before_last = cs.in_place() && o.check ? o.iters - 1 : o.iters;
       comm.barrier();
       double t0 = now_s();
-      for (int i = 0; i < o.iters; ++i) cs.run();
-      double mine = (now_s() - t0) / std::max(o.iters, 1);
+      for (int i = 0; i < before_last; ++i) cs.run();
+      double mine = now_s() - t0;
+      if (before_last < o.iters) {
+        cs.prepare();
+        comm.barrier();
+        const double t1 = now_s();
+        cs.run();
+        mine += now_s() - t1;
+      }
+      mine /= std::max(o.iters, 1);
+      uint64_t wrong = o.check ? cs.wrong() : 0;
       const std::string algo = comm.last_algorithm();  // what the timed calls ran
       double slowest = 0;
       comm.all_reduce(&mine, &slowest, 1, DType::kF64, ReduceOp::kMax);
