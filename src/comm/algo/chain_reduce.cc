@@ -95,10 +95,30 @@ RankCtl* ranks(HostRing& h) { return reinterpret_cast<RankCtl*>(h.base + ranks_o
 // Counters wrap; they never run 2^31 apart.
 bool reached(uint32_t v, uint32_t want) { return int32_t(v - want) >= 0; }
 
+// Writes to every data page of the segment through this rank's own
+// mapping: populated shared pages still take a fault on a process's first
+// write (~10 µs each on a VM), which would otherwise land on the first
+// calls. The writes store zeros, so they must be over on every rank before
+// any rank puts a chunk in a slot (setup's ordering below).
+void prefault(HostRing& h, int n, uint32_t nslots) {
+  for (size_t off = data_offset(n, nslots); off < h.len; off += 4096)
+    reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
+}
+
 // Set-up, in the first chain call: rank 0 creates the segment and sends its
 // name to every peer; each maps it and answers; rank 0 removes the name and
 // tells everyone whether all could. Any rank with a peer not on shared
 // memory answers no, so every rank ends in the same state.
+//
+// Each rank pre-faults the data pages before it answers (rank 0 before it
+// sends the name), and rank 0 writes its first chunk only after it has
+// every answer and has sent the verdict; every other rank's first write to
+// a slot waits on rank 0's (the slot's adds counter). So every pre-fault's
+// zeros are stored before any chunk is. A rank that pre-faulted after the
+// verdict could still be walking its pages when rank 0 (which only waits
+// for its predecessor's hello) had copied its first chunk in, and would
+// zero the first byte of each page of it: the same wrong result on every
+// rank.
 void setup(Context& c, HostRing& h) {
   const int n = c.size(), r = c.rank();
   const bool local = h.peers_on_shm;
@@ -130,6 +150,7 @@ void setup(Context& c, HostRing& h) {
         for (int p = 0; p < n; ++p) new (&ranks(h)[p]) RankCtl{};
         for (uint32_t s = 0; s < nslots; ++s)
           new (h.base + slots_offset(n) + sizeof(SlotCtl) * s) SlotCtl{};
+        prefault(h, n, nslots);
       } else {
         name[0] = 0;
       }
@@ -159,6 +180,7 @@ void setup(Context& c, HostRing& h) {
               hd->nslots >= 2 && hd->nslots <= 4096 && hd->slot_bytes % 4096 == 0 &&
               hd->slot_bytes > 0 && hd->slot_bytes <= (uint64_t(64) << 20) &&
               got == data_offset(n, hd->nslots) + size_t(hd->nslots) * hd->slot_bytes;
+        if (ack) prefault(h, n, hd->nslots);
       }
     }
     c.send(0, &ack, sizeof ack, kStepAck);
@@ -173,12 +195,6 @@ void setup(Context& c, HostRing& h) {
   }
   h.slot_bytes = header(h)->slot_bytes;
   h.nslots = header(h)->nslots;
-  // Touch every data page through this rank's own mapping now, while no
-  // one uses the slots: populated shared pages still take a fault on a
-  // process's first write (~10 µs each on a VM), which would otherwise land
-  // on the first calls.
-  for (size_t off = data_offset(n, h.nslots); off < h.len; off += 4096)
-    reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
   h.wait = shm_wait_plan(n, c.host_cores());
   h.state = HostRing::State::kReady;
 }
