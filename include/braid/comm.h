@@ -46,8 +46,8 @@
 //    reading; else at their next 200 ms look at the store) instead of
 //    waiting out their deadline, with the first failure's code (kMismatch,
 //    kTimeout; kPeerDied only where a process really died) and a message
-//    that names this rank and its own call, then "stopped, because the
-//    communicator failed first elsewhere:" and the first failure's message.
+//    that names this rank and its own call, then "stopped, because rank R
+//    (pid P on host H) failed first:" and that rank's own message.
 //    So are the other communicators of this process that share its root
 //    (the one it was split from, its splits): one failed group stops the
 //    job's other groups too, as PyTorch's error handling does by ending the

@@ -398,7 +398,7 @@ bool CommImpl::mark_broken(Errc code, const std::string& msg, bool keep_first) {
 void CommImpl::set_broken(Errc code, const std::string& msg) {
   mark_broken(code, msg, false);
   // Before the peers are told: they read it to learn the first failure.
-  desync_->record_failure(code, msg);
+  desync_->record_failure(code, tp_->describe_peer(rank_), msg);
   // Peers waiting on this rank learn now, not at their deadline. Failing
   // because a peer gave up, pass on that peer's reason (the first failure),
   // not a message that wraps it once more per rank it went through.
@@ -415,7 +415,7 @@ void CommImpl::set_broken(Errc code, const std::string& msg) {
 void CommImpl::abandon(Errc code, const std::string& why) {
   // The peers get the first failure itself, to pass on unwrapped.
   if (mark_broken(code, "its process gave it up after another communicator failed: " + why, true)) {
-    desync_->record_failure(code, why);
+    desync_->record_failure(code, tp_->describe_peer(rank_), why);
     tp_->abort(why);
   }
 }

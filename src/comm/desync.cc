@@ -52,15 +52,16 @@ std::optional<Disagreement> Desync::stalled(const MsgSig& call,
 }
 
 Error Desync::forward(const Failure& f) {
-  return Error(f.code, "stopped, because the communicator failed first elsewhere: " + f.msg);
+  return Error(f.code, "stopped, because " + f.origin + " failed first: " + f.msg);
 }
 
-void Desync::record_failure(Errc code, const std::string& msg) {
+void Desync::record_failure(Errc code, const std::string& origin, const std::string& msg) {
   try {
-    Bytes v(sizeof(int32_t) + msg.size());
+    const std::string text = origin + "\n" + msg;
+    Bytes v(sizeof(int32_t) + text.size());
     const int32_t c = int32_t(code);
     std::memcpy(v.data(), &c, sizeof c);
-    std::memcpy(v.data() + sizeof c, msg.data(), msg.size());
+    std::memcpy(v.data() + sizeof c, text.data(), text.size());
     store_->compare_set("failed", {}, v);
   } catch (const Error&) {
   }
@@ -74,7 +75,10 @@ std::optional<Desync::Failure> Desync::first_failure() {
     if (v.size() < sizeof c) return std::nullopt;
     std::memcpy(&c, v.data(), sizeof c);
     if (c < 0 || c > int32_t(Errc::kInternal)) return std::nullopt;
-    return Failure{Errc(c), std::string(v.begin() + sizeof c, v.end())};
+    const std::string text(v.begin() + sizeof c, v.end());
+    const size_t nl = text.find('\n');
+    if (nl == std::string::npos) return std::nullopt;
+    return Failure{Errc(c), text.substr(0, nl), text.substr(nl + 1)};
   } catch (const Error&) {
     return std::nullopt;
   }

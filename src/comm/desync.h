@@ -58,14 +58,16 @@ class Desync final : public StallWatch {
                                       const std::vector<int>& waiting_on) override;
 
   // The communicator's first failure, if no rank has recorded one yet.
-  void record_failure(Errc code, const std::string& msg);
+  // `origin`: the failing rank as peers name it ("rank 2 (pid … on host …)").
+  void record_failure(Errc code, const std::string& origin, const std::string& msg);
   struct Failure {
     Errc code;
-    std::string msg;
+    std::string origin, msg;
   };
   // The first failure any rank recorded, if one did.
   std::optional<Failure> first_failure();
-  // The error a rank raises when it learns of `f`: f's code, f's message.
+  // The error a rank raises when it learns of `f`: f's code; its message
+  // names the rank that failed first, then gives that rank's message.
   static Error forward(const Failure& f);
 
  private:
