@@ -4,7 +4,9 @@
 # one dpkg query. Usage: scripts/deps.sh [build|bench]
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-dev
+# libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
+# the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
+want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3)
 if [[ "${1:-build}" == bench ]]; then

@@ -29,6 +29,10 @@ uint64_t now_ns();
 
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();
+// The cores each of `ranks_sharing` processes that share this process's
+// cores may use: usable_cores() / ranks_sharing, at least 1. The default
+// compute thread count of a rank (braid run passes it as OMP_NUM_THREADS).
+int cores_per_rank(int ranks_sharing);
 
 // Nanoseconds the calling thread has spent ready to run but waiting for a
 // core (the second field of /proc/thread-self/schedstat), or -1 where the

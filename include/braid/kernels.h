@@ -9,13 +9,9 @@
 #include <cstdint>
 #include <string>
 
-namespace braid {
+#include "braid/threads.h"  // set_num_threads, and the runtime the threads run on
 
-// Sets the threads this process uses for compute: OpenBLAS
-// (openblas_set_num_threads) and OpenMP (omp_set_num_threads) both. Several
-// ranks sharing a host should each set ranks × threads ≤ cores. n ≥ 1.
-void set_num_threads(int n);
-int num_threads();
+namespace braid {
 
 // The GEMM kernel set OpenBLAS chose when it was loaded ("Haswell",
 // "SkylakeX", ...), for logs: OPENBLAS_CORETYPE overrides its choice.

@@ -19,7 +19,8 @@
 //       BRAID_STORE=host:port BRAID_SECRET
 //       RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK (torch style)
 //       BRAID_TIMEOUT (when LaunchOptions::timeout is set)
-//       OMP_NUM_THREADS=max(1, cores / n) unless already set
+//       OMP_NUM_THREADS=cores_per_rank(n) (the launcher's CPU affinity / n) unless
+//       already set
 //  4. Copies each rank's stdout and stderr line by line, prefixed "[g] ", to
 //     its own stdout/stderr; a line is written whole, never interleaved.
 //     rank0_only drops the stdout of ranks other than 0 (stderr stays).

@@ -153,8 +153,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
   topt.timeout = timeout_;
   topt.world_rank = world_rank_;
   topt.ordered_seqs = true;
-  // Point-to-point rings: fewer slots (a send waits for its receive anyway).
-  if (role == Role::kPointToPoint) topt.max_shm_slots = 4;
+  if (role == Role::kPointToPoint) topt.max_shm_slots = kPointToPointShmSlots;
   auto pstore = make_prefix_store(store_, prefix_);
   desync_ = std::make_unique<Desync>(pstore, rank_);
   tp_ = make_transport(rank_, size_, *pstore, topt);

@@ -91,10 +91,13 @@ size_t env_stream_bytes() { return env_min_bytes("BRAID_SHM_STREAM_BYTES", 64 <<
 
 }  // namespace
 
+Layout env_layout(size_t nrings, size_t max_slots) {
+  const size_t slot_bytes = env_slot_bytes();
+  return Layout(slot_bytes, env_slots(slot_bytes, nrings, max_slots), nrings);
+}
+
 ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
-    : Wire(ctx),
-      layout_(env_slot_bytes(), env_slots(env_slot_bytes(), peers.size(), ctx.opt->max_shm_slots),
-              peers.size()) {
+    : Wire(ctx), layout_(env_layout(peers.size(), ctx.opt->max_shm_slots)) {
   std::vector<int> group = peers;
   group.push_back(ctx.rank);
   std::sort(group.begin(), group.end());

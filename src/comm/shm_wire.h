@@ -115,6 +115,12 @@ struct Layout {
   uint8_t* ring(void* base, size_t i) const { return static_cast<uint8_t*>(base) + hdr_len + i * ring_len; }
 };
 
+// The layout of the segment a rank with `nrings` peers on its host makes:
+// BRAID_SHM_SLOT_BYTES × BRAID_SHM_SLOTS per ring, or their defaults, with
+// at most `max_slots` slots when that is 2 or more
+// (TransportOptions::max_shm_slots).
+Layout env_layout(size_t nrings, size_t max_slots = 0);
+
 // BRAID_SHM_CMA_BYTES (shm_cma.cc): sends of at least this many bytes go
 // single-copy; 0 turns single copy off.
 uint64_t env_cma_bytes();

@@ -52,11 +52,12 @@ void set_buffers_(int fd, int bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
 
-// The IPv4 address peers on other hosts can reach this rank at.
-std::string local_address(bool all_local) {
-  if (auto a = env_str("BRAID_TCP_ADDR")) return *a;
-  if (all_local) return "127.0.0.1";
-  std::string best = "127.0.0.1";
+}  // namespace
+
+TcpEndpoint tcp_local_endpoint(bool all_local) {
+  if (auto a = env_str("BRAID_TCP_ADDR")) return {"", *a, "BRAID_TCP_ADDR"};
+  if (all_local) return {"lo", "127.0.0.1", "loopback: every peer on this host"};
+  TcpEndpoint best{"lo", "127.0.0.1", "loopback: no other interface is up"};
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {
     for (ifaddrs* i = ifs; i; i = i->ifa_next) {
@@ -65,7 +66,7 @@ std::string local_address(bool all_local) {
       char buf[INET_ADDRSTRLEN];
       auto* sin = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
       if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf)) {
-        best = buf;
+        best = {i->ifa_name ? i->ifa_name : "", buf, "the first IPv4 interface that is up"};
         break;
       }
     }
@@ -73,8 +74,6 @@ std::string local_address(bool all_local) {
   }
   return best;
 }
-
-}  // namespace
 
 void tcp_set_buffers(int fd, int bytes) { set_buffers_(fd, bytes); }
 
@@ -94,7 +93,7 @@ int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int stream
     socklen_t sl = sizeof sa;
     ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl);
     ctx.store->set_str("tcp/addr/" + std::to_string(ctx.rank),
-                       local_address(all_local) + " " + std::to_string(ntohs(sa.sin_port)) + " " +
+                       tcp_local_endpoint(all_local).address + " " + std::to_string(ntohs(sa.sin_port)) + " " +
                            std::to_string(streams));
   } catch (...) {
     ::close(lfd);

@@ -77,13 +77,17 @@ struct Request {
                           // source buffer may be reused)
 };
 
+// Slots per ring of a communicator's point-to-point transport (CommImpl's
+// Role::kPointToPoint twin): a send waits for its receive anyway.
+constexpr size_t kPointToPointShmSlots = 4;
+
 struct TransportOptions {
   std::string mode = "auto";  // "auto": shm for same-host peers, tcp otherwise; "tcp"; "shm"
   std::string secret;         // job secret for TCP handshakes
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for set-up
   int world_rank = -1;  // this rank in the top communicator, for messages (-1: the same)
   // At most this many slots per shared-memory ring (0: BRAID_SHM_SLOTS or
-  // the default); point-to-point's own transport takes fewer.
+  // the default); point-to-point's own transport takes kPointToPointShmSlots.
   size_t max_shm_slots = 0;
   // The caller's collective messages to a peer carry sequence numbers that
   // never decrease (a communicator's do: one collective at a time, in

@@ -88,6 +88,10 @@ int usable_cores() {
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int cores_per_rank(int ranks_sharing) {
+  return std::max(1, usable_cores() / std::max(1, ranks_sharing));
+}
+
 int64_t thread_run_delay_ns() {
   // Opened by the thread it describes: /proc/thread-self resolves at open,
   // so a child of fork() (same thread_local, another thread) opens its own.

@@ -102,11 +102,6 @@ struct Outcome {
   int status = 0;
 };
 
-std::string default_omp_threads(int n) {
-  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return std::to_string(std::max<long>(1, cores / std::max(1, n)));
-}
-
 bool env_has(const std::vector<std::string>& env, const std::string& name) {
   for (auto& e : env)
     if (e.compare(0, name.size() + 1, name + "=") == 0) return true;
@@ -231,7 +226,7 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
         over.push_back(std::string("BRAID_TIMEOUT=") + secs);
       }
       if (!env_str("OMP_NUM_THREADS") && !env_has(opt.extra_env, "OMP_NUM_THREADS"))
-        over.push_back("OMP_NUM_THREADS=" + default_omp_threads(n));
+        over.push_back("OMP_NUM_THREADS=" + std::to_string(cores_per_rank(n)));
       over.insert(over.end(), opt.extra_env.begin(), opt.extra_env.end());
       RankProc& r = ranks[size_t(i)];
       r.global = g;

@@ -10,14 +10,6 @@
 
 namespace braid {
 
-void set_num_threads(int n) {
-  BRAID_CHECK_ARG(n >= 1, "thread count must be >= 1, got " + std::to_string(n));
-  openblas_set_num_threads(n);
-  omp_set_num_threads(n);
-}
-
-int num_threads() { return omp_get_max_threads(); }
-
 std::string blas_core() {
   const char* c = openblas_get_corename();
   return c != nullptr ? c : "";

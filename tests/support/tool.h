@@ -7,4 +7,12 @@
 
 namespace braid::testing {
 std::string braid_bin();
+
+// Runs `cmd` through /bin/sh and waits for it: its exit status (128 + the
+// signal when killed) and its stdout and stderr together.
+struct CommandResult {
+  int status = -1;
+  std::string out;
+};
+CommandResult run_command(const std::string& cmd);
 }  // namespace braid::testing

@@ -24,6 +24,7 @@
 #include "braid/reduce.h"
 #include "comm/probe.h"
 #include "comm/select.h"
+#include "sizes.h"
 #include "subcommands.h"
 
 namespace braid::tool {
@@ -331,26 +332,6 @@ int run_probe(Communicator& comm, const Opts& o) {
               l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
               path.c_str());
   return 0;
-}
-
-// "64M" -> 67108864; K, M, G are powers of 1024.
-size_t parse_size(const std::string& s, const char* flag) {
-  size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos == 0) throw Error(Errc::kInvalidArgument, std::string(flag) + ": not a size: '" + s + "'");
-  std::string suf = s.substr(pos);
-  unsigned long long mult = 1;
-  if (suf == "K" || suf == "k" || suf == "KiB") mult = 1ull << 10;
-  else if (suf == "M" || suf == "MiB") mult = 1ull << 20;
-  else if (suf == "G" || suf == "GiB") mult = 1ull << 30;
-  else if (!suf.empty())
-    throw Error(Errc::kInvalidArgument, std::string(flag) + ": unknown suffix in '" + s + "'");
-  return size_t(v * mult);
 }
 
 // Forks n ranks that meet through a private file store.

@@ -42,7 +42,7 @@ int train_main(int argc, char** argv) {
   }
 
   const bool mlp = f.model == "mlp";
-  set_num_threads(f.threads);
+  apply_threads(f, 1, true);
   apply_model_defaults(f);
 
   // Data and model.

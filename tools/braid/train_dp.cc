@@ -66,7 +66,7 @@ int job_world_from_env() {
 int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool mlp = f.model == "mlp";
-  set_num_threads(f.threads);
+  apply_threads(f, comm->host_size(), rank == 0);
   apply_model_defaults(f);
 
   TrainSetup setup = build_setup(f, rank == 0);

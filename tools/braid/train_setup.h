@@ -22,6 +22,7 @@
 #include "braid/models.h"
 #include "braid/module.h"
 #include "braid/optim.h"
+#include "braid/threads.h"
 #include "braid/trainer.h"
 
 namespace braid::tool {
@@ -32,7 +33,7 @@ struct TrainFlags {
   int64_t steps = 0, epochs = 0, batch = 0;
   double lr = -1;
   uint64_t seed = 1;
-  int threads = 1;
+  int threads = 0;  // 0: choose_threads decides (braid/threads.h)
   std::string json_log;
   std::string optimizer;
   double momentum = 0.9, weight_decay = -1, clip = 0;
@@ -62,7 +63,9 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--lr", f.lr, "peak learning rate (mlp 0.05, gpt 1e-3)");
   app.add_option("--seed", f.seed, "seed for initialisation, data order and dropout");
   app.add_option("--threads", f.threads,
-                 dp ? "compute threads per rank" : "compute threads (OpenBLAS and OpenMP)")
+                 std::string(dp ? "compute threads per rank" : "compute threads (OpenMP and the BLAS)") +
+                     " (default: OMP_NUM_THREADS, else the cores this process may use" +
+                     (dp ? " / ranks on the host)" : ")"))
       ->check(CLI::PositiveNumber);
   app.add_option("--json-log", f.json_log,
                  dp ? "rank 0 writes one JSON object per step to FILE"
@@ -96,6 +99,17 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
   app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
   app.add_flag("-q,--quiet", f.quiet, "only the summary line");
+}
+
+// Settles the compute thread count (--threads, else the environment, else
+// the cores over `ranks_sharing`), applies it and writes it back to
+// f.threads; `speaker` prints the note when an environment setting is
+// overridden.
+inline void apply_threads(TrainFlags& f, int ranks_sharing, bool speaker) {
+  ThreadChoice c = choose_threads(f.threads, ranks_sharing);
+  if (speaker && !c.note.empty()) std::fprintf(stderr, "%s\n", c.note.c_str());
+  f.threads = c.threads;
+  set_num_threads(f.threads);
 }
 
 // 12.3k, 1.25M — for progress lines.
@@ -290,7 +304,8 @@ inline nlohmann::json done_record(const TrainFlags& f, int64_t steps, double fin
   nlohmann::json d{{"event", "done"},        {"model", f.model},
                    {"steps", steps},         {"final_loss", final_loss},
                    {"train_seconds", seconds}, {"threads", f.threads},
-                   {"blas_core", blas_core()}};
+                   {"blas_core", blas_core()},
+                   {"blas_threading", blas_threading_name(blas_info().threading)}};
   d[f.model == "mlp" ? "samples_per_s" : "tokens_per_s"] = throughput;
   return d;
 }

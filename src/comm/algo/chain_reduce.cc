@@ -105,6 +105,24 @@ void prefault(HostRing& h, int n, uint32_t nslots) {
     reinterpret_cast<volatile uint8_t*>(h.base)[off] = 0;
 }
 
+}  // namespace
+
+// BRAID_CHAIN_SLOT_BYTES, rounded to whole pages, and BRAID_CHAIN_SLOTS,
+// both clamped. By default at least two slots per rank, so that all n
+// stages of the chain can work on different chunks at once.
+ChainGeometry chain_geometry(int n) {
+  ChainGeometry g;
+  g.slot_bytes = std::clamp<uint64_t>(
+      round_up(size_t(std::max<int64_t>(env_int("BRAID_CHAIN_SLOT_BYTES", kChainSlotBytes), 1)), 4096),
+      4096, uint64_t(64) << 20);
+  g.nslots = uint32_t(std::clamp<int64_t>(
+      env_int("BRAID_CHAIN_SLOTS", std::max<int64_t>(kSlots, 2 * int64_t(n))), 2, 4096));
+  g.bytes = data_offset(n, g.nslots) + size_t(g.nslots) * g.slot_bytes;
+  return g;
+}
+
+namespace {
+
 // Set-up, in the first chain call: rank 0 creates the segment and sends its
 // name to every peer; each maps it and answers; rank 0 removes the name and
 // tells everyone whether all could. Any rank with a peer not on shared
@@ -122,15 +140,10 @@ void prefault(HostRing& h, int n, uint32_t nslots) {
 void setup(Context& c, HostRing& h) {
   const int n = c.size(), r = c.rank();
   const bool local = h.peers_on_shm;
-  // Rank 0 picks the geometry (BRAID_CHAIN_SLOT_BYTES, rounded to whole
-  // pages, and BRAID_CHAIN_SLOTS, both clamped); peers read it from the
-  // header. By default at least two slots per rank, so that all n stages of
-  // the chain can work on different chunks at once.
-  const uint64_t slot_bytes = std::clamp<uint64_t>(
-      round_up(size_t(std::max<int64_t>(env_int("BRAID_CHAIN_SLOT_BYTES", kChainSlotBytes), 1)), 4096),
-      4096, uint64_t(64) << 20);
-  const uint32_t nslots = uint32_t(std::clamp<int64_t>(
-      env_int("BRAID_CHAIN_SLOTS", std::max<int64_t>(kSlots, 2 * int64_t(n))), 2, 4096));
+  // Rank 0 picks the geometry; peers read it from the header.
+  const ChainGeometry g = chain_geometry(n);
+  const uint64_t slot_bytes = g.slot_bytes;
+  const uint32_t nslots = g.nslots;
   char name[64] = {};
   uint32_t ok = 0;
   if (r == 0) {
@@ -138,7 +151,7 @@ void setup(Context& c, HostRing& h) {
       std::random_device rd;
       std::snprintf(name, sizeof name, "/braid-chain-%d-%08x", int(::getpid()), unsigned(rd()));
       const char* step = nullptr;
-      const size_t len = data_offset(n, nslots) + size_t(nslots) * slot_bytes;
+      const size_t len = g.bytes;
       h.base = shm_create(name, len, &step);
       if (h.base) {
         h.len = len;

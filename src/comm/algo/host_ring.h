@@ -18,6 +18,15 @@ namespace braid::comm::algo {
 // selector's cost model assumes it.
 constexpr size_t kChainSlotBytes = 512 << 10;
 
+// The segment of a communicator of n ranks: its slots, and its size in
+// bytes (header and control blocks included). Rank 0's environment decides.
+struct ChainGeometry {
+  uint64_t slot_bytes = 0;
+  uint32_t nslots = 0;
+  size_t bytes = 0;
+};
+ChainGeometry chain_geometry(int n);
+
 struct HostRing {
   enum class State : uint8_t { kUnset, kReady, kUnavailable };
   State state = State::kUnset;
