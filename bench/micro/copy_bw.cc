@@ -1,5 +1,5 @@
 // Memory copy bandwidth on this machine: one process, or two at once (the
-// all_to_all bound in docs/PERFORMANCE.md).
+// all_to_all bound in bench/results/).
 //
 //   g++ -O2 -mavx2 bench/micro/copy_bw.cc -o /tmp/copy_bw
 //   /tmp/copy_bw 32 1                          # 32 MiB, 256 KiB pieces, alone

@@ -87,7 +87,7 @@ struct DpOptions {
   //     (cores > ranks on the host × compute threads), else kInline. With
   //     no spare core, overlap only time-slices one core between compute
   //     and copying, and the thread hand-offs cost (MLP dp=2 on 2 cores:
-  //     6% of step time, docs/PERFORMANCE.md).
+  //     6% of step time, bench/results/).
   enum class Reduce { kAuto, kBackground, kInline };
   Reduce reduce = Reduce::kAuto;
   bool bf16_grads = false;  // communicate gradients as bf16

@@ -217,7 +217,7 @@ class ShmWire final : public Wire {
   // the message itself. BRAID_SHM_LIGHT_PUBLISH=0: a seq_cst store (`xchg`),
   // which orders the pair outright but first waits until every line of the
   // message has been taken back from the peer's cache: ~40 ns per 8-byte
-  // all_reduce and ~350 ns per 4 KiB one here (docs/PERFORMANCE.md).
+  // all_reduce and ~350 ns per 4 KiB one here (bench/results/).
   void publish(std::atomic<uint64_t>& at, uint64_t v) const {
     if (light_publish_) {
       at.store(v, std::memory_order_release);

@@ -16,7 +16,7 @@
 // stripes hold whole elements), each stripe behind its own copy of the
 // header; smaller messages go whole on connection 0, which therefore sees
 // every message, so a mismatch is caught there first. On this 2-core
-// machine's loopback, 2-4 connections measured a wash (docs/PERFORMANCE.md);
+// machine's loopback, 2-4 connections measured a wash (bench/results/);
 // between hosts, where one flow is bound to one core's network processing,
 // they are the usual remedy. Receives go through a per-peer
 // buffer (BRAID_TCP_RXBUF_BYTES, default 256 KiB) that also serves as the

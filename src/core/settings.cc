@@ -67,7 +67,7 @@ constexpr Setting kSettings[] = {
      "src/comm/bootstrap.cc"},
     {"BRAID_SHM_CMA_BYTES", K::kUser, "0 (off)",
      "opt-in single-copy (`process_vm_readv`) shared-memory path for messages of at least this "
-     "many bytes (slower than the slot ring on the project's VM, see docs/PERFORMANCE.md)",
+     "many bytes (slower than the slot ring on the project's VM, see bench/results/)",
      "src/comm/shm_cma.cc"},
     {"BRAID_SHM_LIGHT_PUBLISH", K::kUser, "1",
      "`0`: shared-memory messages are published with full fences (seq_cst stores) instead of "
