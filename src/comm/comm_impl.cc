@@ -607,6 +607,16 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
         r.dtype = p.sig.dtype;
         tp_->post(&r);
       }
+      // A failed communicator's transport still holds the requests of the
+      // operation that failed (their owners are gone): once broken, it is
+      // not progressed again, and these never reached it.
+      if (broken_.load(std::memory_order_acquire) &&
+          std::find(open.begin(), open.end(), char(1)) == open.end()) {
+        const size_t taken = ws.size();
+        take();
+        if (taken == ws.size()) break;
+        continue;
+      }
       const bool moved = tp_->progress();
       size_t first = ws.size();  // the first operation still open
       for (size_t i = 0; i < ws.size(); ++i) {

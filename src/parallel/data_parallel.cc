@@ -157,6 +157,15 @@ DataParallel::~DataParallel() {
       }
     }
   }
+  // The model outlives this object: every parameter and gradient that is a
+  // view into a bucket gets memory of its own with the same values, so that
+  // nothing points into the buckets freed next. (ZeRO-3's parameters are
+  // released between uses: those stay empty.)
+  for (auto& b : buckets_)
+    for (nn::Parameter* p : b->params) {
+      if (!p->data.empty()) p->data = Tensor(p->data);
+      if (!p->grad.empty()) p->grad = Tensor(p->grad);
+    }
 }
 
 std::vector<int64_t> DataParallel::bucket_sizes() const {
