@@ -195,7 +195,7 @@ void issue(Communicator& c, std::mt19937_64& g, uint64_t salt, Pending& p, bool 
       p.want.resize(count * es);
       fill(p.want.data(), count, t, rop, salt, root);
       uint8_t* buf = dest(count * es);
-      if (r == root) std::memcpy(buf, p.want.data(), count * es);
+      if (r == root && count) std::memcpy(buf, p.want.data(), count * es);
       p.works.push_back(c.broadcast_async(buf, count, t, root));
       expect_here(buf, count * es);
       break;

@@ -76,7 +76,7 @@ void all_to_all_v_direct(Context& c, const void* send, const std::vector<size_t>
     size_t in_bytes = 0;
     for (int j = 0; j < n; ++j) in_bytes = std::max(in_bytes, (sd[j] + sc[j]) * es);
     auto* staged = static_cast<uint8_t*>(c.scratch(in_bytes));
-    std::memcpy(staged, in, in_bytes);
+    if (in_bytes) std::memcpy(staged, in, in_bytes);  // nothing to send: in may be null
     in = staged;
   }
   // Stagger partners (r+k, r−k) so that no rank is everyone's first target.

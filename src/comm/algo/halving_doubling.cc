@@ -115,7 +115,7 @@ void all_reduce_rd(Context& c, const void* send, void* recv, size_t count) {
     uint32_t step = 0;
     for (int mask = 1; mask < f.p; mask *= 2, ++step) {
       int partner = f.real(f.vrank ^ mask);
-      std::memcpy(mine, buf, count * es);
+      if (count) std::memcpy(mine, buf, count * es);  // count 0: buffers may be null
       c.send(partner, mine, count * es, step);
       c.recv_reduce(partner, buf, buf, count, step);
       c.wait_all();
