@@ -135,12 +135,17 @@ bool read_after_post(Transport& t, int rank, Store& store, size_t bytes, const s
     std::memset(buf.data(), 2, bytes);
     store.set_str("overwritten/" + tag, "1");
     drive(t, {&r});
+    // The next probe must find the ring empty: a send completes once its
+    // slots are written, and a receiver still reading this one would leave
+    // the next one too few slots to leave whole before the overwrite.
+    store.get("read/" + tag);
     return false;
   }
   store.get("overwritten/" + tag);
   std::memset(buf.data(), 0, bytes);
   t.post(&r);
   drive(t, {&r});
+  store.set_str("read/" + tag, "1");
   for (size_t i = 0; i < bytes; ++i)
     if (buf[i] != buf[0]) ADD_FAILURE() << tag << ": mixed bytes at " << i;
   return buf[0] == 2;
