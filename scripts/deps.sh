@@ -7,6 +7,7 @@ set -euo pipefail
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
+      libopenblas0-pthread
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3)
 if [[ "${1:-build}" == bench ]]; then

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -189,22 +188,9 @@ void TcpWire::post(Request* r) {
 
 void TcpWire::fail_closed(Conn& c, const Stream& s) {
   const Request* r = !c.recvs.empty() ? c.recvs.front() : (!s.tx.empty() ? s.tx.front().r : nullptr);
-  // A rank whose communicator fails shuts all its connections down, so the
-  // connection that ended here may be a survivor's that heard of the death
-  // first. TCP carries no reason: name every other peer whose connection
-  // has ended too, which includes the rank that exited when it was one.
-  std::string also;
-  for (const Conn& o : conns_) {
-    if (&o == &c) continue;
-    for (const Stream& st : o.st) {
-      pollfd p{st.fd, POLLRDHUP, 0};
-      if (st.eof || (st.fd >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
-        also += "; peer " + describe_peer(o.rank) + " closed its connection too";
-        break;
-      }
-    }
-  }
-  throw_peer_died(c.rank, r, s.eof_how, also);
+  // A survivor whose neighbour closed after another rank died learns who
+  // died from the communicator's failure record (CommImpl::forwarded).
+  throw_peer_died(c.rank, r, s.eof_how);
 }
 
 bool TcpWire::send_some(Conn& c, Stream& s) {

@@ -112,15 +112,14 @@ void Wire::throw_mismatch(const Request& r, const MsgSig& got, const char* wire)
                                    " sent " + describe_sig(got, only_len) + " (over " + wire + ")");
 }
 
-void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how,
-                           const std::string& also) const {
+void Wire::throw_peer_died(int peer, const Request* pending, const std::string& how) const {
   std::string msg = "peer " + describe_peer(peer) + " " + how;
   if (pending) {
     msg += pending->kind == Request::Kind::kSend ? " while " + describe_self() + " was sending it "
                                                  : " while " + describe_self() + " was receiving ";
     msg += describe_sig(pending->sig) + " (" + std::to_string(pending->done) + " bytes moved)";
   }
-  throw Error(Errc::kPeerDied, msg + also);
+  throw Error(Errc::kPeerDied, msg);
 }
 
 void Wire::throw_protocol(int peer, const std::string& what) const {

@@ -79,9 +79,8 @@ class Wire : public Transport {
   std::string describe_self() const override;
   // Error(kMismatch) with both sides' descriptions.
   [[noreturn]] void throw_mismatch(const Request& r, const MsgSig& got, const char* wire) const;
-  // Error(kPeerDied) naming the peer and what was pending, then `also`.
-  [[noreturn]] void throw_peer_died(int peer, const Request* pending, const std::string& how,
-                                    const std::string& also = "") const;
+  // Error(kPeerDied) naming the peer and what was pending.
+  [[noreturn]] void throw_peer_died(int peer, const Request* pending, const std::string& how) const;
   // Error(kProtocol): a frame that breaks the wire format.
   [[noreturn]] void throw_protocol(int peer, const std::string& what) const;
 
