@@ -31,10 +31,8 @@ bool contains(const std::string& s, const std::string& sub) {
 std::shared_ptr<Communicator> fresh_comm(int rank, int size, const std::shared_ptr<Store>& store,
                                          const std::string& name, int timeout_s = 20,
                                          const std::string& transport = "") {
-  CommOptions o;
-  o.timeout = std::chrono::seconds(timeout_s);
-  o.transport = transport;
-  return Communicator::create(rank, size, make_prefix_store(store, name + "/"), o);
+  return braid::testing::make_comm(rank, size, make_prefix_store(store, name + "/"), timeout_s,
+                                   transport);
 }
 
 // Runs `call` then a barrier (the next call); returns the error either
