@@ -9,7 +9,13 @@
 
 #include "braid/error.h"
 
+// Not under ThreadSanitizer: the loader runs the clones' resolvers before
+// the TSan runtime is up, and an instrumented resolver crashes at start.
+#if defined(__SANITIZE_THREAD__)
+#define BRAID_CLONES
+#else
 #define BRAID_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 #define BRAID_INLINE inline __attribute__((always_inline))
 
 namespace braid {

@@ -12,8 +12,10 @@
 #include <cstring>
 
 // Compile a function twice (x86-64-v3: AVX2+FMA, and baseline x86-64); the
-// loader picks by CPU features.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// loader picks by CPU features. Not under ThreadSanitizer: the loader runs
+// the clones' resolvers before the TSan runtime is up, and an instrumented
+// resolver crashes the program at start.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define BRAID_SIMD_FN __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define BRAID_SIMD_FN
