@@ -37,9 +37,11 @@
 #include <vector>
 
 #include "braid/comm.h"
+#include "braid/data.h"
 #include "braid/layers.h"
 #include "braid/models.h"
 #include "braid/optim.h"
+#include "braid/trainer.h"
 
 namespace braid::parallel::tp {
 
@@ -406,5 +408,40 @@ class TpGpt : public nn::Module {
 // scaled by max_norm / (norm + 1e-6), as nn::clip_grad_norm does. Returns
 // the norm before clipping; the same on every rank.
 double clip_grad_norm(const std::vector<Sharded>& params, double max_norm, Communicator& tp);
+
+// nn::Trainer's step for a TpGpt, optionally data parallel over `dp`
+// (null or size 1: none). Each dp rank takes its shard of every global
+// batch (opts.rank / opts.world are ignored: dp's rank and size are used);
+// the ranks of one tp group take the same shard. One step:
+//   zero grads; per micro-batch: forward, VocabParallelCrossEntropy,
+//   backward with dL/dlogits scaled by 1 / (global batch · targets per
+//   sample); model.reduce_partial_grads(); gradients SUMMED over dp (each
+//   rank's are its share of the global mean, so the sum is the mean);
+//   loss sums over dp; clipping by the tp-aware global norm; optimizer.
+// The optimizer updates this rank's shards (state per name, per shard).
+// Equal, within rounding, to nn::Trainer on nn::make_gpt with the same
+// config, seed, data, optimizer and options.
+class TpTrainer {
+ public:
+  TpTrainer(TpGpt& model, std::shared_ptr<Communicator> dp, nn::Dataset& data,
+            nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts);
+  nn::StepStats step();
+  int64_t next_step() const { return step_; }
+  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+
+ private:
+  TpGpt& model_;
+  std::shared_ptr<Communicator> dp_;
+  nn::Dataset& data_;
+  nn::Optimizer& opt_;
+  nn::LrSchedule schedule_;
+  nn::TrainOptions opts_;
+  nn::Sampler sampler_;
+  VocabParallelCrossEntropy loss_;
+  std::vector<nn::Parameter*> params_;
+  std::vector<int64_t> shard_;
+  Tensor x_, y_;
+  int64_t step_ = 0;
+};
 
 }  // namespace braid::parallel::tp

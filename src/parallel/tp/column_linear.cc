@@ -7,13 +7,22 @@
 
 namespace braid::parallel::tp {
 
+namespace {
+// This rank's output features: `parts` equal blocks (q|k|v), each split.
+int64_t local_out(const std::string& name, int64_t out, int parts, int n) {
+  const std::string what = "ColumnParallelLinear " + name + ": output features";
+  if (parts == 1) return divide(out, n, what);
+  BRAID_CHECK_ARG(parts > 1 && out % parts == 0,
+                  what + " " + std::to_string(out) + " are not " + std::to_string(parts) +
+                      " equal parts");
+  return divide(out / parts, n, what + " per part") * parts;
+}
+}  // namespace
+
 ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in, int64_t out,
                                            std::shared_ptr<Communicator> tp, Options opts)
     : Module(name),
-      local_(name, in, divide(out, int64_t(opts.parts) * tp->size(),
-                              "ColumnParallelLinear " + name + ": output features (in " +
-                                  std::to_string(opts.parts) + " parts)") *
-                          opts.parts,
+      local_(name, in, local_out(name, out, opts.parts, tp->size()),
              opts.bias),
       in_(in),
       out_(out),
