@@ -94,7 +94,10 @@ class Embedding : public Module {
 // is kept iff uniform(seed, step, s, key·2^40 + e) ≥ p, where key is this
 // layer's id. Rows of dim 0 are samples (row r is sample ctx.sample_offset
 // + r), so the mask does not depend on how the batch is split. Identity
-// when p == 0 or !ctx.training.
+// when p == 0 or !ctx.training. A layer that holds only part of each
+// sample (a sequence-parallel shard) sets the sample-relative index of its
+// first element with set_element_offset, so that element i of its row is
+// element offset + i of the whole sample and gets the same mask.
 class Dropout : public Module {
  public:
   Dropout(std::string name, float p, uint64_t key);
@@ -102,10 +105,12 @@ class Dropout : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void release_activations() override;
   float p() const { return p_; }
+  void set_element_offset(int64_t offset) { element_offset_ = offset; }
 
  private:
   float p_;
   uint64_t key_;
+  int64_t element_offset_ = 0;
   bool active_ = false;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;

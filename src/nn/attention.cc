@@ -15,6 +15,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
+#include "nn/attention_core.h"
 
 namespace braid::nn {
 
@@ -68,18 +69,9 @@ BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
 }
 }  // namespace
 
-const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
-  if (x.ndim() != 3 || x.dim(2) != dim_)
-    throw Error(Errc::kInvalidArgument, "attention " + name_ + ": input " + shape_str(x.shape()) +
-                                            " vs expected [B, T, " + std::to_string(dim_) + "]");
-  const int64_t B = x.dim(0), T = x.dim(1), C = dim_, H = heads_, D = C / H;
-  const Tensor& qkv = qkv_.forward(x, ctx);
-  qkv_out_ = &qkv;
-  att_.resize({B, H, T, T}, DType::kF32);
-  o_.resize({B, T, C}, DType::kF32);
-  const float* qkvp = qkv.f32();
-  float* att = att_.f32();
-  float* o = o_.f32();
+void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C, int64_t H,
+                              float* att, float* o) {
+  const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
   auto body = [&](int64_t bh) {
     int64_t b = bh / H, h = bh % H;
@@ -107,22 +99,11 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
   } else {
     for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
   }
-  const Tensor& y = proj_.forward(o_, ctx);
-  return drop_.forward(y, ctx);
 }
 
-const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
-  const Tensor& dproj_out = drop_.backward(dy, ctx);
-  const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
-  const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_, D = C / H;
-  dqkv_.resize({B, T, 3 * C}, DType::kF32);
-  datt_.resize({B, H, T, T}, DType::kF32);
-  BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
-  const float* qkvp = qkv_out_->f32();
-  const float* att = att_.f32();
-  const float* dop = dout.f32();
-  float* dqkv = dqkv_.f32();
-  float* datt = datt_.f32();
+void causal_attention_backward(const float* qkvp, const float* att, const float* dop, int64_t B,
+                               int64_t T, int64_t C, int64_t H, float* dqkv, float* datt) {
+  const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
   auto body = [&](int64_t bh) {
     int64_t b = bh / H, h = bh % H;
@@ -165,6 +146,31 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   } else {
     for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
   }
+}
+
+const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
+  if (x.ndim() != 3 || x.dim(2) != dim_)
+    throw Error(Errc::kInvalidArgument, "attention " + name_ + ": input " + shape_str(x.shape()) +
+                                            " vs expected [B, T, " + std::to_string(dim_) + "]");
+  const int64_t B = x.dim(0), T = x.dim(1), C = dim_, H = heads_;
+  const Tensor& qkv = qkv_.forward(x, ctx);
+  qkv_out_ = &qkv;
+  att_.resize({B, H, T, T}, DType::kF32);
+  o_.resize({B, T, C}, DType::kF32);
+  causal_attention_forward(qkv.f32(), B, T, C, H, att_.f32(), o_.f32());
+  const Tensor& y = proj_.forward(o_, ctx);
+  return drop_.forward(y, ctx);
+}
+
+const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
+  const Tensor& dproj_out = drop_.backward(dy, ctx);
+  const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
+  const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_;
+  dqkv_.resize({B, T, 3 * C}, DType::kF32);
+  datt_.resize({B, H, T, T}, DType::kF32);
+  BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
+  causal_attention_backward(qkv_out_->f32(), att_.f32(), dout.f32(), B, T, C, H, dqkv_.f32(),
+                            datt_.f32());
   return qkv_.backward(dqkv_, ctx);
 }
 

@@ -19,8 +19,8 @@ inline float mask_value(uint64_t seed, uint64_t step, uint64_t sample, uint64_t 
   return uniform01(counter_hash(seed, step, sample, (key << 40) ^ e)) >= p ? scale : 0.0f;
 }
 
-void apply(const float* in, float* out, int64_t rows, int64_t per_row, const Context& ctx,
-           uint64_t key, float p) {
+void apply(const float* in, float* out, int64_t rows, int64_t per_row, int64_t e0,
+           const Context& ctx, uint64_t key, float p) {
   float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for if (rows * per_row >= (1 << 15)) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -28,7 +28,7 @@ void apply(const float* in, float* out, int64_t rows, int64_t per_row, const Con
     for (int64_t e = 0; e < per_row; ++e)
       out[r * per_row + e] =
           in[r * per_row + e] *
-          mask_value(ctx.seed, uint64_t(ctx.step), sample, key, uint64_t(e), p, scale);
+          mask_value(ctx.seed, uint64_t(ctx.step), sample, key, uint64_t(e0 + e), p, scale);
   }
 }
 }  // namespace
@@ -39,7 +39,7 @@ const Tensor& Dropout::forward(const Tensor& x, Context& ctx) {
   if (!active_) return x;
   y_.resize(x.shape(), DType::kF32);
   int64_t rows = x.ndim() ? x.dim(0) : 1;
-  apply(x.f32(), y_.f32(), rows, rows ? x.numel() / rows : 0, ctx, key_, p_);
+  apply(x.f32(), y_.f32(), rows, rows ? x.numel() / rows : 0, element_offset_, ctx, key_, p_);
   return y_;
 }
 
@@ -48,7 +48,8 @@ const Tensor& Dropout::backward(const Tensor& dy, Context& ctx) {
   check_same_shape(dy, y_, "Dropout " + name_ + " backward: dy vs y");
   dx_.resize(dy.shape(), DType::kF32);
   int64_t rows = dy.ndim() ? dy.dim(0) : 1;
-  apply(dy.f32(), dx_.f32(), rows, rows ? dy.numel() / rows : 0, ctx, key_, p_);
+  apply(dy.f32(), dx_.f32(), rows, rows ? dy.numel() / rows : 0, element_offset_, ctx, key_,
+        p_);
   return dx_;
 }
 

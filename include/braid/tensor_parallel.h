@@ -1,0 +1,447 @@
+// Megatron-style tensor parallelism: layers whose weights are split across
+// a tensor-parallel (tp) group, and the named communication operators that
+// join them.
+//
+// Every piece takes its tp communicator explicitly (a Mesh's tp(), or any
+// communicator) and is an nn::Module with an explicit forward and backward,
+// so the pieces compose as the serial layers do. All ranks of the group
+// must call the same pieces in the same order (each one is collective).
+//
+// Layouts. Activations are [B, T, C] (B samples, T positions, C features);
+// "last dim" is C, "sequence" is T. Rank r of a group of n holds:
+//   * column-parallel weight [out, in]: rows [r·out/n, (r+1)·out/n) of each
+//     of its `parts` blocks (a fused q|k|v weight has 3 parts, so each rank
+//     holds q, k and v of its own heads);
+//   * row-parallel weight [out, in]: columns [r·in/n, (r+1)·in/n); its bias
+//     is whole on every rank and added once, after the reduction;
+//   * vocab-parallel embedding and lm_head: rows (tokens) [r·V/n, (r+1)·V/n);
+//   * a sequence-parallel activation: positions [r·T/n, (r+1)·T/n).
+// Parameters keep the serial model's names, so optimizer state (kept per
+// name) and checkpoints line up with the serial model's.
+//
+// Sizes that do not divide by the group's size (heads, hidden, vocab,
+// positions under sequence parallelism) raise Error(kInvalidArgument)
+// naming the size and the group size.
+//
+// Costs per forward (backward mirrors it), n ranks, N = bytes of one full
+// [B, T, C] activation: parallel MLP and parallel attention each one
+// all_reduce of N (or, with sequence parallelism, one all_gather and one
+// reduce_scatter of N, the same bytes in two halves); the vocab-parallel
+// cross-entropy two small all_reduces of B·T floats (row max, then the
+// summed exponentials with the target logit) and never the full logits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/comm.h"
+#include "braid/data.h"
+#include "braid/layers.h"
+#include "braid/models.h"
+#include "braid/optim.h"
+#include "braid/trainer.h"
+
+namespace braid::parallel::tp {
+
+// size / parts, or Error(kInvalidArgument) "<what> <size> is not divisible
+// by the tensor-parallel size <parts>".
+int64_t divide(int64_t size, int64_t parts, const std::string& what);
+
+// ---- communication operators (Megatron's mappings) -------------------------
+// Each is a Module: forward and backward are the two halves of one named
+// operator. Outputs are buffers the operator owns (or its input, for an
+// identity half).
+
+// Identity forward; backward all-reduces (sums) dL/dx over the group. Sits
+// where a replicated activation enters column-parallel weights.
+class CopyToTpRegion : public nn::Module {
+ public:
+  CopyToTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor dx_;
+};
+
+// Forward all-reduces (sums) partial results; identity backward. Sits after
+// row-parallel weights.
+class ReduceFromTpRegion : public nn::Module {
+ public:
+  ReduceFromTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_;
+};
+
+// Forward keeps this rank's block of the last dim; backward all-gathers
+// the blocks of dL/dx along the last dim.
+class ScatterToTpRegion : public nn::Module {
+ public:
+  ScatterToTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
+// Forward all-gathers the blocks of the last dim; backward keeps this
+// rank's block of dL/dy.
+class GatherFromTpRegion : public nn::Module {
+ public:
+  GatherFromTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
+// Sequence parallelism (input [B, T, ...], split along T):
+// forward keeps this rank's positions; backward all-gathers dL/dx along T.
+class ScatterToSequenceRegion : public nn::Module {
+ public:
+  ScatterToSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
+// Forward all-gathers along T; backward reduce-scatters (sums) dL/dy along
+// T. Replaces CopyToTpRegion in front of column-parallel weights.
+class GatherFromSequenceRegion : public nn::Module {
+ public:
+  GatherFromSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
+// Forward reduce-scatters (sums) along T; backward all-gathers dL/dy along
+// T. Replaces ReduceFromTpRegion after row-parallel weights.
+class ReduceScatterToSequenceRegion : public nn::Module {
+ public:
+  ReduceScatterToSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
+// ---- how a parameter is split -----------------------------------------------
+
+struct ShardSpec {
+  int dim = -1;   // dimension of the full tensor split across the group; -1: replicated
+  int parts = 1;  // that dimension is `parts` equal blocks, each split (fused q|k|v: 3)
+  // Replicated, but each rank's gradient covers only its own positions
+  // (sequence parallelism): the gradients must be summed over the group.
+  bool partial_grad = false;
+};
+
+struct Sharded {
+  nn::Parameter* param = nullptr;
+  ShardSpec spec;
+  Shape full;  // the serial parameter's shape
+};
+
+// This rank's shard of a full tensor.
+Tensor slice_shard(const Tensor& full, const ShardSpec& spec, int rank, int size);
+// The full tensor from every rank's shard (collective: one all_gather).
+Tensor gather_shards(const Tensor& shard, const ShardSpec& spec, const Shape& full,
+                     Communicator& tp);
+
+// ---- layers -----------------------------------------------------------------
+
+// How activations enter and leave the parallel region.
+enum class SeqMode { kReplicated, kSequenceParallel };
+
+// y = x Wᵀ + b with W's output features split: this rank computes its
+// block of y. Input: replicated [.., in] through CopyToTpRegion, or (under
+// sequence parallelism) this rank's positions through
+// GatherFromSequenceRegion. Output: this rank's block [.., out/n] or, with
+// gather_output, all of it (GatherFromTpRegion).
+class ColumnParallelLinear : public nn::Module {
+ public:
+  struct Options {
+    bool bias = true;
+    int parts = 1;             // blocks of the output features (q|k|v: 3)
+    bool gather_output = false;
+    SeqMode input = SeqMode::kReplicated;
+  };
+  ColumnParallelLinear(std::string name, int64_t in, int64_t out,
+                       std::shared_ptr<Communicator> tp, Options opts);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+  void set_input_grad(bool needed) override;
+  nn::Linear& local() { return local_; }
+
+ private:
+  std::unique_ptr<nn::Module> enter_;  // CopyToTp or GatherFromSequence
+  nn::Linear local_;
+  std::unique_ptr<GatherFromTpRegion> gather_;
+  int64_t in_, out_;
+  int parts_;
+};
+
+// y = x Wᵀ + b with W's input features split: x is this rank's block of the
+// features [.., in/n]; the partial products are summed over the group
+// (ReduceFromTpRegion, or under sequence parallelism
+// ReduceScatterToSequenceRegion, leaving this rank's positions), then the
+// bias is added once.
+class RowParallelLinear : public nn::Module {
+ public:
+  struct Options {
+    bool bias = true;
+    SeqMode output = SeqMode::kReplicated;
+  };
+  RowParallelLinear(std::string name, int64_t in, int64_t out, std::shared_ptr<Communicator> tp,
+                    Options opts);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+  void set_input_grad(bool needed) override { local_.set_input_grad(needed); }
+  nn::Linear& local() { return local_; }
+
+ private:
+  nn::Linear local_;
+  std::unique_ptr<nn::Module> leave_;  // ReduceFromTp or ReduceScatterToSequence
+  int64_t in_, out_;
+  bool has_bias_;
+  SeqMode mode_;
+  nn::Parameter b_;
+  Tensor y_;
+};
+
+// The serial MlpBlock split: fc column-parallel (hidden/n features here),
+// GELU, proj row-parallel, dropout (same mask as the serial block: under
+// sequence parallelism it is keyed by each element's place in the whole
+// sample). One all_reduce forward and one backward (kReplicated), or one
+// all_gather + one reduce_scatter each way (kSequenceParallel).
+class ParallelMlp : public nn::Module {
+ public:
+  ParallelMlp(std::string name, int64_t dim, int64_t hidden, std::shared_ptr<Communicator> tp,
+              SeqMode mode = SeqMode::kReplicated, float dropout = 0, uint64_t dropout_key = 0);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+  void set_input_grad(bool needed) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  SeqMode mode_;
+  ColumnParallelLinear fc_;
+  nn::GELU act_;
+  RowParallelLinear proj_;
+  nn::Dropout drop_;
+};
+
+// The serial CausalSelfAttention with its heads split: qkv column-parallel
+// (q, k and v of heads [r·H/n, (r+1)·H/n)), attention on those heads,
+// output projection row-parallel, dropout as in ParallelMlp. Same
+// communication as ParallelMlp.
+class ParallelAttention : public nn::Module {
+ public:
+  ParallelAttention(std::string name, int64_t dim, int64_t heads,
+                    std::shared_ptr<Communicator> tp, SeqMode mode = SeqMode::kReplicated,
+                    float dropout = 0, uint64_t dropout_key = 0);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+  void set_input_grad(bool needed) override;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  SeqMode mode_;
+  int64_t dim_, heads_, local_dim_, local_heads_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+  nn::Dropout drop_;
+  const Tensor* qkv_out_ = nullptr;
+  Tensor att_, o_, dqkv_, datt_;
+};
+
+// Token + position embedding with the token table split by vocabulary:
+// each rank looks up the tokens in its range (zeros elsewhere), the
+// partial rows are summed over the group (all_reduce, or reduce_scatter
+// along T under sequence parallelism), then the position rows are added.
+// The position table is whole on every rank. No input gradient.
+class VocabParallelEmbedding : public nn::Module {
+ public:
+  VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, int64_t context,
+                         std::shared_ptr<Communicator> tp, SeqMode mode = SeqMode::kReplicated);
+  const Tensor& forward(const Tensor& tokens, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+  int64_t vocab_begin() const { return v0_; }
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  SeqMode mode_;
+  int64_t vocab_, dim_, context_, local_vocab_, v0_;
+  nn::Parameter wte_, wpe_;
+  std::unique_ptr<nn::Module> reduce_;  // ReduceFromTp or ReduceScatterToSequence
+  const Tensor* tokens_ = nullptr;
+  Tensor partial_, y_, empty_;
+};
+
+// Softmax cross-entropy over logits whose vocabulary is split across the
+// group ([.., V/n] here, this rank's tokens [r·V/n, (r+1)·V/n)). The row
+// max and then Σexp with the target's logit are all-reduced; the full
+// logits are never gathered. Same contract as nn::SoftmaxCrossEntropy:
+// forward returns the SUM over rows of −log p[target] (equal on every
+// rank), backward(scale) returns this rank's block of scale·(p − onehot).
+class VocabParallelCrossEntropy {
+ public:
+  explicit VocabParallelCrossEntropy(std::shared_ptr<Communicator> tp);
+  double forward(const Tensor& logits, const Tensor& targets);
+  const Tensor& backward(float scale);
+  // Rows whose target logit is the largest of the row (ties count as hits).
+  int64_t correct() const { return correct_; }
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  Tensor probs_, dlogits_, row_stats_;
+  const Tensor* targets_ = nullptr;
+  int64_t v0_ = 0, correct_ = 0;
+};
+
+// Pre-norm block of ParallelAttention and ParallelMlp with replicated layer
+// norms; under sequence parallelism the residual stream, the norms and the
+// dropouts work on this rank's positions only. Recomputation as in
+// nn::TransformerBlock (the forward's collectives run again in backward).
+class TpTransformerBlock : public nn::Module {
+ public:
+  TpTransformerBlock(std::string name, int64_t dim, int64_t heads,
+                     std::shared_ptr<Communicator> tp, SeqMode mode, float dropout,
+                     uint64_t dropout_key, bool recompute);
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void collect_shards(std::vector<Sharded>& out);
+  void release_activations() override;
+
+ private:
+  void run_forward(const Tensor& x, nn::Context& ctx, bool need_y);
+  SeqMode mode_;
+  nn::LayerNorm ln1_;
+  ParallelAttention attn_;
+  nn::LayerNorm ln2_;
+  ParallelMlp mlp_;
+  bool recompute_;
+  const Tensor* x_ = nullptr;
+  Tensor h_, y_, dh_, dx_;
+};
+
+struct TpGptOptions {
+  bool sequence_parallel = false;
+};
+
+// nn::make_gpt's model split across a tp group. Input: i32 tokens [B, T];
+// output: this rank's block of the logits [B, T, V/n] (for
+// VocabParallelCrossEntropy). Parameters are the serial model's for the
+// same seed, sliced: the constructor builds the serial GPT once, keeps
+// this rank's shards and frees it (memory: one full model, briefly).
+// Throws Error(kInvalidArgument) naming heads, vocab or dim when one does
+// not divide by the group's size; with sequence parallelism forward throws
+// when T does not.
+class TpGpt : public nn::Module {
+ public:
+  TpGpt(const nn::GptConfig& cfg, uint64_t seed, std::shared_ptr<Communicator> tp,
+        TpGptOptions opts = {});
+  ~TpGpt() override;
+  const Tensor& forward(const Tensor& tokens, nn::Context& ctx) override;
+  const Tensor& backward(const Tensor& dlogits, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void release_activations() override;
+  // Every parameter with its split, in parameters() order.
+  const std::vector<Sharded>& shards() const { return shards_; }
+  // Under sequence parallelism, sums over the group the gradients of the
+  // replicated parameters that each rank computed from its own positions
+  // (layer norms, row-parallel biases, the position table): one all_reduce.
+  // Call once per optimizer step, after the last backward (gradients
+  // accumulate over micro-batches first). Without it, a no-op.
+  void reduce_partial_grads();
+  const std::shared_ptr<Communicator>& tp() const { return tp_; }
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  TpGptOptions opts_;
+  std::unique_ptr<VocabParallelEmbedding> emb_;
+  std::vector<std::unique_ptr<TpTransformerBlock>> blocks_;
+  std::unique_ptr<nn::LayerNorm> ln_f_;
+  std::unique_ptr<ColumnParallelLinear> lm_head_;  // gathers along T first under SP
+  std::vector<Sharded> shards_;
+  Tensor partial_;
+};
+
+// Global L2 norm of the gradients of a tensor-parallel model (a shard
+// counted once on its rank, a replicated parameter once in all; one
+// all_reduce of a double). When it exceeds max_norm (> 0) every gradient is
+// scaled by max_norm / (norm + 1e-6), as nn::clip_grad_norm does. Returns
+// the norm before clipping; the same on every rank.
+double clip_grad_norm(const std::vector<Sharded>& params, double max_norm, Communicator& tp);
+
+// nn::Trainer's step for a TpGpt, optionally data parallel over `dp`
+// (null or size 1: none). Each dp rank takes its shard of every global
+// batch (opts.rank / opts.world are ignored: dp's rank and size are used);
+// the ranks of one tp group take the same shard. One step:
+//   zero grads; per micro-batch: forward, VocabParallelCrossEntropy,
+//   backward with dL/dlogits scaled by 1 / (global batch · targets per
+//   sample); model.reduce_partial_grads(); gradients SUMMED over dp (each
+//   rank's are its share of the global mean, so the sum is the mean);
+//   loss sums over dp; clipping by the tp-aware global norm; optimizer.
+// The optimizer updates this rank's shards (state per name, per shard).
+// Equal, within rounding, to nn::Trainer on nn::make_gpt with the same
+// config, seed, data, optimizer and options.
+class TpTrainer {
+ public:
+  TpTrainer(TpGpt& model, std::shared_ptr<Communicator> dp, nn::Dataset& data,
+            nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts);
+  nn::StepStats step();
+  int64_t next_step() const { return step_; }
+  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+
+ private:
+  TpGpt& model_;
+  std::shared_ptr<Communicator> dp_;
+  nn::Dataset& data_;
+  nn::Optimizer& opt_;
+  nn::LrSchedule schedule_;
+  nn::TrainOptions opts_;
+  nn::Sampler sampler_;
+  VocabParallelCrossEntropy loss_;
+  std::vector<nn::Parameter*> params_;
+  std::vector<int64_t> shard_;
+  Tensor x_, y_;
+  int64_t step_ = 0;
+};
+
+}  // namespace braid::parallel::tp
