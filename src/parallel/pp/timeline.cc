@@ -67,7 +67,10 @@ std::string format_timeline(const Schedule& s, const ScheduleReport& rep) {
   std::snprintf(line, sizeof line, "bubble %.1f %%", 100.0 * rep.bubble);
   out += line;
   out += ", peak live activations per rank:";
-  for (int p : rep.peak_live) out += " " + std::to_string(p);
+  for (int p : rep.peak_live) {
+    out += ' ';
+    out += std::to_string(p);
+  }
   out += "\n";
   return out;
 }
