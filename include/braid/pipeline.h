@@ -86,7 +86,8 @@ struct Schedule {
 // from rank 1", "reduce grads", "optimizer step".
 std::string action_text(const Schedule& s, const Action& a);
 // The tag a transfer travels with: distinct for every (payload, micro-
-// batch, stage). Throws Error(kInvalidArgument) past 2^31 tags.
+// batch, stage), below 2^30 (the executor keeps the tags above for itself).
+// Throws Error(kInvalidArgument) when M × stages needs more.
 uint32_t transfer_tag(const Schedule& s, const Transfer& t);
 
 // Each rank's order of compute steps; lower_schedule inserts the transfers
@@ -234,7 +235,7 @@ class PipelineExecutor {
 
  private:
   struct Stage;
-  void learn_shapes(const Shape& mb_shape);
+  void learn_shapes(const Shape& mb_shape, DType mb_dtype);
   void forward(int mb, int chunk, bool for_backward);
   void backward(int mb, int chunk);
   void communicate(const Action& a);
@@ -248,7 +249,8 @@ class PipelineExecutor {
   std::vector<nn::Parameter*> params_;
   nn::SoftmaxCrossEntropy loss_;
   std::vector<ActionTiming> timings_;
-  Shape mb_shape_;
+  Shape mb_shape_;  // and dtype: what the stage shapes were learnt for
+  DType mb_dtype_ = DType::kF32;
   // Per step:
   const Tensor* input_ = nullptr;
   const Tensor* target_ = nullptr;

@@ -46,7 +46,7 @@ std::string action_text(const Schedule& s, const Action& a) {
 uint32_t transfer_tag(const Schedule& s, const Transfer& t) {
   const uint64_t tag = (uint64_t(t.mb) * uint64_t(s.stages()) + uint64_t(t.stage)) * 2 +
                        (t.what == Payload::kGradient ? 1 : 0);
-  BRAID_CHECK_ARG(t.mb >= 0 && t.stage >= 0 && tag < (uint64_t(1) << 31),
+  BRAID_CHECK_ARG(t.mb >= 0 && t.stage >= 0 && tag < (uint64_t(1) << 30),
                   "pipeline: transfer of micro-batch " + std::to_string(t.mb) + " stage " +
                       std::to_string(t.stage) + " has no tag (too many micro-batches × stages)");
   return uint32_t(tag);
