@@ -189,6 +189,10 @@ struct PipelineOptions {
   // parallel group replicates the stage, it sums their gradients there.
   // Empty: pipeline parallelism alone has no replica to reduce with.
   std::function<void(const std::vector<nn::Parameter*>&)> reduce_gradients;
+  // Clip by the global gradient norm over all stages before the optimizer
+  // step, as nn::clip_grad_norm does in one process (0: off). Costs one
+  // all-reduce of a double over the pipeline's ranks per step.
+  double clip = 0.0;
   // Called after each action of a step with its index (progress, tests).
   std::function<void(int action)> after_action;
 };
@@ -232,6 +236,12 @@ class PipelineExecutor {
   const std::vector<ActionTiming>& timings() const { return timings_; }
   // Forwards run again for a backward in the last step (see above).
   int recomputed() const { return recomputed_; }
+  // Global gradient norm before clipping in the last step (0 unless clip).
+  double grad_norm() const { return grad_norm_; }
+  // The optimizer step the next step() runs (dropout keys use it); set it
+  // when resuming from a checkpoint.
+  int64_t next_step() const { return step_; }
+  void set_next_step(int64_t s) { step_ = s; }
 
  private:
   struct Stage;
@@ -239,6 +249,7 @@ class PipelineExecutor {
   void forward(int mb, int chunk, bool for_backward);
   void backward(int mb, int chunk);
   void communicate(const Action& a);
+  void clip_gradients();
 
   std::shared_ptr<Communicator> comm_;
   Schedule sched_;
@@ -258,6 +269,7 @@ class PipelineExecutor {
   float scale_ = 0;
   double loss_sum_ = 0;
   int recomputed_ = 0;
+  double grad_norm_ = 0;
 };
 
 // ---- Traces ---------------------------------------------------------------

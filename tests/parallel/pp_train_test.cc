@@ -51,6 +51,7 @@ struct Job {
   std::unique_ptr<nn::Dataset> data;
   std::unique_ptr<nn::Optimizer> opt;
   nn::LrSchedule lr;
+  double clip = 0;
 };
 
 // "mlp": 7 top-level modules, SGD with momentum. "gpt": 4 blocks (7
@@ -75,13 +76,14 @@ Job make_setup(const std::string& kind) {
     s.opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-6f, 0.01f);
     s.lr.base = 3e-3f;
     s.lr.warmup = 3;
+    s.clip = 0.5;  // the norm is over all stages: an all-reduce across them
   }
   return s;
 }
 
 using Params = std::map<std::string, std::vector<float>>;
 struct Trace {
-  std::vector<double> losses;
+  std::vector<double> losses, norms;
   Params params;
 };
 
@@ -93,9 +95,14 @@ const Trace& reference(const std::string& kind) {
   nn::TrainOptions o;
   o.global_batch = kBatch;
   o.seed = kSeed;
+  o.clip = s.clip;
   nn::Trainer t(*s.model, *s.data, *s.opt, s.lr, o);
   Trace r;
-  for (int i = 0; i < kSteps; ++i) r.losses.push_back(t.step().loss);
+  for (int i = 0; i < kSteps; ++i) {
+    const nn::StepStats st = t.step();
+    r.losses.push_back(st.loss);
+    r.norms.push_back(st.grad_norm);
+  }
   for (auto* p : t.parameters()) r.params[p->name].assign(p->data.f32(), p->data.f32() + p->size());
   return cache.emplace(kind, std::move(r)).first->second;
 }
@@ -120,16 +127,25 @@ void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& re
   auto bounds = partition_layers(std::vector<double>(s.model->size(), 1.0), sched.stages());
   PipelineOptions opts;
   opts.seed = kSeed;
+  opts.clip = s.clip;
   PipelineExecutor ex(comm, *s.model, bounds, sched, opts);
   nn::Sampler sampler(s.data->size(), kBatch, kSeed);
   std::vector<int64_t> idx;
   Tensor x, y;
+  int clipped = 0;
   for (int step = 0; step < kSteps; ++step) {
     sampler.global(step, idx);
     s.data->gather(idx.data(), kBatch, x, y);
     const double loss = ex.step(x, y, *s.opt, s.lr.at(step));
     EXPECT_LE(std::abs(loss - ref.losses[size_t(step)]), 1e-5 * std::abs(ref.losses[size_t(step)]))
         << what << " step " << step << ": " << loss << " vs " << ref.losses[size_t(step)];
+    // The norm over all stages, which clipping used.
+    const double norm = ref.norms[size_t(step)];
+    EXPECT_LE(std::abs(ex.grad_norm() - norm), 1e-5 * norm) << what << " step " << step;
+    clipped += s.clip > 0 && norm > s.clip;
+  }
+  if (s.clip > 0) {
+    EXPECT_GT(clipped, 0) << what << ": clipping never applied";
   }
   // 1F1B's last stage runs each backward right after its forward.
   if (c.schedule == "1f1b" && comm->rank() == pp - 1) {

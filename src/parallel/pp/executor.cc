@@ -8,6 +8,7 @@
 // outgoing gradient until its send. So the executor's memory follows the
 // schedule's live activations (check_schedule's peak_live), not M.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "braid/comm.h"
@@ -189,6 +190,22 @@ void PipelineExecutor::communicate(const Action& a) {
   for (Tensor* b : sent) b->release();
 }
 
+void PipelineExecutor::clip_gradients() {
+  double sq = 0;
+  for (const auto* p : params_) {
+    const float* g = p->grad.f32();
+    for (int64_t i = 0; i < p->size(); ++i) sq += double(g[i]) * double(g[i]);
+  }
+  comm_->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+  grad_norm_ = std::sqrt(sq);
+  if (grad_norm_ <= opts_.clip) return;
+  const float k = float(opts_.clip / (grad_norm_ + 1e-6));
+  for (auto* p : params_) {
+    float* g = p->grad.f32();
+    for (int64_t i = 0; i < p->size(); ++i) g[i] *= k;
+  }
+}
+
 double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Optimizer& opt,
                               float lr) {
   const int M = sched_.micro_batches;
@@ -226,6 +243,7 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
   target_ = &target;
   loss_sum_ = 0;
   recomputed_ = 0;
+  grad_norm_ = 0;
   for (auto& st : stages_) st->held = -1;
   nn::zero_grad(params_);
   const auto& list = sched_.actions[size_t(rank_)];
@@ -240,7 +258,10 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
       case ActionKind::kReduceGrads:
         if (opts_.reduce_gradients) opts_.reduce_gradients(params_);
         break;
-      case ActionKind::kStep: opt.step(params_, lr); break;
+      case ActionKind::kStep:
+        if (opts_.clip > 0) clip_gradients();
+        opt.step(params_, lr);
+        break;
     }
     timings_[i].end = now_s();
     if (opts_.after_action) opts_.after_action(int(i));
