@@ -1,0 +1,288 @@
+// Pipeline parallelism: schedules as data, a checker that proves them
+// before they run, a text timeline, an executor and a Chrome-trace writer.
+//
+// The model (an nn::Sequential) is cut into S = ranks × chunks contiguous
+// ranges of its top-level modules, the virtual stages. Virtual stage s
+// lives on rank s % ranks as that rank's chunk s / ranks (chunks > 1 is
+// the interleaved schedule; chunks == 1 gives one stage per rank). The
+// global batch is split along dim 0 into M micro-batches; activations flow
+// from stage s to s + 1 and their gradients back, over the communicator's
+// tagged send / recv.
+//
+// A Schedule is each rank's ordered list of Actions: forward or backward
+// of one (micro-batch, chunk), a communication action (a set of transfers
+// posted together that completes when all of them have), reduce gradients
+// and the optimizer step. Generators build GPipe, 1F1B and interleaved
+// 1F1B; check_schedule plays the ranks' lists against each other before a
+// schedule may run.
+//
+// Blocking model of the checker. braid's send completes once its bytes sit
+// in the peer's receive ring (four slots over shared memory) or socket
+// buffer, so small messages are buffered and large ones (an activation of
+// any real size) wait for their receive. The checker therefore assumes, by
+// default, that a send blocks until its receive is posted (rendezvous,
+// CheckOptions::send_slots = 0): a schedule that passes under rendezvous
+// passes under any buffering, since buffering only lets a send finish
+// sooner. Messages between two ranks are matched in posting order and
+// their tags must agree, as braid's are.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/loss.h"
+#include "braid/module.h"
+#include "braid/optim.h"
+#include "braid/tensor.h"
+
+namespace braid {
+class Communicator;
+}
+
+namespace braid::parallel {
+
+// ---- Schedules as data ----------------------------------------------------
+
+enum class Payload : uint8_t { kActivation, kGradient };
+
+// One message of a communication action. `stage` is the virtual stage that
+// produced it: an activation goes from stage to stage + 1, a gradient from
+// stage to stage − 1.
+struct Transfer {
+  bool send = false;
+  Payload what = Payload::kActivation;
+  int mb = 0;
+  int stage = 0;
+  int peer = 0;
+};
+
+enum class ActionKind : uint8_t { kForward, kBackward, kComm, kReduceGrads, kStep };
+
+struct Action {
+  ActionKind kind = ActionKind::kForward;
+  int mb = -1;     // kForward, kBackward: the micro-batch
+  int chunk = -1;  // kForward, kBackward: which of this rank's chunks
+  std::vector<Transfer> transfers;  // kComm: posted together
+};
+
+struct Schedule {
+  std::string name;
+  int ranks = 0;
+  int chunks = 1;  // virtual stages per rank
+  int micro_batches = 0;
+  std::vector<std::vector<Action>> actions;  // [rank]
+
+  int stages() const { return ranks * chunks; }
+  int stage_of(int rank, int chunk) const { return chunk * ranks + rank; }
+  int rank_of(int stage) const { return stage % ranks; }
+  int chunk_of(int stage) const { return stage / ranks; }
+};
+
+// "F m3", "B m3 c1", "send act m3 s0->s1 to rank 1 + recv grad m0 s1->s0
+// from rank 1", "reduce grads", "optimizer step".
+std::string action_text(const Schedule& s, const Action& a);
+// The tag a transfer travels with: distinct for every (payload, micro-
+// batch, stage), below 2^30 (the executor keeps the tags above for itself).
+// Throws Error(kInvalidArgument) when M × stages needs more.
+uint32_t transfer_tag(const Schedule& s, const Transfer& t);
+
+// Each rank's order of compute steps; lower_schedule inserts the transfers
+// and ends every list with reduce grads and the step. Between two blocks of
+// compute (a step with `with_next` set and the step after it form one
+// block) comes one communication action: the block's sends, posted
+// together with the receives the next block needs, taken in the order the
+// peer sends them.
+struct ComputeStep {
+  bool forward = true;
+  int mb = 0;
+  int chunk = 0;
+  bool with_next = false;  // no communication between this step and the next
+};
+Schedule lower_schedule(std::string name, int ranks, int chunks, int micro_batches,
+                        const std::vector<std::vector<ComputeStep>>& order);
+
+// All forwards, then all backwards (newest micro-batch first).
+Schedule gpipe_schedule(int ranks, int micro_batches);
+// One forward, one backward: rank r runs ranks − r − 1 warm-up forwards,
+// then alternates, so at most min(ranks − r, M) activations are live.
+Schedule one_f_one_b_schedule(int ranks, int micro_batches);
+// Megatron-LM's interleaved 1F1B over `chunks` virtual stages per rank;
+// micro_batches must be a multiple of ranks.
+Schedule interleaved_schedule(int ranks, int micro_batches, int chunks);
+// By name: "gpipe", "1f1b", "interleaved" (chunks ≥ 2 for the last; 1 for
+// the others). Throws Error(kInvalidArgument) naming the valid names.
+Schedule make_schedule(const std::string& name, int ranks, int micro_batches, int chunks = 1);
+
+// ---- The checker ----------------------------------------------------------
+
+// Cost of one micro-batch through ALL of a rank's layers; a chunk's action
+// costs 1/chunks of it, so schedules with different chunks compare fairly.
+struct ScheduleCosts {
+  double forward = 1.0;
+  double backward = 2.0;
+  double transfer = 0.0;  // per communication action
+};
+
+struct CheckOptions {
+  ScheduleCosts costs;
+  // Messages a channel holds before a send waits for its receive (0:
+  // rendezvous, the default; see the top of this file).
+  int send_slots = 0;
+};
+
+struct ActionTime {
+  double start = 0, end = 0;
+};
+
+struct ScheduleReport {
+  double makespan = 0;
+  // 1 − Σ busy / (ranks × makespan): the fraction of rank-time idle.
+  double bubble = 0;
+  std::vector<double> busy;                // [rank] compute time
+  std::vector<int> peak_live;              // [rank] most (micro-batch, chunk)
+                                           // forwards awaiting their backward
+  std::vector<std::vector<ActionTime>> times;  // [rank][action]
+};
+
+// Proves `s`: every action well formed; on each rank every owned (micro-
+// batch, chunk) has one forward and, after it, one backward; each compute's
+// input was received before it and each send follows the compute that made
+// it; every send has its receive with the same tag in posting order; and
+// playing all lists together under the blocking model reaches every end
+// (no deadlock). Returns the simulated timing. Throws
+// Error(kInvalidArgument) "schedule 'NAME' rejected: rank R, action I (TEXT):
+// why" — for a deadlock, every blocked rank with its action and what it
+// waits for. Cost: O(total actions × ranks).
+ScheduleReport check_schedule(const Schedule& s, const CheckOptions& opt = {});
+
+// ---- Printing -------------------------------------------------------------
+
+// One line per rank: its action texts, separated by " | ".
+std::string format_actions(const Schedule& s);
+// One row per rank over simulated time (a column per forward-chunk cost):
+// "F3", "B3" (with a chunk letter a, b, … when chunks > 1), "." idle; then
+// the bubble fraction and each rank's peak live activations.
+std::string format_timeline(const Schedule& s, const ScheduleReport& r);
+
+// ---- Stages ---------------------------------------------------------------
+
+// Cuts layers with these costs into `stages` contiguous non-empty ranges
+// with the smallest largest sum (equal costs: a split by count; measured
+// per-layer times: a balanced split). Returns stages + 1 bounds, from 0 to
+// cost.size(). Throws Error(kInvalidArgument) when stages < 1 or exceeds
+// the layers, or a cost is negative.
+std::vector<size_t> partition_layers(const std::vector<double>& cost, int stages);
+
+// ---- The executor ---------------------------------------------------------
+
+struct ActionTiming {
+  double start = 0, end = 0;  // seconds on the monotonic clock
+};
+
+struct PipelineOptions {
+  uint64_t seed = 0;  // dropout keys (as nn::TrainOptions::seed)
+  // Called at kReduceGrads with this rank's parameters: where a data-
+  // parallel group replicates the stage, it sums their gradients there.
+  // Empty: pipeline parallelism alone has no replica to reduce with.
+  std::function<void(const std::vector<nn::Parameter*>&)> reduce_gradients;
+  // Clip by the global gradient norm over all stages before the optimizer
+  // step, as nn::clip_grad_norm does in one process (0: off). Costs one
+  // all-reduce of a double over the pipeline's ranks per step.
+  double clip = 0.0;
+  // Called after each action of a step with its index (progress, tests).
+  std::function<void(int action)> after_action;
+};
+
+// Runs `schedule` on this rank's stages of `model`. Every rank builds the
+// same full model (same seed) and keeps only its chunks' modules busy;
+// bounds are the schedule's stages() + 1 module boundaries (see
+// partition_layers). The loss is softmax cross-entropy, averaged over the
+// global batch.
+//
+// The modules hold one micro-batch's activations at a time, so the executor
+// keeps every in-flight micro-batch's stage input and, when a backward is
+// not for the micro-batch the modules last ran forward, runs that forward
+// again first (activation recomputation; same dropout keys, so the same
+// gradients). The last stage's backward of the micro-batch it just ran
+// forward, as in 1F1B's steady state, runs without it.
+class PipelineExecutor {
+ public:
+  // Checks the schedule first (check_schedule) and throws its error; also
+  // Error(kInvalidArgument) when the communicator's size is not
+  // schedule.ranks or the bounds do not fit the model.
+  PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
+                   std::vector<size_t> bounds, Schedule schedule, PipelineOptions opts = {});
+
+  // One optimizer step over the global batch: input [B, …] (needed on the
+  // rank of stage 0; f32 or i32 tokens), target i32 [B] or [B, T] (needed
+  // on the rank of the last stage); others may pass empty tensors. B must
+  // split into micro_batches. Zeroes this rank's gradients, runs its
+  // actions, steps `opt` with lr on this rank's parameters. Returns the
+  // mean loss over the global batch on every rank (one broadcast). Costs,
+  // besides the actions, a broadcast of the micro-batch shape per step and,
+  // when that shape changes, one dry forward per stage to learn the
+  // activation shapes. Throws the communicator's errors (a dead stage is
+  // named in them).
+  double step(const Tensor& input, const Tensor& target, nn::Optimizer& opt, float lr);
+
+  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  const Schedule& schedule() const { return sched_; }
+  const ScheduleReport& report() const { return report_; }
+  // Start and end of each of this rank's actions in the last step.
+  const std::vector<ActionTiming>& timings() const { return timings_; }
+  // Forwards run again for a backward in the last step (see above).
+  int recomputed() const { return recomputed_; }
+  // Global gradient norm before clipping in the last step (0 unless clip).
+  double grad_norm() const { return grad_norm_; }
+  // The optimizer step the next step() runs (dropout keys use it); set it
+  // when resuming from a checkpoint.
+  int64_t next_step() const { return step_; }
+  void set_next_step(int64_t s) { step_ = s; }
+
+ private:
+  struct Stage;
+  void learn_shapes(const Shape& mb_shape, DType mb_dtype);
+  void forward(int mb, int chunk, bool for_backward);
+  void backward(int mb, int chunk);
+  void communicate(const Action& a);
+  void clip_gradients();
+
+  std::shared_ptr<Communicator> comm_;
+  Schedule sched_;
+  ScheduleReport report_;
+  PipelineOptions opts_;
+  int rank_;
+  std::vector<std::shared_ptr<Stage>> stages_;  // [chunk]
+  std::vector<nn::Parameter*> params_;
+  nn::SoftmaxCrossEntropy loss_;
+  std::vector<ActionTiming> timings_;
+  Shape mb_shape_;  // and dtype: what the stage shapes were learnt for
+  DType mb_dtype_ = DType::kF32;
+  // Per step:
+  const Tensor* input_ = nullptr;
+  const Tensor* target_ = nullptr;
+  int64_t mb_rows_ = 0, step_ = 0;
+  float scale_ = 0;
+  double loss_sum_ = 0;
+  int recomputed_ = 0;
+  double grad_norm_ = 0;
+};
+
+// ---- Traces ---------------------------------------------------------------
+
+// Chrome trace JSON ("traceEvents", one complete event per compute or
+// communication action, tid = rank, times in µs from the earliest start).
+std::string chrome_trace_json(const Schedule& s,
+                              const std::vector<std::vector<ActionTiming>>& per_rank);
+// Collective over comm: gathers every rank's timings of its last step to
+// rank 0, which writes chrome_trace_json to `path` (Error(kIo) if it
+// cannot). The ranks' clocks are one clock on one host; across hosts their
+// offsets are not corrected.
+void write_pipeline_trace(Communicator& comm, const Schedule& s,
+                          const std::vector<ActionTiming>& mine, const std::string& path);
+
+}  // namespace braid::parallel

@@ -1,0 +1,275 @@
+// PipelineExecutor: runs this rank's list of a checked schedule on its
+// chunks of the model. The header says what a step does and costs.
+//
+// Buffers per chunk and micro-batch live only while the schedule needs
+// them: the stage input from its receive (or a view of the caller's batch
+// on stage 0) until the backward, the output copy until its send, the
+// incoming gradient from its receive (or the loss) until the backward, the
+// outgoing gradient until its send. So the executor's memory follows the
+// schedule's live activations (check_schedule's peak_live), not M.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "braid/comm.h"
+#include "braid/error.h"
+#include "braid/pipeline.h"
+
+namespace braid::parallel {
+
+struct PipelineExecutor::Stage {
+  int chunk = 0, stage = 0;
+  std::vector<nn::Module*> modules;
+  Shape in_shape, out_shape;  // one micro-batch's
+  DType in_dtype = DType::kF32;
+  std::vector<Tensor> in, act_out, grad_in, grad_out;  // [micro-batch]
+  int held = -1;  // the micro-batch whose activations the modules hold
+};
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Shape messages (learn_shapes) use tags above every transfer_tag.
+constexpr uint32_t kShapeTag = 1u << 30;  // braid tags stop at 2^31 − 1
+constexpr int kMaxDims = 8;
+
+// Rows [mb·rows, (mb+1)·rows) of t along dim 0, as a view.
+Tensor rows_of(const Tensor& t, int mb, int64_t rows) {
+  Shape s = t.shape();
+  const int64_t per_row = t.numel() / s[0];
+  s[0] = rows;
+  auto* base = static_cast<char*>(const_cast<void*>(t.raw()));
+  return Tensor::view(base + size_t(mb) * size_t(rows * per_row) * dtype_size(t.dtype()), s,
+                      t.dtype());
+}
+
+void keep_copy(Tensor& dst, const Tensor& src) {
+  dst.resize(src.shape(), src.dtype());
+  dst.copy_from(src);
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
+                                   std::vector<size_t> bounds, Schedule schedule,
+                                   PipelineOptions opts)
+    : comm_(std::move(comm)), sched_(std::move(schedule)), opts_(std::move(opts)) {
+  report_ = check_schedule(sched_);  // refuses what the checker rejects
+  BRAID_CHECK_ARG(comm_ && comm_->size() == sched_.ranks,
+                  "pipeline: schedule '" + sched_.name + "' is for " + std::to_string(sched_.ranks) +
+                      " ranks, the communicator has " + std::to_string(comm_ ? comm_->size() : 0));
+  const int S = sched_.stages();
+  bool ok = int(bounds.size()) == S + 1 && bounds.front() == 0 && bounds.back() == model.size();
+  for (size_t i = 1; ok && i < bounds.size(); ++i) ok = bounds[i - 1] < bounds[i];
+  std::string got;
+  for (size_t b : bounds) got += (got.empty() ? "" : ", ") + std::to_string(b);
+  BRAID_CHECK_ARG(ok, "pipeline: stage bounds [" + got + "] do not cut the model's " +
+                          std::to_string(model.size()) + " modules into " + std::to_string(S) +
+                          " non-empty stages (want " + std::to_string(S + 1) +
+                          " increasing bounds from 0 to " + std::to_string(model.size()) + ")");
+  rank_ = comm_->rank();
+  for (int c = 0; c < sched_.chunks; ++c) {
+    auto st = std::make_shared<Stage>();
+    st->chunk = c;
+    st->stage = sched_.stage_of(rank_, c);
+    for (size_t i = bounds[size_t(st->stage)]; i < bounds[size_t(st->stage) + 1]; ++i)
+      st->modules.push_back(&model.child(i));
+    if (st->stage > 0) st->modules.front()->set_input_grad(true);  // its gradient is sent back
+    for (auto* m : st->modules) m->collect_parameters(params_);
+    const size_t M = size_t(sched_.micro_batches);
+    st->in.resize(M);
+    st->act_out.resize(M);
+    st->grad_in.resize(M);
+    st->grad_out.resize(M);
+    stages_.push_back(st);
+  }
+}
+
+void PipelineExecutor::learn_shapes(const Shape& mb_shape, DType mb_dtype) {
+  // Stage by stage, in order: each runs its modules once on zeros to learn
+  // its output shape and tells the next stage's rank.
+  for (int s = 0; s < sched_.stages(); ++s) {
+    if (sched_.rank_of(s) != rank_) continue;
+    Stage& st = *stages_[size_t(sched_.chunk_of(s))];
+    if (s > 0) {
+      int64_t hdr[kMaxDims + 1];
+      comm_->recv(hdr, kMaxDims + 1, DType::kI64, sched_.rank_of(s - 1), kShapeTag | uint32_t(s));
+      st.in_shape.assign(hdr + 1, hdr + 1 + hdr[0]);
+      st.in_dtype = DType::kF32;
+    } else {
+      st.in_shape = mb_shape;
+      st.in_dtype = mb_dtype;
+    }
+    Tensor x(st.in_shape, st.in_dtype);
+    nn::Context ctx;
+    ctx.training = false;
+    const Tensor* y = &x;
+    for (auto* m : st.modules) y = &m->forward(*y, ctx);
+    st.out_shape = y->shape();
+    st.held = -1;
+    if (s + 1 == sched_.stages()) continue;
+    BRAID_CHECK_ARG(y->dtype() == DType::kF32 && y->ndim() <= kMaxDims,
+                    "pipeline: stage " + std::to_string(s) + " outputs " + dtype_name(y->dtype()) +
+                        " " + shape_str(y->shape()) + "; stages pass f32 of at most " +
+                        std::to_string(kMaxDims) + " dimensions");
+    int64_t hdr[kMaxDims + 1] = {y->ndim()};
+    for (int d = 0; d < y->ndim(); ++d) hdr[d + 1] = y->dim(d);
+    comm_->send(hdr, kMaxDims + 1, DType::kI64, sched_.rank_of(s + 1), kShapeTag | uint32_t(s + 1));
+  }
+}
+
+void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
+  Stage& st = *stages_[size_t(chunk)];
+  nn::Context ctx;
+  ctx.seed = opts_.seed;
+  ctx.step = step_;
+  ctx.sample_offset = int64_t(mb) * mb_rows_;
+  if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
+  const Tensor* y = &st.in[size_t(mb)];
+  for (auto* m : st.modules) y = &m->forward(*y, ctx);
+  st.held = mb;
+  if (for_backward) return;
+  if (st.stage + 1 < sched_.stages()) {
+    keep_copy(st.act_out[size_t(mb)], *y);
+    return;
+  }
+  const Tensor target = rows_of(*target_, mb, mb_rows_);
+  loss_sum_ += loss_.forward(*y, target);
+  keep_copy(st.grad_in[size_t(mb)], loss_.backward(scale_));
+}
+
+void PipelineExecutor::backward(int mb, int chunk) {
+  Stage& st = *stages_[size_t(chunk)];
+  if (st.held != mb) {
+    forward(mb, chunk, true);
+    ++recomputed_;
+  }
+  nn::Context ctx;
+  ctx.seed = opts_.seed;
+  ctx.step = step_;
+  ctx.sample_offset = int64_t(mb) * mb_rows_;
+  const Tensor* dy = &st.grad_in[size_t(mb)];
+  for (auto it = st.modules.rbegin(); it != st.modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
+  if (st.stage > 0) keep_copy(st.grad_out[size_t(mb)], *dy);
+  st.held = -1;
+  st.in[size_t(mb)].release();
+  st.grad_in[size_t(mb)].release();
+}
+
+void PipelineExecutor::communicate(const Action& a) {
+  std::vector<Work> works;
+  std::vector<Tensor*> sent;
+  for (const Transfer& t : a.transfers) {
+    const bool act = t.what == Payload::kActivation;
+    const uint32_t tag = transfer_tag(sched_, t);
+    if (t.send) {
+      Stage& st = *stages_[size_t(sched_.chunk_of(t.stage))];
+      Tensor& buf = (act ? st.act_out : st.grad_out)[size_t(t.mb)];
+      works.push_back(comm_->send_async(buf.raw(), size_t(buf.numel()), DType::kF32, t.peer, tag));
+      sent.push_back(&buf);
+    } else {
+      Stage& st = *stages_[size_t(sched_.chunk_of(act ? t.stage + 1 : t.stage - 1))];
+      Tensor& buf = (act ? st.in : st.grad_in)[size_t(t.mb)];
+      buf = Tensor(act ? st.in_shape : st.out_shape);
+      works.push_back(comm_->recv_async(buf.raw(), size_t(buf.numel()), DType::kF32, t.peer, tag));
+    }
+  }
+  // Every transfer ends (or fails) before its buffer may go.
+  std::exception_ptr first;
+  for (Work& w : works) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  for (Tensor* b : sent) b->release();
+}
+
+void PipelineExecutor::clip_gradients() {
+  double sq = 0;
+  for (const auto* p : params_) {
+    const float* g = p->grad.f32();
+    for (int64_t i = 0; i < p->size(); ++i) sq += double(g[i]) * double(g[i]);
+  }
+  comm_->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+  grad_norm_ = std::sqrt(sq);
+  if (grad_norm_ <= opts_.clip) return;
+  const float k = float(opts_.clip / (grad_norm_ + 1e-6));
+  for (auto* p : params_) {
+    float* g = p->grad.f32();
+    for (int64_t i = 0; i < p->size(); ++i) g[i] *= k;
+  }
+}
+
+double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Optimizer& opt,
+                              float lr) {
+  const int M = sched_.micro_batches;
+  const int last = sched_.rank_of(sched_.stages() - 1);
+  // The micro-batch shape and dtype, from the rank that has the input.
+  int64_t hdr[kMaxDims + 2] = {0};
+  if (rank_ == 0) {
+    BRAID_CHECK_ARG(input.ndim() >= 1 && input.ndim() <= kMaxDims && input.dim(0) % M == 0 &&
+                        input.dim(0) > 0,
+                    "pipeline: input " + shape_str(input.shape()) + " does not split into " +
+                        std::to_string(M) + " micro-batches along dim 0");
+    hdr[0] = input.ndim();
+    hdr[1] = int64_t(input.dtype());
+    for (int d = 0; d < input.ndim(); ++d) hdr[d + 2] = d == 0 ? input.dim(0) / M : input.dim(d);
+  }
+  comm_->broadcast(hdr, kMaxDims + 2, DType::kI64, 0);
+  const Shape mb_shape(hdr + 2, hdr + 2 + hdr[0]);
+  mb_rows_ = mb_shape[0];
+  // Every rank compares the same broadcast values, so all of them learn
+  // the shapes together or none does.
+  if (mb_shape != mb_shape_ || DType(hdr[1]) != mb_dtype_) {
+    learn_shapes(mb_shape, DType(hdr[1]));
+    mb_shape_ = mb_shape;
+    mb_dtype_ = DType(hdr[1]);
+  }
+  if (rank_ == last) {
+    BRAID_CHECK_ARG(target.dtype() == DType::kI32 && target.ndim() >= 1 &&
+                        target.dim(0) == mb_rows_ * M,
+                    "pipeline: target " + shape_str(target.shape()) + " " +
+                        dtype_name(target.dtype()) + " is not i32 with " +
+                        std::to_string(mb_rows_ * M) + " rows (the input's)");
+    scale_ = float(1.0 / double(target.numel()));
+  }
+  input_ = &input;
+  target_ = &target;
+  loss_sum_ = 0;
+  recomputed_ = 0;
+  grad_norm_ = 0;
+  for (auto& st : stages_) st->held = -1;
+  nn::zero_grad(params_);
+  const auto& list = sched_.actions[size_t(rank_)];
+  timings_.assign(list.size(), {});
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    timings_[i].start = now_s();
+    switch (a.kind) {
+      case ActionKind::kForward: forward(a.mb, a.chunk, false); break;
+      case ActionKind::kBackward: backward(a.mb, a.chunk); break;
+      case ActionKind::kComm: communicate(a); break;
+      case ActionKind::kReduceGrads:
+        if (opts_.reduce_gradients) opts_.reduce_gradients(params_);
+        break;
+      case ActionKind::kStep:
+        if (opts_.clip > 0) clip_gradients();
+        opt.step(params_, lr);
+        break;
+    }
+    timings_[i].end = now_s();
+    if (opts_.after_action) opts_.after_action(int(i));
+  }
+  double loss = rank_ == last ? loss_sum_ / double(target.numel()) : 0.0;
+  comm_->broadcast(&loss, 1, DType::kF64, last);
+  ++step_;
+  return loss;
+}
+
+}  // namespace braid::parallel

@@ -1,0 +1,206 @@
+// Pipeline schedules as data and their checker: GPipe, 1F1B and
+// interleaved 1F1B pass at p = 2, 4 and M = 4, 8, 16 with the bubble and
+// peak-activation figures their papers give; hand-broken schedules (a
+// missing receive, a send order that deadlocks under blocking sends, a
+// backward before its forward, crossed messages) are rejected with the
+// rank, the action and what it waits for; the timeline and the layer split.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "braid/error.h"
+#include "braid/pipeline.h"
+
+namespace braid::parallel {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+std::string rejection(const Schedule& s, const CheckOptions& o = {}) {
+  try {
+    check_schedule(s, o);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kInvalidArgument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "schedule '" << s.name << "' was accepted";
+  return "";
+}
+
+// Index of the first action on `rank` whose text is `text`.
+size_t find_action(const Schedule& s, int rank, const std::string& text) {
+  const auto& l = s.actions[size_t(rank)];
+  for (size_t i = 0; i < l.size(); ++i)
+    if (action_text(s, l[i]) == text) return i;
+  ADD_FAILURE() << "rank " << rank << " has no action '" << text << "':\n" << format_actions(s);
+  return 0;
+}
+
+TEST(PipelineSchedule, GpipeAnd1f1bBubbleIsTheTextbookFraction) {
+  for (int p : {2, 4})
+    for (int m : {4, 8, 16})
+      for (const char* name : {"gpipe", "1f1b"})
+        // Bubble (p−1)/(M+p−1) for backward = forward and for backward = 2×.
+        for (double bwd : {1.0, 2.0}) {
+          const Schedule s = make_schedule(name, p, m);
+          CheckOptions o;
+          o.costs.backward = bwd;
+          const ScheduleReport r = check_schedule(s, o);
+          const std::string what = std::string(name) + " p=" + std::to_string(p) +
+                                   " m=" + std::to_string(m) + " bwd=" + std::to_string(bwd);
+          EXPECT_NEAR(r.bubble, double(p - 1) / double(m + p - 1), 1e-12) << what;
+          EXPECT_NEAR(r.makespan, (m + p - 1) * (1.0 + bwd), 1e-9) << what;
+          for (int rank = 0; rank < p; ++rank) {
+            EXPECT_DOUBLE_EQ(r.busy[size_t(rank)], m * (1.0 + bwd)) << what;
+            if (std::string(name) == "gpipe")
+              EXPECT_EQ(r.peak_live[size_t(rank)], m) << what << " rank " << rank;
+            else  // 1F1B: rank r holds p − r, never more than min(p, M)
+              EXPECT_EQ(r.peak_live[size_t(rank)], std::min(p - rank, m)) << what << " rank " << rank;
+          }
+        }
+}
+
+TEST(PipelineSchedule, InterleavedHasASmallerBubbleThan1f1b) {
+  for (int p : {2, 4})
+    for (int m : {4, 8, 16}) {
+      const ScheduleReport one = check_schedule(one_f_one_b_schedule(p, m));
+      const ScheduleReport two = check_schedule(interleaved_schedule(p, m, 2));
+      const std::string what = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+      EXPECT_LT(two.bubble, one.bubble) << what;
+      // Each chunk is half the layers: the idle time halves, (p−1)/(vM+p−1).
+      EXPECT_NEAR(two.bubble, double(p - 1) / double(2 * m + p - 1), 1e-12) << what;
+      for (int rank = 0; rank < p; ++rank)  // in chunk activations (half size)
+        EXPECT_LE(two.peak_live[size_t(rank)], 2 * m) << what;
+    }
+}
+
+TEST(PipelineSchedule, GeneratedSchedulesAlsoPassWithBufferedSends) {
+  for (int slots : {1, 4})
+    for (const Schedule& s :
+         {gpipe_schedule(4, 8), one_f_one_b_schedule(4, 8), interleaved_schedule(4, 8, 2)}) {
+      CheckOptions o;
+      o.send_slots = slots;
+      const ScheduleReport r = check_schedule(s, o);
+      EXPECT_GT(r.makespan, 0) << s.name;
+    }
+}
+
+TEST(PipelineSchedule, RejectsAMissingReceive) {
+  Schedule s = one_f_one_b_schedule(2, 4);
+  // Rank 1 no longer receives micro-batch 2's activation.
+  for (auto& a : s.actions[1])
+    std::erase_if(a.transfers, [](const Transfer& t) {
+      return !t.send && t.what == Payload::kActivation && t.mb == 2;
+    });
+  std::erase_if(s.actions[1], [](const Action& a) {
+    return a.kind == ActionKind::kComm && a.transfers.empty();
+  });
+  const size_t f2 = find_action(s, 1, "F m2");
+  const std::string m = rejection(s);
+  EXPECT_TRUE(contains(m, "schedule '1f1b' rejected: rank 1, action " + std::to_string(f2) +
+                              " (F m2): its input, the activation of micro-batch 2 on stage 0, "
+                              "is not received before it"))
+      << m;
+}
+
+TEST(PipelineSchedule, RejectsASendWithNoReceiveOnThePeer) {
+  Schedule s = gpipe_schedule(2, 4);
+  // Rank 0 sends micro-batch 3's activation a second time, to no one's
+  // receive: the pairing names the sending action.
+  Transfer extra{true, Payload::kActivation, 3, 0, 1};
+  s.actions[0].insert(s.actions[0].end() - 2, Action{ActionKind::kComm, -1, -1, {extra}});
+  const std::string m = rejection(s);
+  EXPECT_TRUE(contains(m, "rank 0, action ")) << m;
+  EXPECT_TRUE(contains(m, "send act m3 s0->s1 to rank 1")) << m;
+  EXPECT_TRUE(contains(m, "sent twice")) << m;
+}
+
+TEST(PipelineSchedule, RejectsSendsThatDeadlockWhenBlocking) {
+  // 1F1B's steady state with each send split from the receive it was
+  // posted with, sends first: rank 0 sends an activation while rank 1
+  // sends a gradient, and under rendezvous neither is received.
+  Schedule s = one_f_one_b_schedule(2, 4);
+  for (auto& list : s.actions) {
+    std::vector<Action> split;
+    for (const Action& a : list) {
+      if (a.kind != ActionKind::kComm || a.transfers.size() < 2) {
+        split.push_back(a);
+        continue;
+      }
+      for (const Transfer& t : a.transfers) split.push_back({ActionKind::kComm, -1, -1, {t}});
+    }
+    list = split;
+  }
+  const std::string m = rejection(s);
+  EXPECT_TRUE(contains(m, "schedule '1f1b' rejected: deadlock under blocking sends")) << m;
+  const size_t a0 = find_action(s, 0, "send act m1 s0->s1 to rank 1");
+  const size_t a1 = find_action(s, 1, "send grad m0 s1->s0 to rank 0");
+  EXPECT_TRUE(contains(m, "rank 0 blocks at action " + std::to_string(a0) +
+                              " (send act m1 s0->s1 to rank 1), waiting for rank 1 to receive "
+                              "act m1 s0 (rank 1 is at action " + std::to_string(a1) +
+                              " (send grad m0 s1->s0 to rank 0))"))
+      << m;
+  EXPECT_TRUE(contains(m, "rank 1 blocks at action " + std::to_string(a1))) << m;
+  // With one buffered message per channel the same lists complete, as
+  // braid's small messages would.
+  CheckOptions o;
+  o.send_slots = 1;
+  EXPECT_GT(check_schedule(s, o).makespan, 0);
+}
+
+TEST(PipelineSchedule, RejectsABackwardBeforeItsForward) {
+  Schedule s = gpipe_schedule(2, 4);
+  auto& l = s.actions[1];
+  const size_t f3 = find_action(s, 1, "F m3");
+  const size_t b3 = find_action(s, 1, "B m3");
+  std::swap(l[f3], l[b3]);
+  const std::string m = rejection(s);
+  EXPECT_TRUE(contains(m, "rank 1, action " + std::to_string(f3) +
+                              " (B m3): backward of micro-batch 3 on stage 1 before its forward"))
+      << m;
+}
+
+TEST(PipelineSchedule, RejectsMessagesReceivedOutOfPostingOrder) {
+  Schedule s = gpipe_schedule(2, 4);
+  // Rank 1 takes micro-batches 1 and 0 in one action, 1 first; rank 0
+  // sends 0 first, and braid matches the two in posting order.
+  auto& l = s.actions[1];
+  const size_t r1 = find_action(s, 1, "recv act m1 s0->s1 from rank 0");
+  ASSERT_EQ(action_text(s, l[0]), "recv act m0 s0->s1 from rank 0");
+  l[0].transfers.insert(l[0].transfers.begin(), l[r1].transfers[0]);
+  l.erase(l.begin() + long(r1));
+  const size_t s0 = find_action(s, 0, "send act m0 s0->s1 to rank 1");
+  const std::string m = rejection(s);
+  EXPECT_TRUE(contains(m, "rank 1, action 0 (recv act m1 s0->s1 from rank 0 + recv act m0 s0->s1 "
+                          "from rank 0): recv act m1 s0->s1 from rank 0 would receive rank 0's "
+                          "action " + std::to_string(s0) +
+                          " (send act m0 s0->s1 to rank 1): messages between two ranks are "
+                          "matched in posting order"))
+      << m;
+}
+
+TEST(PipelineSchedule, TimelineShowsOneRowPerRank) {
+  const Schedule s = one_f_one_b_schedule(2, 4);
+  const std::string t = format_timeline(s, check_schedule(s));
+  // Rank 0 waits for micro-batch 0's gradient after two forwards; rank 1,
+  // the last stage, runs each backward right after its forward.
+  EXPECT_TRUE(contains(t, "rank 0 |F0 F1 .  .  B0 B0 F2 B1 B1 F3 B2 B2 .  B3 B3 \n")) << t;
+  EXPECT_TRUE(contains(t, "rank 1 |.  F0 B0 B0 F1 B1 B1 F2 B2 B2 F3 B3 B3 .  .  \n")) << t;
+  EXPECT_TRUE(contains(t, "bubble 20.0 %, peak live activations per rank: 2 1")) << t;
+}
+
+TEST(PipelineSchedule, PartitionBalancesContiguousLayers) {
+  EXPECT_EQ(partition_layers({1, 1, 1, 1}, 2), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(partition_layers({4, 1, 1, 1, 1}, 2), (std::vector<size_t>{0, 1, 5}));
+  // A GPT: embedding, 4 blocks, final norm and head, costed by blocks.
+  EXPECT_EQ(partition_layers({0, 1, 1, 1, 1, 0, 0}, 2)[1], 3u);
+  EXPECT_THROW(partition_layers({1, 1}, 3), Error);
+  EXPECT_THROW(make_schedule("zb", 2, 4), Error);
+  EXPECT_THROW(interleaved_schedule(4, 6, 2), Error);
+}
+
+}  // namespace
+}  // namespace braid::parallel
