@@ -47,6 +47,8 @@
 #include "braid/error.h"
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
+#include "comm/comm_impl.h"
 #include "comm/algo/host_ring.h"
 #include "comm/shm_object.h"
 #include "comm/transport_wire.h"
@@ -386,6 +388,25 @@ void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, siz
     throw;
   }
   h.chunks_done += nch;
+}
+
+void add_chain_reduce(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kChain, "chain",
+               "rank-order fold through a shared accumulator: large buffers, every peer on "
+               "shared memory",
+               [](const Fit& f) -> const char* {
+                 return f.all_shm ? nullptr : "needs every peer on shared memory";
+               },
+               [](const CostInputs& m) {
+                 const double n = m.n, N = m.N, b = m.b, g = m.g;
+                 const double fill =
+                     m.oversubscribed ? 0 : (n - 1) * std::min(N, double(kChainSlotBytes)) * (b + g);
+                 const double steps = m.oversubscribed ? n / 2 + 1 : n + 1;
+                 return steps * m.a + N * (b + g) + fill;
+               },
+               [](Context& c, const Call& k) {
+                 all_reduce_chain(c, k.comm->host_ring(), k.send, k.recv, k.count, k.chunk_bytes);
+               }});
 }
 
 }  // namespace braid::comm::algo

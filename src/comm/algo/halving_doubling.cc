@@ -21,6 +21,7 @@
 
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 namespace {
@@ -122,6 +123,25 @@ void all_reduce_rd(Context& c, const void* send, void* recv, size_t count) {
     }
     finish_avg(c, buf, count);
   });
+}
+
+void add_halving_doubling(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kHalvingDoubling, "hd",
+               "recursive halving-doubling (Rabenseifner): mid-sized buffers", always,
+               [](const CostInputs& m) {
+                 const int p = m.p;
+                 return 2 * std::log2(p) * m.a + 2 * (p - 1.0) / p * m.N * m.b +
+                        (p - 1.0) / p * m.N * m.g + m.N * m.g +
+                        (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
+               },
+               [](Context& c, const Call& k) { all_reduce_hd(c, k.send, k.recv, k.count); }});
+  t.push_back({CollOp::kAllReduce, AlgoId::kRecursiveDoubling, "rd",
+               "recursive doubling, whole vector each step: small buffers", always,
+               [](const CostInputs& m) {
+                 return std::log2(m.p) * (m.a + m.N * m.b + 2 * m.N * m.g) + m.N * m.g +
+                        (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
+               },
+               [](Context& c, const Call& k) { all_reduce_rd(c, k.send, k.recv, k.count); }});
 }
 
 }  // namespace braid::comm::algo

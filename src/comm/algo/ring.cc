@@ -23,6 +23,7 @@
 
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 #include "comm/stream_copy.h"
 
 namespace braid::comm::algo {
@@ -303,6 +304,44 @@ void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
     ++cursor;
   }
   c.wait_all();
+}
+
+void add_ring(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kRing, "ring",
+               "bandwidth-optimal, pipelined in chunks: large buffers", always,
+               [](const CostInputs& m) {
+                 return (2 * (m.n - 1) + m.chunks - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b +
+                        (m.n - 1) / m.n * m.N * m.g;
+               },
+               [](Context& c, const Call& k) {
+                 all_reduce_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kReduce, AlgoId::kRing, "ring",
+               "reduce-scatter, then the segments to the root: large buffers", always,
+               [](const CostInputs& m) {
+                 return m.shared((2 * (m.n - 1) + m.chunks - 1) * m.a +
+                                     (m.n - 1) / m.n * m.N * (2 * m.b + m.g),
+                                 m.n * (m.n - 1) * m.chunks * m.aw + (m.n - 1) * m.N * (m.b + m.g) +
+                                     (m.n - 1) * (m.aw + m.N / m.n * m.b));
+               },
+               [](Context& c, const Call& k) {
+                 reduce_ring(c, k.send, k.recv, k.count, k.root, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kAllGather, AlgoId::kRing, "ring", "pipelined ring: large buffers", always,
+               [](const CostInputs& m) {
+                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * m.b;
+               },
+               [](Context& c, const Call& k) {
+                 all_gather_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kReduceScatter, AlgoId::kRing, "ring", "pipelined ring: large buffers",
+               always,
+               [](const CostInputs& m) {
+                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * (m.b + m.g);
+               },
+               [](Context& c, const Call& k) {
+                 reduce_scatter_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
 }
 
 }  // namespace braid::comm::algo

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 
@@ -48,6 +49,25 @@ void reduce_tree(Context& c, const void* send, void* recv, size_t count, int roo
   }
   if (r == root) finish_avg(c, acc, count);
   c.wait_all();
+}
+
+void add_tree(Table& t) {
+  t.push_back({CollOp::kBroadcast, AlgoId::kTree, "tree",
+               "binomial tree: small buffers, or ranks outnumbering cores", always,
+               [](const CostInputs& m) {
+                 return m.shared(log2c(int(m.n)) * (m.a + m.N * m.b),
+                                 (m.n - 1) * (m.aw + m.N * m.b));
+               },
+               [](Context& c, const Call& k) { broadcast_tree(c, k.recv, k.count, k.root); }});
+  t.push_back({CollOp::kReduce, AlgoId::kTree, "tree",
+               "binomial tree: small buffers, or ranks outnumbering cores", always,
+               [](const CostInputs& m) {
+                 return m.shared(log2c(int(m.n)) * (m.a + m.N * m.b + m.N * m.g),
+                                 (m.n - 1) * (m.aw + m.N * (m.b + m.g)));
+               },
+               [](Context& c, const Call& k) {
+                 reduce_tree(c, k.send, k.recv, k.count, k.root);
+               }});
 }
 
 }  // namespace braid::comm::algo
