@@ -4,7 +4,9 @@
 // is cut into C chunks; each rank forwards chunk k to its successor as soon
 // as chunk k has arrived, so all links carry data at once.
 // Cost: (n − 2 + C)·(α + (N/C)β) ≈ Nβ + (n−2)·(N/C)β for large N — close to
-// a single transfer, independent of n, where a tree pays ⌈log n⌉·Nβ.
+// a single transfer, independent of n, where a tree pays ⌈log n⌉·Nβ. The
+// model takes C = max(1, ⌈N / 256 KiB⌉); when ranks outnumber cores, at
+// least the work over the cores: (n−1)(2Cα + Nβ) (CostInputs::shared).
 #include "comm/algo/algorithms.h"
 #include "comm/algo/registry.h"
 

@@ -12,10 +12,13 @@
 //   the current range with partner v ^ mask, keep (and reduce into) the
 //   other half; after log p steps each virtual rank owns 1/p of the vector;
 //   all-gather by recursive doubling: the same pairs in reverse order.
-//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, plus 2(α + Nβ) + Nγ to fold
-//   when n is not a power of two.
+//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, + Nγ for copying the
+//   input into recv (both work in place there; the copy is priced like a
+//   reduction pass), plus 2(α + Nβ) + Nγ to fold when n is not a power of
+//   two.
 // Recursive doubling (small messages): for mask = 1 … p/2 exchange the whole
-//   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + Nγ) (+ fold).
+//   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + 2Nγ) + Nγ
+//   (+ fold), each step's reduction priced at 2Nγ.
 //   IEEE addition is commutative, so both partners compute identical bits.
 #include <cstring>
 

@@ -5,9 +5,11 @@
 //   2. the leaders all-reduce among themselves (ring over TCP, the slow
 //      links crossed by one rank per host instead of every rank);
 //   3. inside each host, the leader broadcasts the result (pipelined chain).
-// With H hosts of L ranks: ⌈log L⌉(αs + Nβs + Nγ) + 2(H−1)αt +
-// 2(H−1)/H·Nβt + (H−1)/H·Nγ + Nβs — the inter-host volume of a ring of H
-// instead of H·L ranks. avg is summed throughout and divided once at the end.
+// With H hosts of at most L ranks, s the shared-memory link and t the
+// communicator's: ⌈log L⌉(αs + Nβs + Nγ) for the tree, (L − 1 + C)αs + Nβs
+// for the chain (C as the ring's), 2(H−1)αt + 2(H−1)/H·Nβt + (H−1)/H·Nγ
+// for the leaders' ring — the inter-host volume of a ring of H instead of
+// H·L ranks. avg is summed throughout and divided once at the end.
 #include "comm/algo/hierarchical.h"
 
 #include "braid/reduce.h"

@@ -9,13 +9,21 @@
 //     segment (r−s−1) from r−1 and reduce it into the local copy. After n−1
 //     steps rank r holds the fully reduced segment (r+1).
 //   all-gather step t (0 ≤ t ≤ n−2): send segment (r+1−t), receive (r−t).
-// Cost: 2(n−1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ — bandwidth-optimal, the choice
-// for large messages. Latency grows linearly with n, so small messages go
-// to recursive doubling instead.
+// With C = max(1, ⌈N/n / chunk⌉) chunks per segment (the model assumes a
+// 256 KiB chunk), the pipeline fills in C − 1 extra steps.
+// Cost: (2(n−1) + C − 1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ — bandwidth-optimal,
+// the choice for large messages. Latency grows linearly with n, so small
+// messages go to recursive doubling instead.
 //
 // reduce-scatter alone: the same first phase, shifted so rank r ends with
-// segment r: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ (N = the whole input).
-// all-gather alone: the second phase: (n−1)α + (n−1)/n·Nβ (N = whole output).
+// segment r: (n−1 + C−1)α + (n−1)/n·N(β + γ) (N = the whole input).
+// all-gather alone: the second phase: (n−1 + C−1)α + (n−1)/n·Nβ (N = whole
+// output).
+// reduce: the reduce-scatter phase, then every rank hands its reduced
+// segment to the root: (2(n−1) + C − 1)α + (n−1)/n·N(2β + γ) at the root's
+// links — independent of log n, unlike the tree. When ranks outnumber
+// cores, at least its work over the cores: n(n−1)·C·2α + (n−1)·N(β + γ) +
+// (n−1)(2α + N/n·β) (CostInputs::shared).
 //
 // The last step's chunks are not forwarded: when the call's output is large
 // (stream_copy.h) they are received with streaming stores (recv_final).

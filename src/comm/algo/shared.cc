@@ -22,7 +22,11 @@
 // all-gather (the buffer: recv): rank j copies block p of rank p's output
 //   (p's own contribution) into its own. Reads and writes N·(n−1)/n: one
 //   copy per byte, where the ring makes two.
-// Cost: 2(n−1)α for the two rounds of small messages, plus the copies above.
+// Cost: 2(n−1)α for the two rounds of small messages, plus β per byte read
+// or written above: all-reduce 2Nβ + (n−1)/n·Nγ, reduce-scatter
+// (N + N/n)β + (n−1)/n·Nγ, all-gather 2(n−1)/n·Nβ. The selector does not
+// compare these: "shared" runs whenever its buffers allow, unless an
+// override names another algorithm.
 #include <algorithm>
 #include <cstring>
 #include <string>

@@ -7,6 +7,10 @@
 // Reduce: the mirror image. For m = 1, 2, 4, …: if v has bit m set it sends
 //   its partial result to v − m and stops; otherwise it receives from v + m
 //   (if it exists) and reduces into its partial. Cost: ⌈log n⌉·(α + Nβ + Nγ).
+// When ranks outnumber cores, a tree costs at least its work over the
+// cores (CostInputs::shared): n − 1 messages in all, each 2α of hand-off:
+// (n−1)(2α + Nβ) for broadcast, (n−1)(2α + N(β + γ)) for reduce. Chains
+// and rings send n − 1 messages per chunk, so there trees win.
 #include <cstring>
 
 #include "comm/algo/algorithms.h"
