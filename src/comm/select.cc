@@ -33,15 +33,8 @@ constexpr double kCacheSpeedup = 8;
 }  // namespace
 
 CollOp parse_coll_op(const std::string& name) {
-  static const std::pair<const char*, CollOp> names[] = {
-      {"broadcast", CollOp::kBroadcast},     {"reduce", CollOp::kReduce},
-      {"all_reduce", CollOp::kAllReduce},    {"all_gather", CollOp::kAllGather},
-      {"reduce_scatter", CollOp::kReduceScatter}, {"gather", CollOp::kGather},
-      {"scatter", CollOp::kScatter},         {"all_to_all", CollOp::kAllToAll},
-      {"all_to_all_v", CollOp::kAllToAllV},  {"barrier", CollOp::kBarrier},
-  };
-  for (auto& [n, op] : names)
-    if (name == n) return op;
+  for (const algo::Collective& c : algo::collectives())
+    if (name == c.name) return c.op;
   throw Error(Errc::kInvalidArgument, "unknown collective '" + name + "'");
 }
 
@@ -150,7 +143,7 @@ const char* Selector::why_not(const algo::Algorithm& a, bool shared_span) const 
   return a.why_not(algo::Fit{n_, hosts_, fit_shm_, shared_span});
 }
 
-algo::CostInputs Selector::cost_inputs(size_t bytes) const {
+algo::CostInputs Selector::inputs(size_t bytes) const {
   algo::CostInputs m;
   m.n = n_;
   m.N = double(bytes);
@@ -191,7 +184,7 @@ algo::CostInputs Selector::cost_inputs(size_t bytes) const {
 double Selector::predict(const algo::Algorithm& a, size_t bytes) const {
   if (why_not(a) != nullptr) return kInf;
   if (n_ == 1) return 0;
-  return a.cost(cost_inputs(bytes));
+  return a.cost(inputs(bytes));
 }
 
 double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const {

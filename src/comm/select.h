@@ -85,13 +85,16 @@ class Selector {
   // Whether `a` can run on this communicator (shared_span: for a buffer in
   // alloc_shared memory): nullptr if so, else why not.
   const char* why_not(const algo::Algorithm& a, bool shared_span = false) const;
+  // The figures this selector prices a call of `bytes` with (its links,
+  // γ, the hierarchy, the cores): predict(a, bytes) is a.cost(inputs(bytes))
+  // for an algorithm that can run, with more than one rank.
+  algo::CostInputs inputs(size_t bytes) const;
   bool deterministic() const { return deterministic_; }
   // True if BRAID_ALGO or set_algorithm forced an algorithm for `op`.
   bool overridden(CollOp op) const { return overrides_.count(op) != 0; }
 
  private:
   const algo::Algorithm& rank_order(CollOp op, size_t bytes) const;
-  algo::CostInputs cost_inputs(size_t bytes) const;
   // More ranks on a host than it has cores.
   bool oversubscribed() const { return max_local_ > cores_; }
   int n_;

@@ -66,11 +66,13 @@ std::string names(CollOp op) {
   return list;
 }
 
-const std::vector<CollOp>& collectives() {
-  static const std::vector<CollOp> ops = {
-      CollOp::kAllReduce, CollOp::kBroadcast, CollOp::kReduce,   CollOp::kAllGather,
-      CollOp::kReduceScatter, CollOp::kGather, CollOp::kScatter, CollOp::kAllToAll,
-      CollOp::kAllToAllV, CollOp::kBarrier};
+const std::vector<Collective>& collectives() {
+  static const std::vector<Collective> ops = {
+      {CollOp::kAllReduce, "all_reduce"}, {CollOp::kBroadcast, "broadcast"},
+      {CollOp::kReduce, "reduce"},        {CollOp::kAllGather, "all_gather"},
+      {CollOp::kReduceScatter, "reduce_scatter"}, {CollOp::kGather, "gather"},
+      {CollOp::kScatter, "scatter"},      {CollOp::kAllToAll, "all_to_all"},
+      {CollOp::kAllToAllV, "all_to_all_v"}, {CollOp::kBarrier, "barrier"}};
   return ops;
 }
 

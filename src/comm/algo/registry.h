@@ -122,9 +122,14 @@ const Algorithm* find(CollOp op, std::string_view name);
 const Algorithm& get(CollOp op, AlgoId id);
 // "ring, hd, rd, ...": the names of `op`'s algorithms.
 std::string names(CollOp op);
-// The collectives whose algorithms BRAID_ALGO names, in the order the
-// documentation lists them.
-const std::vector<CollOp>& collectives();
+// The collectives whose algorithms BRAID_ALGO names, with the names it
+// (and set_algorithm) calls them by, in the order the documentation lists
+// them.
+struct Collective {
+  CollOp op;
+  const char* name;
+};
+const std::vector<Collective>& collectives();
 
 // Each algorithm file adds its entries (the table is built once, on first
 // use, from these; an explicit list, so a static library keeps them all).
