@@ -58,8 +58,12 @@
 // on the calling thread when nothing is queued. Buffers of async work must
 // stay valid until the Work completes.
 //
-// Cost (α latency, β seconds per byte, n ranks, N bytes) for the default
-// algorithms is documented at the top of each file in src/comm/algo/.
+// Algorithms: each collective has a table of them (comm::algorithms lists
+// the names). A cost model picks, per call, the cheapest that can run; its
+// cost (α latency, β seconds per byte, γ seconds per byte reduced, n ranks,
+// N bytes) is given, with the schedule, at the top of the algorithm's file
+// in src/comm/algo/, next to the code that computes it. BRAID_ALGO and
+// set_algorithm force one (see set_algorithm for the rules).
 #pragma once
 
 #include <chrono>
@@ -194,13 +198,24 @@ class Communicator {
   Work send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
   Work recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
 
-  // Forces the algorithm for one collective (all_reduce: ring, hd, rd,
-  // direct, hier, chain, oneshot; broadcast: tree, chain; reduce: tree,
-  // ring, direct; all_gather, reduce_scatter: ring, direct; or "auto"); the
-  // same as BRAID_ALGO=op:algo[,op:algo]. Under BRAID_DETERMINISTIC=1 the
-  // reductions keep rank-order folding (direct, or oneshot for all_reduce)
-  // whatever is set here, and say so once on stderr.
+  // Forces the algorithm for one collective ("auto": the cost model picks
+  // again); the same as BRAID_ALGO=op:algo[,op:algo]. The names are
+  // comm::algorithms(collective) (`braid bench --list-algos` prints them,
+  // with the README's algorithm table); any other throws
+  // Error(kInvalidArgument) listing them. A forced algorithm that cannot
+  // run for a call (e.g. "hier" without ranks on several hosts, "chain"
+  // with a peer over TCP, "shared" on a buffer outside alloc_shared memory)
+  // makes that call throw Error(kInvalidArgument) naming the algorithm, the
+  // collective and what it needs, before anything is sent; no other
+  // algorithm runs in its place. Under BRAID_DETERMINISTIC=1 the reductions
+  // keep rank-order folding (direct, or oneshot for all_reduce) whatever is
+  // set here, and say so once on stderr.
   void set_algorithm(const std::string& collective, const std::string& algo);
+  // The algorithms of `collective` that can run on this communicator for
+  // buffers in private memory ("hier" only with a host hierarchy, "chain"
+  // only when every peer is on shared memory), in the order comm::algorithms
+  // gives.
+  std::vector<std::string> algorithms(const std::string& collective) const;
   // The algorithm the cost model would pick for this collective and size.
   std::string chosen_algorithm(const std::string& collective, size_t bytes) const;
   // Text of the flight recorder: the last operations of this communicator.
@@ -221,5 +236,16 @@ class Communicator {
 
 // Dumps every live communicator's flight recorder to stderr on SIGUSR1.
 void install_flight_recorder_signal();
+
+namespace comm {
+// Every algorithm of `collective` ("all_reduce", "broadcast", "reduce",
+// "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
+// "all_to_all_v", "barrier"), in the cost model's tie-break order (of two
+// with the same predicted time, the first wins): the names BRAID_ALGO and
+// Communicator::set_algorithm accept. Each is described, with its schedule
+// and α-β cost, at the top of its file in src/comm/algo/. Throws
+// Error(kInvalidArgument) for an unknown collective.
+std::vector<std::string> algorithms(const std::string& collective);
+}  // namespace comm
 
 }  // namespace braid

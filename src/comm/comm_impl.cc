@@ -131,11 +131,12 @@ CommImpl::~CommImpl() {
   if (worker_.joinable()) worker_.join();
 }
 
-const std::string& CommImpl::choose(CollOp op, size_t bytes, DType t) {
+const algo::Algorithm& CommImpl::choose(CollOp op, size_t bytes, DType t, bool shared_span) {
   LastChoice& lc = last_choice_;
-  if (lc.algo && lc.op == op && lc.bytes == bytes && lc.t == t) return *lc.algo;
-  const std::string& a = selector_->choose(op, bytes, t);
-  lc = LastChoice{op, bytes, t, &a};
+  if (lc.algo && lc.op == op && lc.bytes == bytes && lc.t == t && lc.shared_span == shared_span)
+    return *lc.algo;
+  const algo::Algorithm& a = selector_->select(op, bytes, t, shared_span);
+  lc = LastChoice{op, bytes, t, shared_span, &a};
   return a;
 }
 
@@ -175,7 +176,8 @@ bool CommImpl::inline_begin() {
   return true;
 }
 
-void CommImpl::run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t id) {
+void CommImpl::run_inline(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
+                          uint64_t id) {
   auto release = [&] {
     if (!worker_started_.load(std::memory_order_acquire)) return;
     {
@@ -185,7 +187,7 @@ void CommImpl::run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn
     qcv_.notify_all();
   };
   try {
-    execute(sig, algo, fn, id);
+    execute(sig, a, call, id);
   } catch (...) {
     release();
     throw;
@@ -193,25 +195,25 @@ void CommImpl::run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn
   release();
 }
 
-Work CommImpl::launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn fn, uint64_t id,
-                             bool async) {
+Work CommImpl::launch_queued(const MsgSig& sig, const algo::Algorithm& a,
+                             const algo::Call& call, uint64_t id, bool async) {
   auto w = std::make_shared<WorkState>();
   w->timeout = timeout_;
   w->owner = this;
-  w->run = [this, sig, algo = std::string(algo), fn = std::move(fn), id] {
-    execute(sig, algo, AlgoRef(fn), id);
-  };
+  w->run = [this, sig, a = &a, call, id] { execute(sig, *a, call, id); };
   if (async) enqueue(w);
   else run_blocking(w);
   return Work(w);
 }
 
-void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id) {
+void CommImpl::execute(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& k,
+                       uint64_t fr_id) {
+  const std::string& algo = a.name;
   if (broken_.load(std::memory_order_acquire)) {
     fr_.finish(fr_id, false);
     throw broken_error(describe_call(sig, algo));
   }
-  fr_.start(fr_id, algo);
+  fr_.start(fr_id, a);
   struct Call {
     const MsgSig& sig;
     const std::string& algo;
@@ -227,7 +229,7 @@ void CommImpl::execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, u
   ctx.set_ring(&ring_);
   ctx.set_stall_watch(desync_.get());
   try {
-    fn(ctx, algo);
+    a.run(ctx, k);
     fr_.finish(fr_id, true);
     desync_->done(sig);
   } catch (const Error& e0) {
@@ -397,10 +399,12 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
   // communicator; the split's store keys are unique per (sequence, color).
   int32_t mine[2] = {color, key};
   std::vector<int32_t> all(size_t(size_) * 2);
-  launch(CollOp::kAllGather, 2, DType::kI32, ReduceOp::kSum, -1, 8 * size_t(size_), false,
-         [&](Context& c, const std::string&) {
-           algo::all_gather_direct(c, mine, all.data(), 2);
-         });
+  algo::Call gather;
+  gather.send = mine;
+  gather.recv = all.data();
+  gather.count = 2;
+  launch(algo::get(CollOp::kAllGather, algo::AlgoId::kDirect), 2, DType::kI32, ReduceOp::kSum,
+         -1, false, gather);
   uint64_t split_seq = seq_;
   if (color < 0) return nullptr;
   std::vector<std::pair<int, int>> members;  // (key, old rank)

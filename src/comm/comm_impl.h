@@ -25,6 +25,7 @@
 
 #include "braid/comm.h"
 #include "comm/algo/context.h"
+#include "comm/algo/registry.h"
 #include "comm/flight_recorder.h"
 #include "comm/select.h"
 #include "comm/algo/host_ring.h"
@@ -53,30 +54,13 @@ struct WorkState {
     void* dst = nullptr;
     MsgSig sig;  // sig.bytes = payload
     uint64_t fr_id = 0;
-    std::string algo;
+    const algo::Algorithm* algo = nullptr;
   };
   std::unique_ptr<P2p> p2p;
 };
 
-// A non-owning reference to an algorithm callable: no allocation, one
-// indirect call.
-class AlgoRef {
- public:
-  template <class F>
-  AlgoRef(F& f)  // NOLINT: implicit on purpose
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* o, Context& c, const std::string& a) { (*static_cast<F*>(o))(c, a); }) {}
-  void operator()(Context& c, const std::string& a) const { call_(obj_, c, a); }
-
- private:
-  void* obj_;
-  void (*call_)(void*, Context&, const std::string&);
-};
-
 class CommImpl {
  public:
-  using AlgoFn = std::function<void(Context&, const std::string& algo)>;
-
   // What a communicator is for. kUser: one the application holds (made by
   // create, from_env or split); it builds the host hierarchy when ranks
   // span hosts, and a kPointToPoint twin. kHierarchy: the hierarchy's own
@@ -104,26 +88,31 @@ class CommImpl {
     return int(std::count(hosts_.begin(), hosts_.end(), hosts_[size_t(rank_)]));
   }
 
-  // Issues one operation. `model_bytes` is the size the cost model prices.
-  // async=false runs it to completion (rethrowing its error).
-  // Point-to-point messages carry a per-(peer, direction) sequence number
-  // (explicit_seq) instead of the collective one.
-  // shared: every buffer lies in alloc_shared memory; the "shared" algorithm
-  // runs unless an override names another.
-  template <class F>
+  // Issues one operation: the algorithm the selector chooses for it, run
+  // with `call`'s arguments. `model_bytes` is the size the cost model
+  // prices; a call.span (every buffer lies in alloc_shared memory) makes
+  // "shared" the choice unless an override names another.
+  // async=false runs it to completion (rethrowing its error). A forced
+  // algorithm that cannot run throws Error(kInvalidArgument) before
+  // anything is issued.
   Work launch(CollOp op, size_t count, DType t, ReduceOp rop, int root, size_t model_bytes,
-              bool async, F&& fn, int64_t explicit_seq = -1, bool shared = false) {
-    MsgSig sig = next_sig(op, count, t, rop, root, explicit_seq);
-    const std::string& algo =
-        shared && !selector_->overridden(op) ? shared_algo() : choose(op, model_bytes, t);
+              bool async, const algo::Call& call) {
+    const algo::Algorithm& a = choose(op, model_bytes, t, bool(call.span));
+    return launch(a, count, t, rop, root, async, call);
+  }
+  // The same with the algorithm given, not chosen: a step of another
+  // algorithm (the hierarchy's), or a communicator's own set-up.
+  Work launch(const algo::Algorithm& a, size_t count, DType t, ReduceOp rop, int root,
+              bool async, const algo::Call& call) {
+    MsgSig sig = next_sig(a.op, count, t, rop, root, -1);
     uint64_t id = fr_.record(sig);
     // Fast path: a blocking call with nothing queued runs right here, with
     // no WorkState, no std::function and no thread hand-off.
     if (!async && inline_begin()) {
-      run_inline(sig, algo, AlgoRef(fn), id);
+      run_inline(sig, a, call, id);
       return Work(completed_work());
     }
-    return launch_queued(sig, algo, AlgoFn(std::forward<F>(fn)), id, async);
+    return launch_queued(sig, a, call, id, async);
   }
   // send (from src) or recv (into dst) of `bytes` with `peer`. `op`:
   // kSend, or kProbe for the cost-model probe's messages (probe_links), so
@@ -148,10 +137,6 @@ class CommImpl {
   SharedSpan shared_span(const void* buf, size_t bytes) {
     if (size_ < 2 || bytes < Communicator::kSharedMinBytes) return {};
     return shared_.find(buf, bytes);
-  }
-  static const std::string& shared_algo() {
-    static const std::string s = "shared";
-    return s;
   }
 
   Selector& selector() {
@@ -188,14 +173,16 @@ class CommImpl {
   // rank 0 decides and caches, the others follow through the store).
   // Returns whether cost_text_ changed.
   bool probe_links(Store& pstore, int max_local, int cores);
-  void execute(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t fr_id);
+  void execute(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
+               uint64_t fr_id);
   MsgSig next_sig(CollOp op, size_t count, DType t, ReduceOp rop, int root, int64_t explicit_seq);
   bool inline_begin();
-  void run_inline(const MsgSig& sig, const std::string& algo, AlgoRef fn, uint64_t id);
-  Work launch_queued(const MsgSig& sig, const std::string& algo, AlgoFn fn, uint64_t id,
-                     bool async);
+  void run_inline(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
+                  uint64_t id);
+  Work launch_queued(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
+                     uint64_t id, bool async);
   static std::shared_ptr<WorkState> completed_work();
-  const std::string& choose(CollOp op, size_t bytes, DType t);
+  const algo::Algorithm& choose(CollOp op, size_t bytes, DType t, bool shared_span = false);
   void run_blocking(const std::shared_ptr<WorkState>& w);
   void enqueue(const std::shared_ptr<WorkState>& w);
   void worker_loop();
@@ -255,12 +242,13 @@ class CommImpl {
   ContextPool pool_;
   SharedRegistry shared_;
   algo::HostRing host_ring_;
-  // The last selection, reused while calls repeat (op, size, dtype).
+  // The last selection, reused while calls repeat (op, size, dtype, span).
   struct LastChoice {
     CollOp op = CollOp::kProbe;
     size_t bytes = ~size_t(0);
     DType t = DType::kU8;
-    const std::string* algo = nullptr;
+    bool shared_span = false;
+    const algo::Algorithm* algo = nullptr;
   } last_choice_;
   uint64_t seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;

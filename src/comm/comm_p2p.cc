@@ -17,14 +17,17 @@ Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count
   // A receive carries the sender's signature (kSend) so the two compare equal.
   MsgSig sig = next_sig(op, count, t, ReduceOp::kSum, tag,
                         int64_t(next_p2p_seq(peer, sending)));
-  const std::string& algo = choose(CollOp::kSend, bytes, t);
+  const algo::Algorithm& a = choose(CollOp::kSend, bytes, t);
   // A blocking call with nothing queued runs alone, right here (nothing
   // can join it: a communicator is used by one thread at a time).
   if (!async && inline_begin()) {
-    auto fn = [=](Context& c, const std::string&) {
-      c.wait(sending ? c.send(peer, src, bytes) : c.recv(peer, dst, bytes));
-    };
-    run_inline(sig, algo, AlgoRef(fn), fr_.record(sig));
+    algo::Call call;
+    call.send = src;
+    call.recv = dst;
+    call.count = count;
+    call.root = peer;
+    call.sending = sending;
+    run_inline(sig, a, call, fr_.record(sig));
     return Work(completed_work());
   }
   sig.bytes = bytes;
@@ -39,7 +42,7 @@ Work CommImpl::launch_p2p(bool sending, const void* src, void* dst, size_t count
   p.dst = dst;
   p.sig = sig;
   p.fr_id = fr_.record(sig);
-  p.algo = algo;
+  p.algo = &a;
   if (async) enqueue(w);
   else run_blocking(w);
   return Work(w);
@@ -86,7 +89,7 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
           finish(i, std::make_exception_ptr(broken_error(what(i))));
           continue;
         }
-        fr_.start(p.fr_id, p.algo);
+        fr_.start(p.fr_id, *p.algo);
         r.kind = p.kind;
         r.peer = p.peer;
         r.sig = p.sig;

@@ -4,15 +4,13 @@
 #include "braid/comm.h"
 
 #include "braid/env.h"
-#include "comm/algo/algorithms.h"
-#include "comm/algo/hierarchical.h"
+#include "comm/algo/registry.h"
 #include "comm/comm_impl.h"
 #include "comm/shared_memory.h"
 
 namespace braid {
 
 using comm::CollOp;
-using comm::Context;
 namespace algo = comm::algo;
 
 // ---- Work -------------------------------------------------------------------
@@ -125,6 +123,13 @@ void Communicator::set_algorithm(const std::string& collective, const std::strin
   impl_->selector().set_override(collective, a);
 }
 
+std::vector<std::string> Communicator::algorithms(const std::string& collective) const {
+  std::vector<std::string> out;
+  for (const comm::algo::Algorithm* a : comm::algo::algorithms(comm::parse_coll_op(collective)))
+    if (impl_->selector().why_not(*a) == nullptr) out.push_back(a->name);
+  return out;
+}
+
 std::string Communicator::chosen_algorithm(const std::string& collective, size_t bytes) const {
   return impl_->selector().choose(comm::parse_coll_op(collective), bytes, DType::kF32);
 }
@@ -151,18 +156,31 @@ SharedBuffer Communicator::alloc_shared(size_t bytes) {
 }
 
 // ---- collectives -----------------------------------------------------------
+// Each call checks its arguments, then runs the algorithm the registry entry
+// chosen for it names (comm/algo/registry.h), with its arguments in a Call.
+
+namespace {
+
+algo::Call call(comm::CommImpl& impl, const void* send, void* recv, size_t count, int root) {
+  algo::Call k;
+  k.send = send;
+  k.recv = recv;
+  k.count = count;
+  k.root = root;
+  k.chunk_bytes = impl.chunk_bytes();
+  k.comm = &impl;
+  return k;
+}
+
+}  // namespace
 
 Work Communicator::broadcast_async(void* buf, size_t count, DType t, int root) {
   const CollOp op = CollOp::kBroadcast;
   size_t bytes = checked_bytes(op, count, t, 1);
   check_ptr(op, buf, count, "data");
   check_rank(op, root, size(), "root");
-  size_t chunk = impl_->chunk_bytes();
-  return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
-                       [=](Context& c, const std::string& a) {
-                         if (a == "chain") algo::broadcast_chain(c, buf, count, root, chunk);
-                         else algo::broadcast_tree(c, buf, count, root);
-                       });
+  algo::Call k = call(*impl_, buf, buf, count, root);
+  return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(), k);
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DType t,
@@ -173,13 +191,7 @@ Work Communicator::reduce_async(const void* send, void* recv, size_t count, DTyp
   check_rank(op, root, size(), "root");
   check_ptr(op, send, count, "send");
   if (rank() == root) check_ptr(op, recv, count, "recv");
-  size_t chunk = impl_->chunk_bytes();
-  return impl_->launch(op, count, t, rop, root, bytes, async_now(),
-                       [=](Context& c, const std::string& a) {
-                         if (a == "direct") algo::reduce_direct(c, send, recv, count, root);
-                         else if (a == "ring") algo::reduce_ring(c, send, recv, count, root, chunk);
-                         else algo::reduce_tree(c, send, recv, count, root);
-                       });
+  return impl_->launch(op, count, t, rop, root, bytes, async_now(), call(*impl_, send, recv, count, root));
 }
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType t,
@@ -189,26 +201,9 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
   check_op(op, t, rop);
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
-  size_t chunk = impl_->chunk_bytes();
-  comm::CommImpl* impl = impl_.get();
-  comm::SharedSpan span = impl_->shared_span(recv, bytes);
-  return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
-                       [=](Context& c, const std::string& a) {
-                         if (a == "shared" && span)
-                           algo::all_reduce_shared(c, span, send, recv, count);
-                         else if (a == "hier" && impl->hierarchical())
-                           algo::all_reduce_hier(c, *impl->local(), impl->leaders(), send, recv,
-                                                 count);
-                         else if (a == "ring" || a == "hier")
-                           algo::all_reduce_ring(c, send, recv, count, chunk);
-                         else if (a == "chain")
-                           algo::all_reduce_chain(c, impl->host_ring(), send, recv, count, chunk);
-                         else if (a == "hd") algo::all_reduce_hd(c, send, recv, count);
-                         else if (a == "rd") algo::all_reduce_rd(c, send, recv, count);
-                         else if (a == "oneshot") algo::all_reduce_oneshot(c, send, recv, count);
-                         else algo::all_reduce_direct(c, send, recv, count, chunk);
-                       },
-                       -1, bool(span));
+  algo::Call k = call(*impl_, send, recv, count, -1);
+  k.span = impl_->shared_span(recv, bytes);
+  return impl_->launch(op, count, t, rop, -1, bytes, async_now(), k);
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DType t) {
@@ -216,15 +211,9 @@ Work Communicator::all_gather_async(const void* send, void* recv, size_t count, 
   size_t bytes = checked_bytes(op, count, t, size_t(size()));
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
-  size_t chunk = impl_->chunk_bytes();
-  comm::SharedSpan span = impl_->shared_span(recv, bytes);
-  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
-                       [=](Context& c, const std::string& a) {
-                         if (a == "shared" && span) algo::all_gather_shared(c, span, send, recv, count);
-                         else if (a == "direct") algo::all_gather_direct(c, send, recv, count);
-                         else algo::all_gather_ring(c, send, recv, count, chunk);
-                       },
-                       -1, bool(span));
+  algo::Call k = call(*impl_, send, recv, count, -1);
+  k.span = impl_->shared_span(recv, bytes);
+  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(), k);
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType t,
@@ -234,16 +223,9 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t cou
   check_op(op, t, rop);
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
-  size_t chunk = impl_->chunk_bytes();
-  comm::SharedSpan span = impl_->shared_span(send, bytes);
-  return impl_->launch(op, count, t, rop, -1, bytes, async_now(),
-                       [=](Context& c, const std::string& a) {
-                         if (a == "shared" && span)
-                           algo::reduce_scatter_shared(c, span, send, recv, count);
-                         else if (a == "direct") algo::reduce_scatter_direct(c, send, recv, count);
-                         else algo::reduce_scatter_ring(c, send, recv, count, chunk);
-                       },
-                       -1, bool(span));
+  algo::Call k = call(*impl_, send, recv, count, -1);
+  k.span = impl_->shared_span(send, bytes);
+  return impl_->launch(op, count, t, rop, -1, bytes, async_now(), k);
 }
 
 Work Communicator::gather_async(const void* send, void* recv, size_t count, DType t, int root) {
@@ -253,9 +235,7 @@ Work Communicator::gather_async(const void* send, void* recv, size_t count, DTyp
   check_ptr(op, send, count, "send");
   if (rank() == root) check_ptr(op, recv, count, "recv");
   return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
-                       [=](Context& c, const std::string&) {
-                         algo::gather_direct(c, send, recv, count, root);
-                       });
+                       call(*impl_, send, recv, count, root));
 }
 
 Work Communicator::scatter_async(const void* send, void* recv, size_t count, DType t, int root) {
@@ -265,9 +245,7 @@ Work Communicator::scatter_async(const void* send, void* recv, size_t count, DTy
   if (rank() == root) check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
   return impl_->launch(op, count, t, ReduceOp::kSum, root, bytes, async_now(),
-                       [=](Context& c, const std::string&) {
-                         algo::scatter_direct(c, send, recv, count, root);
-                       });
+                       call(*impl_, send, recv, count, root));
 }
 
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DType t) {
@@ -276,12 +254,13 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
   size_t bytes = checked_bytes(op, count, t, size_t(n));
   check_ptr(op, send, count, "send");
   check_ptr(op, recv, count, "recv");
-  std::vector<size_t> counts(n, count), displs(n);
-  for (int i = 0; i < n; ++i) displs[i] = size_t(i) * count;
-  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(),
-                       [=](Context& c, const std::string&) {
-                         algo::all_to_all_v_direct(c, send, counts, displs, recv, counts, displs);
-                       });
+  algo::Call k = call(*impl_, send, recv, count, -1);
+  k.blocks.send_counts.assign(size_t(n), count);
+  k.blocks.send_displs.resize(size_t(n));
+  for (int i = 0; i < n; ++i) k.blocks.send_displs[size_t(i)] = size_t(i) * count;
+  k.blocks.recv_counts = k.blocks.send_counts;
+  k.blocks.recv_displs = k.blocks.send_displs;
+  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(), k);
 }
 
 void Communicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
@@ -302,18 +281,16 @@ void Communicator::all_to_all_v(const void* send, const std::vector<size_t>& sen
   checked_bytes(op, std::max(stotal, rtotal), t, 1);
   check_ptr(op, send, stotal, "send");
   check_ptr(op, recv, rtotal, "recv");
+  algo::Call k = call(*impl_, send, recv, 0, -1);
+  k.blocks = {send_counts, send_displs, recv_counts, recv_displs};
   // The sig's count is 0: per-pair lengths differ legitimately and are
   // checked message by message (each header carries its byte length).
-  impl_->launch(op, 0, t, ReduceOp::kSum, -1, stotal * dtype_size(t), false,
-                [&](Context& c, const std::string&) {
-                  algo::all_to_all_v_direct(c, send, send_counts, send_displs, recv, recv_counts,
-                                            recv_displs);
-                });
+  impl_->launch(op, 0, t, ReduceOp::kSum, -1, stotal * dtype_size(t), false, k);
 }
 
 Work Communicator::barrier_async() {
   return impl_->launch(CollOp::kBarrier, 0, DType::kU8, ReduceOp::kSum, -1, 0, async_now(),
-                       [](Context& c, const std::string&) { algo::barrier_dissemination(c); });
+                       call(*impl_, nullptr, nullptr, 0, -1));
 }
 
 Work Communicator::send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag) {

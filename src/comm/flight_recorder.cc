@@ -38,16 +38,15 @@ uint64_t FlightRecorder::record(const MsgSig& sig) {
   e.op.store(uint8_t(sig.op), std::memory_order_relaxed);
   e.dtype.store(uint8_t(sig.dtype), std::memory_order_relaxed);
   e.rop.store(uint8_t(sig.rop), std::memory_order_relaxed);
+  e.algo.store(nullptr, std::memory_order_relaxed);
   e.t_start.store(0, std::memory_order_relaxed);
   e.t_end.store(0, std::memory_order_relaxed);
   return id;
 }
 
-void FlightRecorder::start(uint64_t id, const std::string& algo) {
+void FlightRecorder::start(uint64_t id, const algo::Algorithm& a) {
   Entry& e = at(id);
-  size_t n = std::min(algo.size(), sizeof e.algo - 1);
-  std::memcpy(e.algo, algo.data(), n);
-  e.algo[n] = 0;
+  e.algo.store(&a, std::memory_order_relaxed);
   e.t_start.store(ticks(), std::memory_order_relaxed);
   e.state.store(uint8_t(State::kRunning), std::memory_order_release);
 }
@@ -62,10 +61,8 @@ std::string FlightRecorder::last_algo() const {
   const uint64_t next = next_.load(std::memory_order_acquire);
   if (next == 0) return "";
   const Entry& e = ring_[(next - 1) & mask_];
-  char algo[sizeof e.algo];
-  std::memcpy(algo, e.algo, sizeof algo);
-  algo[sizeof algo - 1] = 0;
-  return algo;
+  const algo::Algorithm* a = e.algo.load(std::memory_order_relaxed);
+  return a ? a->name : "";
 }
 
 std::string FlightRecorder::dump(const std::string& header) const {
@@ -86,9 +83,8 @@ std::string FlightRecorder::dump(const std::string& header) const {
     int32_t root = e.root.load(std::memory_order_relaxed);
     const auto op = CollOp(e.op.load(std::memory_order_relaxed));
     const bool p2p = op == CollOp::kSend || op == CollOp::kRecv;  // root holds the tag
-    char algo[sizeof e.algo];
-    std::memcpy(algo, e.algo, sizeof algo);
-    algo[sizeof algo - 1] = 0;
+    const algo::Algorithm* a = e.algo.load(std::memory_order_relaxed);
+    const char* algo = a ? a->name.c_str() : "";
     char line[320];
     std::snprintf(line, sizeof line,
                   "  seq %-6llu %-14s %-5s count %-10llu %-4s %s %-6s %-8s %10.1f us%s\n",

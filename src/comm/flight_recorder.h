@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/algo/registry.h"
 #include "comm/transport.h"
 
 namespace braid::comm {
@@ -29,7 +30,7 @@ class FlightRecorder {
   // issues the communicator's operations (one at a time, as for every
   // collective), so the counter is bumped without a locked instruction.
   uint64_t record(const MsgSig& sig);
-  void start(uint64_t id, const std::string& algo);
+  void start(uint64_t id, const algo::Algorithm& a);
   void finish(uint64_t id, bool ok);
   std::string dump(const std::string& header) const;
   // The algorithm of the newest operation that has started ("" if none).
@@ -41,7 +42,9 @@ class FlightRecorder {
     std::atomic<int32_t> root{-1};
     std::atomic<uint8_t> op{0}, dtype{0}, rop{0}, state{0};
     std::atomic<uint64_t> t_start{0}, t_end{0};  // TSC ticks
-    char algo[16] = {0};
+    // A registry entry (which lives as long as the process); null until
+    // the operation starts.
+    std::atomic<const algo::Algorithm*> algo{nullptr};
   };
   Entry& at(uint64_t id) { return ring_[id & mask_]; }
 

@@ -13,7 +13,6 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/log.h"
-#include "comm/algo/host_ring.h"
 
 namespace braid::comm {
 namespace {
@@ -31,20 +30,11 @@ constexpr double kWakeAlpha = 12e-6;
 constexpr size_t kCacheBytes = 256 * 1024;
 constexpr double kCacheSpeedup = 8;
 
-double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }
-
 }  // namespace
 
 CollOp parse_coll_op(const std::string& name) {
-  static const std::pair<const char*, CollOp> names[] = {
-      {"broadcast", CollOp::kBroadcast},     {"reduce", CollOp::kReduce},
-      {"all_reduce", CollOp::kAllReduce},    {"all_gather", CollOp::kAllGather},
-      {"reduce_scatter", CollOp::kReduceScatter}, {"gather", CollOp::kGather},
-      {"scatter", CollOp::kScatter},         {"all_to_all", CollOp::kAllToAll},
-      {"all_to_all_v", CollOp::kAllToAllV},  {"barrier", CollOp::kBarrier},
-  };
-  for (auto& [n, op] : names)
-    if (name == n) return op;
+  for (const algo::Collective& c : algo::collectives())
+    if (name == c.name) return c.op;
   throw Error(Errc::kInvalidArgument, "unknown collective '" + name + "'");
 }
 
@@ -95,7 +85,7 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
                    int cores)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
       hosts_(hosts), max_local_(max_local), all_shm_(all_shm && !any_tcp && size > 1),
-      cores_(std::max(cores, 1)),
+      fit_shm_(all_shm && !any_tcp), cores_(std::max(cores, 1)),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {
   // More ranks than cores on a host: a message usually finds its receiver
   // asleep, so each step of a schedule costs a wake-up, not α.
@@ -105,41 +95,21 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
   }
 }
 
-const std::vector<std::string>& Selector::algorithms_for(CollOp op) {
-  static const std::vector<std::string> all_reduce = {"ring", "hd",    "rd",     "direct",
-                                                      "hier", "chain", "oneshot"};
-  static const std::vector<std::string> broadcast = {"tree", "chain"};
-  static const std::vector<std::string> reduce = {"tree", "ring", "direct"};
-  static const std::vector<std::string> gathers = {"ring", "direct"};
-  static const std::vector<std::string> direct = {"direct"};
-  static const std::vector<std::string> barrier = {"dissemination"};
-  switch (op) {
-    case CollOp::kAllReduce: return all_reduce;
-    case CollOp::kBroadcast: return broadcast;
-    case CollOp::kReduce: return reduce;
-    case CollOp::kAllGather: case CollOp::kReduceScatter: return gathers;
-    case CollOp::kBarrier: return barrier;
-    default: return direct;
-  }
-}
-
 void Selector::set_override(const std::string& collective, const std::string& algo) {
   CollOp op = parse_coll_op(collective);
   if (algo == "auto" || algo.empty()) {
     overrides_.erase(op);
     return;
   }
-  auto algos = algorithms_for(op);
-  if (std::find(algos.begin(), algos.end(), algo) == algos.end()) {
-    std::string list;
-    for (auto& a : algos) list += (list.empty() ? "" : ", ") + a;
+  const algo::Algorithm* a = algo::find(op, algo);
+  if (a == nullptr)
     throw Error(Errc::kInvalidArgument, "unknown algorithm '" + algo + "' for " + collective +
-                                            " (choose from: " + list + ", auto)");
-  }
-  overrides_[op] = algo;
+                                            " (choose from: " + algo::names(op) + ", auto)");
+  overrides_[op] = a;
   const bool reduction =
       op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
-  if (reduction && deterministic_ && algo != "direct" && algo != "oneshot") {
+  const algo::AlgoId id = a->id;
+  if (reduction && deterministic_ && id != algo::AlgoId::kDirect && id != algo::AlgoId::kOneshot) {
     // Once per collective and process: every split and rank would repeat it.
     static std::mutex mu;
     static std::set<CollOp> warned;
@@ -161,159 +131,119 @@ void Selector::load_env_overrides() {
     if (colon == std::string::npos)
       throw Error(Errc::kInvalidArgument,
                   "BRAID_ALGO: expected collective:algorithm, got '" + item + "'");
-    set_override(item.substr(0, colon), item.substr(colon + 1));
+    try {
+      set_override(item.substr(0, colon), item.substr(colon + 1));
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string("BRAID_ALGO: ") + e.what());
+    }
   }
 }
 
-double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const {
-  const double n = n_, N = double(bytes), a = link_.alpha_s, b = link_.beta_s_per_b;
+const char* Selector::why_not(const algo::Algorithm& a, bool shared_span) const {
+  return a.why_not(algo::Fit{n_, hosts_, fit_shm_, shared_span});
+}
+
+algo::CostInputs Selector::inputs(size_t bytes) const {
+  algo::CostInputs m;
+  m.n = n_;
+  m.N = double(bytes);
+  m.a = link_.alpha_s;
+  m.b = link_.beta_s_per_b;
   // γ is probed on buffers far larger than the caches; a reduction whose
   // operands fit in cache runs several times faster.
-  const double g = bytes <= kCacheBytes ? gamma_ / kCacheSpeedup : gamma_;
-  if (n_ == 1) return 0;
-  int p = 1;
-  while (p * 2 <= n_) p *= 2;
-  const bool folded = p != n_;
-  const double chunks = std::max(1.0, std::ceil(N / n / double(kChunk)));
+  m.g = bytes <= kCacheBytes ? gamma_ / kCacheSpeedup : gamma_;
   // With more ranks than cores the ranks take turns on the cores, so a
   // schedule lasts at least its total work (every message's hand-off and
   // bytes, summed over the ranks) shared among the cores, however short its
-  // critical path. A hand-off costs core time at both ends (the waker's
-  // system call, the sleeper's switch back in): the work counts 2α per
-  // message where the path counts one. Chunked chains and rings send n − 1
-  // messages per chunk where a tree sends n − 1 in all, so from 4 ranks on 2
-  // cores trees win broadcast and reduce at every size. Measured
-  // (bench/select_regret.py, 3-8 ranks on 2 cores, 256 KiB-16 MiB, geometric
-  // means of four sweeps): the plain model's chain broadcast and ring reduce
-  // took up to 1.43× the best algorithm's time (broadcast 4 MiB at 4 ranks;
-  // reduce 1 MiB at 8: 1.33×), 1.055× on average; this one 1.023× on
-  // average, worst 1.32× (reduce 1 MiB at 3 ranks, picked the same before).
-  // Not applied to all_reduce, whose oversubscribed terms are fitted.
-  auto shared = [&](double path, double work) {
-    return oversubscribed() ? std::max(path, work / cores_) : path;
-  };
-  const double aw = 2 * a;
-  switch (op) {
-    case CollOp::kAllReduce:
-      if (algo == "ring")
-        return (2 * (n - 1) + chunks - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g;
-      // hd and rd work in place in recv: an out-of-place call first copies
-      // the input (priced like a reduction pass, γ per byte).
-      if (algo == "hd")
-        return 2 * std::log2(p) * a + 2 * (p - 1.0) / p * N * b + (p - 1.0) / p * N * g +
-               N * g + (folded ? 2 * (a + N * b) + N * g : 0);
-      if (algo == "rd")
-        return std::log2(p) * (a + N * b + 2 * N * g) + N * g +
-               (folded ? 2 * (a + N * b) + N * g : 0);
-      if (algo == "direct")
-        return 2 * (n - 1) * a + 2 * (n - 1) / n * N * b + (n - 1) / n * N * g * 1.2;
-      if (algo == "oneshot") {
-        // One step, n−1 messages out and in at once; every byte crosses
-        // (n−1) times and is folded once per peer. At 2 ranks it is rd's
-        // single exchange plus a staging copy, so rd keeps that case.
-        // Measured on 2 cores (braid bench, 2026-11-23): the n−1 concurrent
-        // messages cost about a quarter step each beyond the first, and the
-        // byte term needs 3× its naive (b + g) to put the crossover with rd
-        // where it was measured: ~3 KiB at 8 ranks, 4–8 KiB at 4–5, ~48 KiB
-        // at 3 (oversubscribed; below it oneshot took 0.55–0.85× rd's time).
-        // Only over shared memory, where small sends land in the peers' fast
-        // boxes without waking them: over TCP every message is a wake-up,
-        // and 8 oversubscribed ranks took 2.7–3.4 ms against rd's 0.8–1.1.
-        if (n_ == 2 || !all_shm_) return kInf;
-        return a * (1 + (n - 2) / 4) + 3 * (n - 1) * N * (b + g);
-      }
-      if (algo == "chain") {
-        // Pipeline fill: n−1 adds of the first chunk before rank n−1's, but
-        // when ranks outnumber cores the cores work on other ranks' chunks
-        // meanwhile. Measured (4 ranks on 2 cores, 1 MiB): chain 307 µs,
-        // ring 637 µs; 2 ranks, 1–4 MiB: ring 1.2–1.4× faster.
-        // Its n + 1 hand-offs cost n + 1 wake-ups, except that ranks
-        // outnumbering cores wait by yielding, and half the hand-offs then
-        // find their rank already running: measured after that change (8
-        // ranks on 2 cores: 98 µs at 4 KiB, 133 at 64 KiB, where rd took
-        // 100 and 188; 4 ranks: 25–52 µs at 4–64 KiB), n/2 + 1 fits.
-        if (!all_shm_) return kInf;
-        const double fill =
-            oversubscribed() ? 0 : (n - 1) * std::min(N, double(algo::kChainSlotBytes)) * (b + g);
-        const double steps = oversubscribed() ? n / 2 + 1 : n + 1;
-        return steps * a + N * (b + g) + fill;
-      }
-      if (algo == "hier") {
-        if (hosts_ < 2) return kInf;
-        const double H = hosts_, L = max_local_;
-        const double as = shm_.alpha_s, bs = shm_.beta_s_per_b;
-        double intra = log2c(max_local_) * (as + N * bs + N * g) + (L - 1 + chunks) * as + N * bs;
-        double inter = 2 * (H - 1) * a + 2 * (H - 1) / H * N * b + (H - 1) / H * N * g;
-        return intra + inter;
-      }
-      break;
-    case CollOp::kBroadcast:
-      if (algo == "tree") return shared(log2c(n_) * (a + N * b), (n - 1) * (aw + N * b));
-      if (algo == "chain") {
-        double C = std::max(1.0, std::ceil(N / double(kChunk)));
-        return shared((n - 2 + C) * (a + N / C * b), (n - 1) * (C * aw + N * b));
-      }
-      break;
-    case CollOp::kReduce:
-      if (algo == "tree")
-        return shared(log2c(n_) * (a + N * b + N * g), (n - 1) * (aw + N * (b + g)));
-      if (algo == "ring")
-        // Reduce-scatter (n ranks, n − 1 steps of `chunks` messages), then
-        // n − 1 segments to the root.
-        return shared((2 * (n - 1) + chunks - 1) * a + (n - 1) / n * N * (2 * b + g),
-                      n * (n - 1) * chunks * aw + (n - 1) * N * (b + g) +
-                          (n - 1) * (aw + N / n * b));
-      if (algo == "direct") return (n - 1) * (a + N * b) + (n - 1) * N * g;
-      break;
-    case CollOp::kAllGather:
-      if (algo == "ring") return (n - 1 + chunks - 1) * a + (n - 1) / n * N * b;
-      if (algo == "direct") return (n - 1) * a * 0.5 + (n - 1) / n * N * b * 1.3;
-      break;
-    case CollOp::kReduceScatter:
-      if (algo == "ring") return (n - 1 + chunks - 1) * a + (n - 1) / n * N * (b + g);
-      if (algo == "direct") return (n - 1) * a * 0.5 + (n - 1) / n * N * (b * 1.3 + g);
-      break;
-    default:
-      if (algo == "direct" || algo == "dissemination") return (n - 1) * a + N * b;
-  }
-  return kInf;
+  // critical path (CostInputs::shared). A hand-off costs core time at both
+  // ends (the waker's system call, the sleeper's switch back in): the work
+  // counts 2α per message where the path counts one. Chunked chains and
+  // rings send n − 1 messages per chunk where a tree sends n − 1 in all, so
+  // from 4 ranks on 2 cores trees win broadcast and reduce at every size.
+  // Measured (bench/select_regret.py, 3-8 ranks on 2 cores, 256 KiB-16 MiB,
+  // geometric means of four sweeps): the plain model's chain broadcast and
+  // ring reduce took up to 1.43× the best algorithm's time (broadcast 4 MiB
+  // at 4 ranks; reduce 1 MiB at 8: 1.33×), 1.055× on average; this one
+  // 1.023× on average, worst 1.32× (reduce 1 MiB at 3 ranks, picked the same
+  // before). Not applied to all_reduce, whose oversubscribed terms are fitted.
+  m.aw = 2 * m.a;
+  m.as = shm_.alpha_s;
+  m.bs = shm_.beta_s_per_b;
+  while (m.p * 2 <= n_) m.p *= 2;
+  m.folded = m.p != n_;
+  m.chunk = double(kChunk);
+  m.chunks = std::max(1.0, std::ceil(m.N / m.n / m.chunk));
+  m.hosts = hosts_;
+  m.max_local = max_local_;
+  m.cores = cores_;
+  m.all_shm = all_shm_;
+  m.oversubscribed = oversubscribed();
+  return m;
+}
+
+double Selector::predict(const algo::Algorithm& a, size_t bytes) const {
+  if (why_not(a) != nullptr) return kInf;
+  if (n_ == 1) return 0;
+  return a.cost(inputs(bytes));
+}
+
+double Selector::predict(CollOp op, const std::string& algo, size_t bytes) const {
+  const algo::Algorithm* a = algo::find(op, algo);
+  return a ? predict(*a, bytes) : kInf;
 }
 
 // The algorithms that fold every element in rank order with one
 // reduce_many: direct, and for all_reduce also oneshot. Their results are
 // bitwise identical to each other whatever the size.
-const std::string& Selector::rank_order(CollOp op, size_t bytes) const {
-  static const std::string kDirect = "direct", kOneshot = "oneshot";
-  if (op != CollOp::kAllReduce) return kDirect;
+const algo::Algorithm& Selector::rank_order(CollOp op, size_t bytes) const {
+  using algo::AlgoId;
+  const algo::Algorithm& direct = algo::get(op, AlgoId::kDirect);
+  if (op != CollOp::kAllReduce) return direct;
   auto it = overrides_.find(op);
-  if (it != overrides_.end() && (it->second == kDirect || it->second == kOneshot)) return it->second;
-  return predict(op, kOneshot, bytes) < predict(op, kDirect, bytes) ? kOneshot : kDirect;
+  if (it != overrides_.end() &&
+      (it->second->id == AlgoId::kDirect || it->second->id == AlgoId::kOneshot))
+    return *it->second;
+  const algo::Algorithm& oneshot = algo::get(op, AlgoId::kOneshot);
+  return predict(oneshot, bytes) < predict(direct, bytes) ? oneshot : direct;
 }
 
-const std::string& Selector::choose(CollOp op, size_t bytes, DType t) const {
+const algo::Algorithm& Selector::select(CollOp op, size_t bytes, DType t, bool shared_span) const {
+  auto forced = overrides_.find(op);
+  if (shared_span && forced == overrides_.end())
+    for (const algo::Algorithm* a : algo::algorithms(op))
+      if (a->id == algo::AlgoId::kShared) return *a;
   const bool reduction =
       op == CollOp::kAllReduce || op == CollOp::kReduceScatter || op == CollOp::kReduce;
   // Deterministic mode wins over any other override: only rank-order
   // folding is bitwise identical across algorithms and sizes.
   if (reduction && deterministic_) return rank_order(op, bytes);
-  if (!overrides_.empty()) {
-    auto it = overrides_.find(op);
-    if (it != overrides_.end()) return it->second;
+  if (forced != overrides_.end()) {
+    const algo::Algorithm& a = *forced->second;
+    if (const char* why = why_not(a, shared_span))
+      throw Error(Errc::kInvalidArgument, std::string(coll_op_name(op)) + " algorithm '" +
+                                              a.name + "' (forced by BRAID_ALGO or "
+                                              "set_algorithm) cannot run here: it " + why);
+    return a;
   }
   // Rank-order folding is also the only way f16/bf16 sums of more than two
   // ranks accumulate in f32 end to end.
   if (reduction && (t == DType::kF16 || t == DType::kBF16) && n_ > 2) return rank_order(op, bytes);
-  const auto& algos = algorithms_for(op);
-  size_t best = 0;
+  const auto& algos = algo::algorithms(op);
+  if (algos.empty())
+    throw Error(Errc::kInternal, std::string("no algorithm for ") + coll_op_name(op));
+  const algo::Algorithm* best = nullptr;
   double best_t = kInf;
-  for (size_t i = 0; i < algos.size(); ++i) {
-    double c = predict(op, algos[i], bytes);
-    if (c < best_t) {
+  for (const algo::Algorithm* a : algos) {
+    if (why_not(*a, shared_span) != nullptr) continue;
+    double c = predict(*a, bytes);
+    if (best == nullptr || c < best_t) {
       best_t = c;
-      best = i;
+      best = a;
     }
   }
-  return algos[best];
+  if (best == nullptr)
+    throw Error(Errc::kInternal, std::string("no algorithm of ") + coll_op_name(op) + " applies");
+  return *best;
 }
 
 }  // namespace braid::comm

@@ -13,9 +13,8 @@ using K = Setting::Kind;
 // may read settings (env_str) before this file's dynamic initialisers would.
 constexpr Setting kSettings[] = {
     {"BRAID_ALGO", K::kUser, "the cost model chooses",
-     "force algorithms, e.g. `all_reduce:ring,broadcast:tree` (all_reduce: ring, hd, rd, direct, "
-     "hier, chain, oneshot; broadcast: tree, chain; reduce: tree, ring, direct; all_gather and "
-     "reduce_scatter: ring, direct); an unknown name is an error listing the valid ones",
+     "force algorithms, e.g. `all_reduce:ring,broadcast:tree` (names: the README's algorithm "
+     "table, `braid bench --list-algos`); an unknown name is an error listing the valid ones",
      "src/comm/select.cc"},
     {"BRAID_BIN", K::kTest, "set by CMake for the tests", "path of the built braid tool",
      "tests/"},

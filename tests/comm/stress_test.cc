@@ -139,7 +139,13 @@ void issue(Communicator& c, std::mt19937_64& g, uint64_t salt, Pending& p, bool 
   const int root = root_draw % n;
   std::string algo = "auto";
   switch (p.op) {
-    case Op::kAllReduce: algo = pick(g, {"ring", "hd", "rd", "direct", "hier", "chain", "oneshot", "auto"}); break;
+    case Op::kAllReduce: {
+      // Those that can run here: "hier" needs a host hierarchy, "chain" shared memory.
+      std::vector<std::string> xs = c.algorithms("all_reduce");
+      xs.push_back("auto");
+      algo = xs[g() % xs.size()];
+      break;
+    }
     case Op::kReduce: algo = pick(g, {"tree", "ring", "direct", "auto"}); break;
     case Op::kBroadcast: algo = pick(g, {"tree", "chain", "auto"}); break;
     case Op::kAllGather: case Op::kReduceScatter: algo = pick(g, {"ring", "direct", "auto"}); break;

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -402,7 +403,9 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::Range(1.01, 1024.0));
   app.add_option("--dtype", o.dtype, "f32 f64 f16 bf16 i8 u8 i32 i64");
   app.add_option("--reduce-op", o.reduce, "sum prod min max avg band bor bxor");
-  app.add_option("--algo", o.algo, "algorithm (ring, hd, rd, tree, chain, direct, oneshot, auto)");
+  app.add_option("--algo", o.algo, "algorithm of --op, or auto (--list-algos names them)");
+  bool list_algos = false;
+  app.add_flag("--list-algos", list_algos, "print each collective's algorithms and exit");
   app.add_option("--transport", o.transport, "auto, shm or tcp")
       ->check(CLI::IsMember({"auto", "shm", "tcp"}));
   app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));
@@ -426,6 +429,22 @@ int bench_main(int argc, char** argv) {
     throw Error(Errc::kInvalidArgument, "--min-bytes is larger than --max-bytes");
   parse_dtype(o.dtype);
   parse_reduce_op(o.reduce);
+  if (list_algos) {
+    for (const std::string& op : kOps) {
+      std::string names;
+      for (const std::string& a : comm::algorithms(op)) names += (names.empty() ? "" : ", ") + a;
+      std::printf("%-15s %s\n", op.c_str(), names.c_str());
+    }
+    return 0;
+  }
+  for (const std::string& op : o.op == "all" ? kOps : std::vector<std::string>{o.op}) {
+    const std::vector<std::string> algos = comm::algorithms(op);
+    if (o.algo == "auto" || std::find(algos.begin(), algos.end(), o.algo) != algos.end()) continue;
+    std::string names;
+    for (const std::string& a : algos) names += a + ", ";
+    throw Error(Errc::kInvalidArgument, "--algo '" + o.algo + "' is not an algorithm of " + op +
+                                            " (choose from: " + names + "auto)");
+  }
   if (env_str("BRAID_RANK") || env_str("RANK") || env_str("OMPI_COMM_WORLD_RANK") ||
       env_str("SLURM_PROCID")) {
     CommOptions co;

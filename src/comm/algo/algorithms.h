@@ -1,7 +1,8 @@
 // The collective algorithms, one file each under src/comm/algo/. Each file's
 // top comment gives the schedule step by step and its α-β cost, with
 // n ranks, N bytes, α the per-message latency, β the time per byte on the
-// wire and γ the time per byte of reduction.
+// wire and γ the time per byte of reduction; the same file adds the
+// algorithms to the registry (registry.h) with that cost as code.
 //
 // Conventions: buffers are in elements of ctx.dtype(); `send` may equal
 // `recv` (in place); avg is reduced as sum and divided once by n.
@@ -17,9 +18,6 @@ namespace braid::comm::algo {
 
 // ring.cc
 void all_reduce_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes);
-// Reduce = the ring's reduce-scatter phase, then every rank hands its reduced
-// segment to the root: (n−1)α + (n−1)/n·N(2β + γ) at the root's links —
-// independent of log n, unlike the tree.
 void reduce_ring(Context& c, const void* send, void* recv, size_t count, int root,
                  size_t chunk_bytes);
 void all_gather_ring(Context& c, const void* send, void* recv, size_t count, size_t chunk_bytes);
@@ -66,8 +64,10 @@ void all_gather_shared(Context& c, const SharedSpan& span, const void* send, voi
                        size_t count);
 
 // chain_reduce.cc: ranks that all share memory fold each chunk in rank
-// order into a shared slot and copy it out; falls back to the ring when
-// some peer is not on shared memory.
+// order into a shared slot and copy it out. The registry runs it only when
+// every peer is on shared memory; if the segment still cannot be set up
+// (some rank cannot map it, /dev/shm full), every rank learns so in the
+// same call and runs the ring instead (host_ring.h).
 struct HostRing;
 void all_reduce_chain(Context& c, HostRing& h, const void* send, void* recv, size_t count,
                       size_t chunk_bytes);

@@ -4,8 +4,11 @@
 // is cut into C chunks; each rank forwards chunk k to its successor as soon
 // as chunk k has arrived, so all links carry data at once.
 // Cost: (n − 2 + C)·(α + (N/C)β) ≈ Nβ + (n−2)·(N/C)β for large N — close to
-// a single transfer, independent of n, where a tree pays ⌈log n⌉·Nβ.
+// a single transfer, independent of n, where a tree pays ⌈log n⌉·Nβ. The
+// model takes C = max(1, ⌈N / 256 KiB⌉); when ranks outnumber cores, at
+// least the work over the cores: (n−1)(2Cα + Nβ) (CostInputs::shared).
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 
@@ -44,6 +47,19 @@ void broadcast_chain(Context& c, void* buf, size_t count, int root, size_t chunk
     ++k;
   }
   c.wait_all();
+}
+
+void add_chain(Table& t) {
+  t.push_back({CollOp::kBroadcast, AlgoId::kChain, "chain",
+               "pipelined line from the root: large buffers", always,
+               [](const CostInputs& m) {
+                 const double C = std::max(1.0, std::ceil(m.N / m.chunk));
+                 return m.shared((m.n - 2 + C) * (m.a + m.N / C * m.b),
+                                 (m.n - 1) * (C * m.aw + m.N * m.b));
+               },
+               [](Context& c, const Call& k) {
+                 broadcast_chain(c, k.recv, k.count, k.root, k.chunk_bytes);
+               }});
 }
 
 }  // namespace braid::comm::algo

@@ -5,8 +5,11 @@
 // all-to-all(v): every rank posts its n−1 sends and n−1 receives together;
 //   the transports move them concurrently. Cost: (n−1)α + (n−1)/n·Nβ.
 //   In place (send == recv) the input is first copied to scratch: + Nβ
-//   of local copy and N bytes of scratch.
+//   of local copy and N bytes of scratch (not priced).
+// send / recv: one message, α + Nβ.
 // all-gather (small): every rank sends its block to all others at once.
+//   Priced ½(n−1)α + 1.3·(n−1)/n·Nβ (N = the whole output): the n−1
+//   messages overlap, and the concurrent streams share the memory bus.
 // Reduce-scatter / all-reduce / reduce ("direct"): rank j owns block j;
 //   every rank sends block j of its input to rank j; the owner folds the n
 //   contributions in rank order 0, 1, …, n−1 with one reduce_many (f32
@@ -15,20 +18,29 @@
 //   BRAID_DETERMINISTIC=1 promises. All-reduce then ring-gathers the blocks.
 //   Cost: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ for the reduce-scatter part, the
 //   same wire volume as the ring, with (n−1)/n·N bytes of scratch.
+//   The model prices them (the factors as for the all-gather, and 1.2γ for
+//   folding n inputs at once):
+//     reduce-scatter ½(n−1)α + (n−1)/n·N(1.3β + γ) (N = the whole input);
+//     all-reduce 2(n−1)α + 2(n−1)/n·Nβ + 1.2·(n−1)/n·Nγ;
+//     reduce (n−1)(α + Nβ) + (n−1)·Nγ, all of it at the root.
 // One-shot all-reduce ("oneshot", small buffers): every rank sends its whole
 //   input to every other rank at once and folds the n copies in rank order
 //   with one reduce_many, so its result is the direct algorithm's, bit for
 //   bit. One step instead of recursive doubling's log2 n: when ranks
 //   outnumber cores each step costs a wake-up, and small sends land in the
 //   peers' fast boxes whether or not the peers are running.
-//   Cost: α + (n−1)·Nβ + (n−1)·Nγ per rank, (n−1)·N bytes of scratch.
+//   (n−1)·N bytes of scratch. Cost, as fitted (see add_direct):
+//   α(1 + (n−2)/4) + 3(n−1)·N(β + γ); not chosen by cost at 2 ranks (rd
+//   is the same exchange without a staging copy) nor over TCP.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "braid/error.h"
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 
@@ -185,6 +197,92 @@ void reduce_direct(Context& c, const void* send, void* recv, size_t count, int r
   c.wait_all();
   reduce_many(recv, srcs.data(), n, count, c.dtype(), c.rop());
   finish_avg(c, recv, count);
+}
+
+namespace {
+
+// gather, scatter, all_to_all(v): the only algorithm of each.
+double pairwise_cost(const CostInputs& m) { return (m.n - 1) * m.a + (m.n - 1) / m.n * m.N * m.b; }
+
+}  // namespace
+
+void add_direct(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kDirect, "direct",
+               "rank-order fold (BRAID_DETERMINISTIC; f16/bf16 beyond 2 ranks)", always,
+               [](const CostInputs& m) {
+                 return 2 * (m.n - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b +
+                        (m.n - 1) / m.n * m.N * m.g * 1.2;
+               },
+               [](Context& c, const Call& k) {
+                 all_reduce_direct(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kAllReduce, AlgoId::kOneshot, "oneshot",
+               "one step, rank-order fold: small buffers, ranks outnumbering cores, shared memory",
+               always,
+               [](const CostInputs& m) {
+                 // One step, n−1 messages out and in at once; every byte
+                 // crosses (n−1) times and is folded once per peer. At 2
+                 // ranks it is rd's single exchange plus a staging copy, so
+                 // rd keeps that case. Measured on 2 cores (braid bench):
+                 // the n−1 concurrent messages cost about a quarter step
+                 // each beyond the first, and the byte term needs 3× its
+                 // naive (β + γ) to put the crossover with rd where it was
+                 // measured: ~3 KiB at 8 ranks, 4–8 KiB at 4–5, ~48 KiB at
+                 // 3 (oversubscribed; below it oneshot took 0.55–0.85× rd's
+                 // time). Only over shared memory, where small sends land
+                 // in the peers' fast boxes without waking them: over TCP
+                 // every message is a wake-up, and 8 oversubscribed ranks
+                 // took 2.7–3.4 ms against rd's 0.8–1.1.
+                 if (m.n == 2 || !m.all_shm) return std::numeric_limits<double>::infinity();
+                 return m.a * (1 + (m.n - 2) / 4) + 3 * (m.n - 1) * m.N * (m.b + m.g);
+               },
+               [](Context& c, const Call& k) { all_reduce_oneshot(c, k.send, k.recv, k.count); }});
+  t.push_back({CollOp::kReduce, AlgoId::kDirect, "direct", "rank-order fold at the root", always,
+               [](const CostInputs& m) {
+                 return (m.n - 1) * (m.a + m.N * m.b) + (m.n - 1) * m.N * m.g;
+               },
+               [](Context& c, const Call& k) {
+                 reduce_direct(c, k.send, k.recv, k.count, k.root);
+               }});
+  t.push_back({CollOp::kAllGather, AlgoId::kDirect, "direct", "every block to every rank at once",
+               always,
+               [](const CostInputs& m) {
+                 return (m.n - 1) * m.a * 0.5 + (m.n - 1) / m.n * m.N * m.b * 1.3;
+               },
+               [](Context& c, const Call& k) { all_gather_direct(c, k.send, k.recv, k.count); }});
+  t.push_back({CollOp::kReduceScatter, AlgoId::kDirect, "direct", "rank-order fold of each block",
+               always,
+               [](const CostInputs& m) {
+                 return (m.n - 1) * m.a * 0.5 + (m.n - 1) / m.n * m.N * (m.b * 1.3 + m.g);
+               },
+               [](Context& c, const Call& k) {
+                 reduce_scatter_direct(c, k.send, k.recv, k.count);
+               }});
+  t.push_back({CollOp::kGather, AlgoId::kDirect, "direct", "the root receives from all at once",
+               always, pairwise_cost,
+               [](Context& c, const Call& k) {
+                 gather_direct(c, k.send, k.recv, k.count, k.root);
+               }});
+  t.push_back({CollOp::kScatter, AlgoId::kDirect, "direct", "the root sends to all at once",
+               always, pairwise_cost,
+               [](Context& c, const Call& k) {
+                 scatter_direct(c, k.send, k.recv, k.count, k.root);
+               }});
+  auto all_to_all = [](Context& c, const Call& k) {
+    all_to_all_v_direct(c, k.send, k.blocks.send_counts, k.blocks.send_displs, k.recv,
+                        k.blocks.recv_counts, k.blocks.recv_displs);
+  };
+  t.push_back({CollOp::kAllToAll, AlgoId::kDirect, "direct", "every pair at once", always,
+               pairwise_cost, all_to_all});
+  t.push_back({CollOp::kAllToAllV, AlgoId::kDirect, "direct", "every pair at once", always,
+               pairwise_cost, all_to_all});
+  // send / recv: one message (the grouped path posts its messages itself).
+  t.push_back({CollOp::kSend, AlgoId::kDirect, "direct", "one message", always,
+               [](const CostInputs& m) { return m.a + m.N * m.b; },
+               [](Context& c, const Call& k) {
+                 const size_t bytes = k.count * c.esize();
+                 c.wait(k.sending ? c.send(k.root, k.send, bytes) : c.recv(k.root, k.recv, bytes));
+               }});
 }
 
 }  // namespace braid::comm::algo

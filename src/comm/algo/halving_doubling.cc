@@ -12,15 +12,19 @@
 //   the current range with partner v ^ mask, keep (and reduce into) the
 //   other half; after log p steps each virtual rank owns 1/p of the vector;
 //   all-gather by recursive doubling: the same pairs in reverse order.
-//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, plus 2(α + Nβ) + Nγ to fold
-//   when n is not a power of two.
+//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, + Nγ for copying the
+//   input into recv (both work in place there; the copy is priced like a
+//   reduction pass), plus 2(α + Nβ) + Nγ to fold when n is not a power of
+//   two.
 // Recursive doubling (small messages): for mask = 1 … p/2 exchange the whole
-//   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + Nγ) (+ fold).
+//   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + 2Nγ) + Nγ
+//   (+ fold), each step's reduction priced at 2Nγ.
 //   IEEE addition is commutative, so both partners compute identical bits.
 #include <cstring>
 
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 namespace {
@@ -122,6 +126,25 @@ void all_reduce_rd(Context& c, const void* send, void* recv, size_t count) {
     }
     finish_avg(c, buf, count);
   });
+}
+
+void add_halving_doubling(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kHalvingDoubling, "hd",
+               "recursive halving-doubling (Rabenseifner): mid-sized buffers", always,
+               [](const CostInputs& m) {
+                 const int p = m.p;
+                 return 2 * std::log2(p) * m.a + 2 * (p - 1.0) / p * m.N * m.b +
+                        (p - 1.0) / p * m.N * m.g + m.N * m.g +
+                        (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
+               },
+               [](Context& c, const Call& k) { all_reduce_hd(c, k.send, k.recv, k.count); }});
+  t.push_back({CollOp::kAllReduce, AlgoId::kRecursiveDoubling, "rd",
+               "recursive doubling, whole vector each step: small buffers", always,
+               [](const CostInputs& m) {
+                 return std::log2(m.p) * (m.a + m.N * m.b + 2 * m.N * m.g) + m.N * m.g +
+                        (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
+               },
+               [](Context& c, const Call& k) { all_reduce_rd(c, k.send, k.recv, k.count); }});
 }
 
 }  // namespace braid::comm::algo

@@ -9,13 +9,21 @@
 //     segment (r−s−1) from r−1 and reduce it into the local copy. After n−1
 //     steps rank r holds the fully reduced segment (r+1).
 //   all-gather step t (0 ≤ t ≤ n−2): send segment (r+1−t), receive (r−t).
-// Cost: 2(n−1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ — bandwidth-optimal, the choice
-// for large messages. Latency grows linearly with n, so small messages go
-// to recursive doubling instead.
+// With C = max(1, ⌈N/n / chunk⌉) chunks per segment (the model assumes a
+// 256 KiB chunk), the pipeline fills in C − 1 extra steps.
+// Cost: (2(n−1) + C − 1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ — bandwidth-optimal,
+// the choice for large messages. Latency grows linearly with n, so small
+// messages go to recursive doubling instead.
 //
 // reduce-scatter alone: the same first phase, shifted so rank r ends with
-// segment r: (n−1)α + (n−1)/n·Nβ + (n−1)/n·Nγ (N = the whole input).
-// all-gather alone: the second phase: (n−1)α + (n−1)/n·Nβ (N = whole output).
+// segment r: (n−1 + C−1)α + (n−1)/n·N(β + γ) (N = the whole input).
+// all-gather alone: the second phase: (n−1 + C−1)α + (n−1)/n·Nβ (N = whole
+// output).
+// reduce: the reduce-scatter phase, then every rank hands its reduced
+// segment to the root: (2(n−1) + C − 1)α + (n−1)/n·N(2β + γ) at the root's
+// links — independent of log n, unlike the tree. When ranks outnumber
+// cores, at least its work over the cores: n(n−1)·C·2α + (n−1)·N(β + γ) +
+// (n−1)(2α + N/n·β) (CostInputs::shared).
 //
 // The last step's chunks are not forwarded: when the call's output is large
 // (stream_copy.h) they are received with streaming stores (recv_final).
@@ -23,6 +31,7 @@
 
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 #include "comm/stream_copy.h"
 
 namespace braid::comm::algo {
@@ -303,6 +312,44 @@ void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
     ++cursor;
   }
   c.wait_all();
+}
+
+void add_ring(Table& t) {
+  t.push_back({CollOp::kAllReduce, AlgoId::kRing, "ring",
+               "bandwidth-optimal, pipelined in chunks: large buffers", always,
+               [](const CostInputs& m) {
+                 return (2 * (m.n - 1) + m.chunks - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b +
+                        (m.n - 1) / m.n * m.N * m.g;
+               },
+               [](Context& c, const Call& k) {
+                 all_reduce_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kReduce, AlgoId::kRing, "ring",
+               "reduce-scatter, then the segments to the root: large buffers", always,
+               [](const CostInputs& m) {
+                 return m.shared((2 * (m.n - 1) + m.chunks - 1) * m.a +
+                                     (m.n - 1) / m.n * m.N * (2 * m.b + m.g),
+                                 m.n * (m.n - 1) * m.chunks * m.aw + (m.n - 1) * m.N * (m.b + m.g) +
+                                     (m.n - 1) * (m.aw + m.N / m.n * m.b));
+               },
+               [](Context& c, const Call& k) {
+                 reduce_ring(c, k.send, k.recv, k.count, k.root, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kAllGather, AlgoId::kRing, "ring", "pipelined ring: large buffers", always,
+               [](const CostInputs& m) {
+                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * m.b;
+               },
+               [](Context& c, const Call& k) {
+                 all_gather_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
+  t.push_back({CollOp::kReduceScatter, AlgoId::kRing, "ring", "pipelined ring: large buffers",
+               always,
+               [](const CostInputs& m) {
+                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * (m.b + m.g);
+               },
+               [](Context& c, const Call& k) {
+                 reduce_scatter_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
+               }});
 }
 
 }  // namespace braid::comm::algo

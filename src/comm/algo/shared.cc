@@ -22,7 +22,11 @@
 // all-gather (the buffer: recv): rank j copies block p of rank p's output
 //   (p's own contribution) into its own. Reads and writes N·(n−1)/n: one
 //   copy per byte, where the ring makes two.
-// Cost: 2(n−1)α for the two rounds of small messages, plus the copies above.
+// Cost: 2(n−1)α for the two rounds of small messages, plus β per byte read
+// or written above: all-reduce 2Nβ + (n−1)/n·Nγ, reduce-scatter
+// (N + N/n)β + (n−1)/n·Nγ, all-gather 2(n−1)/n·Nβ. The selector does not
+// compare these: "shared" runs whenever its buffers allow, unless an
+// override names another algorithm.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -31,6 +35,7 @@
 #include "braid/error.h"
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 
@@ -158,6 +163,41 @@ void all_gather_shared(Context& c, const SharedSpan& span, const void* send, voi
     copy_if_distinct(out + size_t(p) * bytes, buf[size_t(p)] + size_t(p) * bytes, bytes);
   }
   finish(c);
+}
+
+namespace {
+
+const char* needs_shared_buffer(const Fit& f) {
+  return f.shared_span ? nullptr
+                       : "needs its buffer in Communicator::alloc_shared memory on every rank "
+                         "(at least kSharedMinBytes, several ranks on one host)";
+}
+
+}  // namespace
+
+void add_shared(Table& t) {
+  const char* summary = "peers read each other's alloc_shared buffers: runs whenever it applies";
+  t.push_back({CollOp::kAllReduce, AlgoId::kShared, "shared", summary, needs_shared_buffer,
+               [](const CostInputs& m) {
+                 return 2 * (m.n - 1) * m.a + 2 * m.N * m.b + (m.n - 1) / m.n * m.N * m.g;
+               },
+               [](Context& c, const Call& k) {
+                 all_reduce_shared(c, k.span, k.send, k.recv, k.count);
+               }});
+  t.push_back({CollOp::kAllGather, AlgoId::kShared, "shared", summary, needs_shared_buffer,
+               [](const CostInputs& m) {
+                 return 2 * (m.n - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b;
+               },
+               [](Context& c, const Call& k) {
+                 all_gather_shared(c, k.span, k.send, k.recv, k.count);
+               }});
+  t.push_back({CollOp::kReduceScatter, AlgoId::kShared, "shared", summary, needs_shared_buffer,
+               [](const CostInputs& m) {
+                 return 2 * (m.n - 1) * m.a + (m.N + m.N / m.n) * m.b + (m.n - 1) / m.n * m.N * m.g;
+               },
+               [](Context& c, const Call& k) {
+                 reduce_scatter_shared(c, k.span, k.send, k.recv, k.count);
+               }});
 }
 
 }  // namespace braid::comm::algo

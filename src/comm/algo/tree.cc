@@ -7,9 +7,14 @@
 // Reduce: the mirror image. For m = 1, 2, 4, …: if v has bit m set it sends
 //   its partial result to v − m and stops; otherwise it receives from v + m
 //   (if it exists) and reduces into its partial. Cost: ⌈log n⌉·(α + Nβ + Nγ).
+// When ranks outnumber cores, a tree costs at least its work over the
+// cores (CostInputs::shared): n − 1 messages in all, each 2α of hand-off:
+// (n−1)(2α + Nβ) for broadcast, (n−1)(2α + N(β + γ)) for reduce. Chains
+// and rings send n − 1 messages per chunk, so there trees win.
 #include <cstring>
 
 #include "comm/algo/algorithms.h"
+#include "comm/algo/registry.h"
 
 namespace braid::comm::algo {
 
@@ -48,6 +53,25 @@ void reduce_tree(Context& c, const void* send, void* recv, size_t count, int roo
   }
   if (r == root) finish_avg(c, acc, count);
   c.wait_all();
+}
+
+void add_tree(Table& t) {
+  t.push_back({CollOp::kBroadcast, AlgoId::kTree, "tree",
+               "binomial tree: small buffers, or ranks outnumbering cores", always,
+               [](const CostInputs& m) {
+                 return m.shared(log2c(int(m.n)) * (m.a + m.N * m.b),
+                                 (m.n - 1) * (m.aw + m.N * m.b));
+               },
+               [](Context& c, const Call& k) { broadcast_tree(c, k.recv, k.count, k.root); }});
+  t.push_back({CollOp::kReduce, AlgoId::kTree, "tree",
+               "binomial tree: small buffers, or ranks outnumbering cores", always,
+               [](const CostInputs& m) {
+                 return m.shared(log2c(int(m.n)) * (m.a + m.N * m.b + m.N * m.g),
+                                 (m.n - 1) * (m.aw + m.N * (m.b + m.g)));
+               },
+               [](Context& c, const Call& k) {
+                 reduce_tree(c, k.send, k.recv, k.count, k.root);
+               }});
 }
 
 }  // namespace braid::comm::algo

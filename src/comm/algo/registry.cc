@@ -1,0 +1,90 @@
+#include "comm/algo/registry.h"
+
+#include <algorithm>
+#include <array>
+
+#include "braid/comm.h"
+#include "braid/error.h"
+#include "comm/select.h"
+
+namespace braid::comm::algo {
+namespace {
+
+constexpr size_t kOps = size_t(CollOp::kProbe) + 1;
+
+struct Registry {
+  Table entries;
+  std::array<std::vector<const Algorithm*>, kOps> by_op;
+
+  Registry() {
+    for (auto add : {add_tree, add_ring, add_halving_doubling, add_direct, add_hierarchical,
+                     add_chain, add_chain_reduce, add_shared, add_barrier})
+      add(entries);
+    // No more entries from here on: the pointers below stay valid.
+    for (const Algorithm& a : entries) by_op[size_t(a.op)].push_back(&a);
+    for (auto& list : by_op) {
+      std::stable_sort(list.begin(), list.end(),
+                       [](const Algorithm* x, const Algorithm* y) { return x->id < y->id; });
+      for (size_t i = 1; i < list.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          if (list[i]->id == list[j]->id || list[i]->name == list[j]->name)
+            throw Error(Errc::kInternal, std::string("algorithm registry: ") +
+                                             coll_op_name(list[i]->op) + " has '" +
+                                             list[i]->name + "' twice");
+    }
+  }
+};
+
+const Registry& registry() {
+  static const Registry r;
+  return r;
+}
+
+}  // namespace
+
+const std::vector<const Algorithm*>& algorithms(CollOp op) {
+  static const std::vector<const Algorithm*> none;
+  return size_t(op) < kOps ? registry().by_op[size_t(op)] : none;
+}
+
+const Algorithm* find(CollOp op, std::string_view name) {
+  for (const Algorithm* a : algorithms(op))
+    if (a->name == name) return a;
+  return nullptr;
+}
+
+const Algorithm& get(CollOp op, AlgoId id) {
+  for (const Algorithm* a : algorithms(op))
+    if (a->id == id) return *a;
+  throw Error(Errc::kInternal, std::string("algorithm registry: no algorithm #") +
+                                   std::to_string(int(id)) + " for " + coll_op_name(op));
+}
+
+std::string names(CollOp op) {
+  std::string list;
+  for (const Algorithm* a : algorithms(op)) list += (list.empty() ? "" : ", ") + a->name;
+  return list;
+}
+
+const std::vector<Collective>& collectives() {
+  static const std::vector<Collective> ops = {
+      {CollOp::kAllReduce, "all_reduce"}, {CollOp::kBroadcast, "broadcast"},
+      {CollOp::kReduce, "reduce"},        {CollOp::kAllGather, "all_gather"},
+      {CollOp::kReduceScatter, "reduce_scatter"}, {CollOp::kGather, "gather"},
+      {CollOp::kScatter, "scatter"},      {CollOp::kAllToAll, "all_to_all"},
+      {CollOp::kAllToAllV, "all_to_all_v"}, {CollOp::kBarrier, "barrier"}};
+  return ops;
+}
+
+}  // namespace braid::comm::algo
+
+namespace braid::comm {
+
+std::vector<std::string> algorithms(const std::string& collective) {
+  std::vector<std::string> out;
+  for (const algo::Algorithm* a : algo::algorithms(parse_coll_op(collective)))
+    out.push_back(a->name);
+  return out;
+}
+
+}  // namespace braid::comm

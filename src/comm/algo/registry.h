@@ -1,0 +1,147 @@
+// The algorithm registry: for each collective, the table of its algorithms.
+//
+// An entry is everything the rest of the library knows about an algorithm:
+// its name (what BRAID_ALGO, set_algorithm, the flight recorder and
+// `braid bench` show and accept), when it can run, its α-β cost, and its
+// code. Each algorithm file (src/comm/algo/*.cc) adds its own entries, so
+// the schedule in its top comment, the cost formula and the code sit
+// together; the selector (comm/select.h) only iterates the table.
+//
+// Cost formulas use n ranks, N bytes (the collective's natural size, see
+// Selector::choose), α the per-message latency, β the time per byte on the
+// wire and γ the time per byte of reduction.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/algo/context.h"
+#include "comm/shared_memory.h"
+#include "comm/transport.h"
+
+namespace braid::comm {
+class CommImpl;
+}
+
+namespace braid::comm::algo {
+
+// An algorithm's identity. The order is the selector's tie-break: of two
+// algorithms with the same predicted cost, the one listed first wins.
+enum class AlgoId : uint8_t {
+  kTree,
+  kRing,
+  kHalvingDoubling,
+  kRecursiveDoubling,
+  kDirect,
+  kHier,
+  kChain,
+  kOneshot,
+  kShared,
+  kDissemination,
+};
+
+// What decides, beyond the collective, whether an algorithm can run.
+struct Fit {
+  int n = 1;                 // ranks
+  int hosts = 1;             // > 1: the communicator has a host hierarchy
+  bool all_shm = false;      // every peer is reached over shared memory
+  bool shared_span = false;  // the call's buffer lies in alloc_shared memory
+};
+
+// The figures a cost formula reads for one call of N bytes. The selector
+// fills them (comm/select.cc says where α, β and γ come from).
+struct CostInputs {
+  double n = 1, N = 0;
+  double a = 0, b = 0;  // α and β of the communicator's link kind
+  double g = 0;         // γ, already at cache speed for small buffers
+  double aw = 0;        // core time of one hand-off: 2α (the waker's and the sleeper's)
+  double as = 0, bs = 0;  // α and β of shared memory (the hierarchy's inner level)
+  int p = 1;            // the largest power of two ≤ n
+  bool folded = false;  // n is not a power of two
+  double chunk = 0;     // pipelining chunk the model assumes, bytes
+  double chunks = 1;    // chunks per segment of a ring: max(1, ⌈N/n/chunk⌉)
+  int hosts = 1, max_local = 1;  // the hierarchy: hosts, ranks of the largest
+  int cores = 1;                 // usable cores of a host
+  bool all_shm = false;          // every peer over shared memory (and n > 1)
+  bool oversubscribed = false;   // a host has more ranks than cores
+  // With more ranks than cores the ranks take turns on the cores, so a
+  // schedule lasts at least its total work shared among the cores, however
+  // short its critical path (see Selector::predict).
+  double shared(double path, double work) const {
+    return oversubscribed ? std::max(path, work / cores) : path;
+  }
+};
+
+inline double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }
+
+// The per-rank counts and displacements of an all_to_all(v), in elements
+// (copies: a queued call outlives its caller's vectors).
+struct Blocks {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+// The arguments of one call, as an algorithm's run takes them.
+struct Call {
+  const void* send = nullptr;
+  void* recv = nullptr;    // broadcast: the buffer
+  size_t count = 0;        // elements per rank (all_gather: of the input)
+  int root = -1;           // rooted collectives; send/recv: the peer
+  bool sending = false;    // send/recv: which of the two
+  size_t chunk_bytes = 0;  // the communicator's pipelining chunk
+  SharedSpan span;         // shared: the region of recv (reduce_scatter: send)
+  CommImpl* comm = nullptr;  // hier: the hierarchy; chain: the accumulator ring
+  Blocks blocks;             // all_to_all(v)
+};
+
+struct Algorithm {
+  CollOp op;
+  AlgoId id;
+  std::string name;
+  // What it is and when the cost model prefers it (`braid bench --list-algos`).
+  std::string summary;
+  // nullptr when it can run in `f`; else why not, as "needs ...".
+  const char* (*why_not)(const Fit& f);
+  // Predicted seconds (n > 1); infinity: never chosen by cost (it still
+  // runs when forced, if why_not allows).
+  double (*cost)(const CostInputs& m);
+  void (*run)(Context& c, const Call& k);
+};
+
+// Algorithms that can always run.
+inline const char* always(const Fit&) { return nullptr; }
+
+// The algorithms of `op` in tie-break order (empty for an op without any).
+const std::vector<const Algorithm*>& algorithms(CollOp op);
+// The entry of `op` called `name`, or nullptr.
+const Algorithm* find(CollOp op, std::string_view name);
+// The entry of `op` with `id`; Error(kInternal) if there is none.
+const Algorithm& get(CollOp op, AlgoId id);
+// "ring, hd, rd, ...": the names of `op`'s algorithms.
+std::string names(CollOp op);
+// The collectives whose algorithms BRAID_ALGO names, with the names it
+// (and set_algorithm) calls them by, in the order the documentation lists
+// them.
+struct Collective {
+  CollOp op;
+  const char* name;
+};
+const std::vector<Collective>& collectives();
+
+// Each algorithm file adds its entries (the table is built once, on first
+// use, from these; an explicit list, so a static library keeps them all).
+using Table = std::vector<Algorithm>;
+void add_tree(Table& t);             // tree.cc
+void add_ring(Table& t);             // ring.cc
+void add_halving_doubling(Table& t); // halving_doubling.cc
+void add_direct(Table& t);           // direct.cc
+void add_hierarchical(Table& t);     // hierarchical.cc
+void add_chain(Table& t);            // chain.cc
+void add_chain_reduce(Table& t);     // chain_reduce.cc
+void add_shared(Table& t);           // shared.cc
+void add_barrier(Table& t);          // barrier.cc
+
+}  // namespace braid::comm::algo
