@@ -1,4 +1,4 @@
-// nn::Trainer — THE training step loop. Single-process training runs it as
+// nn::Trainer — the one training step loop. Single-process training runs it as
 // is; data parallelism (parallel::DataParallel) extends it through
 // StepHooks; a pipeline schedule would override its forward_backward stage.
 //

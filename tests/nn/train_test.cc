@@ -139,7 +139,9 @@ TEST(StepLoop, CustomHooksSeeTheStagesInOrder) {
   RecordingHooks rec;
   t.set_hooks(rec);
   // The built-in set is out of use once replaced.
-  t.hooks().reduce_gradients = [](const std::vector<Parameter*>&) { FAIL() << "built-in hook ran"; };
+  t.hooks().reduce_gradients = [](const std::vector<Parameter*>&) {
+    FAIL() << "built-in hook ran";
+  };
   const size_t units = m->size(), params = m->parameters().size();
   ASSERT_GT(units, 2u);
   for (int64_t step = 0; step < 2; ++step) {

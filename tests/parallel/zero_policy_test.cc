@@ -77,7 +77,11 @@ Serial serial() {
 }
 
 // What one rank holds after two steps, in the order of the fields.
-enum Field { kFullParams, kFullGrads, kOptim, kMemParams, kMemGrads, kMemOptim, kPeak, kBuckets, kN };
+enum Field {
+  kFullParams, kFullGrads, kOptim,       // observed in the model and optimizer
+  kMemParams, kMemGrads, kMemOptim,      // DataParallel::memory()
+  kPeak, kBuckets, kN
+};
 
 void check_world(int world) {
   const Serial ref = serial();

@@ -21,7 +21,8 @@ struct Bucket {
   Work reduce_work, gather_work, gather16_work;
   bool gather_pending = false;
   bool params_live = true, grads_live = true;
-  Tensor grad;         // full [padded]: replicated gradients always; sharded while backward needs it
+  // full [padded]: replicated gradients always; sharded ones while backward needs them
+  Tensor grad;
   SharedBuffer grad_mem;  // behind `grad` with DpOptions::shared_buckets
   Tensor param;        // full [padded]: replicated parameters always; sharded while gathered
   Tensor param_shard;  // sharded parameters: this rank's chunk (owned)
