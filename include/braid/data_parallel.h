@@ -15,18 +15,25 @@
 // bucket (its shard). Under ZeRO-3, buckets follow the model's top-level
 // modules ("units": the children of a Sequential), one bucket per unit.
 //
-// One optimizer step (what DpTrainer::step calls, in order):
-//   begin_step()
-//   for each micro-batch:  for each unit u: before_forward(u), forward,
-//                          after_forward(u);  loss;  for each unit u in
-//                          reverse: before_backward(u), backward with
-//                          ctx.grad_ready = hook() on the LAST micro-batch
-//                          only (no_sync for the others), after_backward(u)
-//   finish_gradients()     waits for the reductions (the "exposed" part)
-//   clip_grad_norm(max)    global norm across shards
-//   optimizer_step(opt,lr) full (ZeRO 0) or this rank's shard (ZeRO ≥ 1),
-//                          then starts the all_gather of updated parameters
-//                          (ZeRO 1/2; waited for lazily by before_forward)
+// One optimizer step. DataParallel is the nn::StepHooks of nn::Trainer's
+// loop (attach, or DpTrainer, which does that for you); each stage is the
+// ZeRO stage's policy (src/parallel/dp/zero_policy.h):
+//   begin_step             buckets reset (replicated gradients zeroed)
+//   for each micro-batch:  before_forward(u) / after_forward(u) around each
+//                          unit's forward, before_backward(u) /
+//                          after_backward(u) around its backward; the
+//                          grad-ready hook on the LAST micro-batch only
+//                          (no_sync for the others) starts bucket reductions
+//   before_optimizer_step  waits for the reductions (the "exposed" part)
+//   clip_grad_norm         global norm (across chunks when sharded)
+//   optimizer_step         all parameters (ZeRO 0) or this rank's chunk
+//                          (ZeRO ≥ 1), then starts the all_gather of
+//                          updated parameters (ZeRO 1/2; waited for lazily
+//                          by before_forward; ZeRO 3 prefetches unit 0)
+//   after_step             one all_gather of every rank's [loss sum, rows,
+//                          correct, compute_s, exposed_comm_s, idle_s]: the
+//                          step's sums become the global batch's and
+//                          rank_times() every rank's time split
 //
 // Reductions. With overlap (default) a bucket's reduction starts on the
 // communicator's background thread as soon as its last gradient is ready:
@@ -51,6 +58,17 @@
 // unit's backward first needs them and freed once their reduce_scatter is
 // done.
 //
+// Time split (rank_times, per step):
+//   compute_s       forward, loss, backward, clipping and the optimizer
+//   exposed_comm_s  blocked waiting for communication (bucket reductions,
+//                   parameter gathers, the norm and the after_step
+//                   exchange — the exchange of step s is counted in s+1)
+//   idle_s          the rest: input pipeline (gathering the batch) and
+//                   bookkeeping
+//
+// Test hook: BRAID_DP_KILL="RANK:STEP" makes that rank SIGKILL itself in the
+// middle of that step (after forward, before backward).
+//
 // Errors: communication failures propagate as braid::Error (kPeerDied,
 // kTimeout, ...) from whichever call waits on them.
 #pragma once
@@ -58,19 +76,21 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "braid/comm.h"
 #include "braid/module.h"
 #include "braid/optim.h"
+#include "braid/trainer.h"
 
 namespace braid {
 struct Checkpoint;
-namespace nn {
-class Trainer;
-}
 }  // namespace braid
+
+namespace braid::parallel::dp {
+struct State;
+class ZeroPolicy;
+}  // namespace braid::parallel::dp
 
 namespace braid::parallel {
 
@@ -108,60 +128,72 @@ struct DpMemory {
   int64_t total() const { return param_bytes + grad_bytes + optim_bytes; }
 };
 
-class DataParallel {
+struct DpStepTimes {
+  double compute_s = 0, exposed_comm_s = 0, idle_s = 0;
+  double step_s() const { return compute_s + exposed_comm_s + idle_s; }
+};
+
+class DataParallel : public nn::StepHooks {
  public:
-  // `model`'s top-level children are the units (a non-Sequential model is
-  // one unit). Broadcasts rank 0's parameters (blocking, collective). Throws
+  // `model`'s units are nn::units_of(model) (the children of a Sequential).
+  // Broadcasts rank 0's parameters (blocking, collective). Throws
   // Error(kInvalidArgument) for a bad stage or overlap=false with ZeRO > 0.
   DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model, DpOptions opts = {});
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  const DpOptions& options() const { return opts_; }
+  const DpOptions& options() const;
   // True when bucket reductions overlap backward (DpOptions::reduce, with
   // kAuto resolved for this host).
-  bool background_reduce() const { return background_; }
-  Communicator& comm() { return *comm_; }
-  int rank() const { return rank_; }
-  int world() const { return world_; }
-  const std::vector<nn::Parameter*>& parameters() const { return params_; }
-  size_t num_units() const { return units_.size(); }
-  nn::Module& unit(size_t u) { return *units_[u]; }
-  size_t num_buckets() const { return buckets_.size(); }
+  bool background_reduce() const;
+  Communicator& comm();
+  int rank() const;
+  int world() const;
+  const std::vector<nn::Parameter*>& parameters() const;
+  size_t num_units() const;
+  nn::Module& unit(size_t u);
+  size_t num_buckets() const;
   // Elements (unpadded) of each bucket, in reduction order.
   std::vector<int64_t> bucket_sizes() const;
 
   // The grad-ready hook to put into nn::Context on the last micro-batch.
   nn::GradReadyHook hook();
 
-  // ZeRO 0 inside the engine's own loop: sets `trainer`'s hooks so that its
-  // step() fills and reduces buckets during backward (grad_ready), waits
-  // for them (reduce_gradients) and sums [loss, rows, correct] across ranks
-  // (reduce_sums). The trainer must have been built with this rank's
-  // TrainOptions::rank/world. Throws Error(kInvalidArgument) for ZeRO > 0
-  // (the sharded stages need DpTrainer's unit-by-unit loop).
+  // Makes this object `trainer`'s hooks, at any ZeRO stage. The trainer
+  // must train this model and have been built with this rank's
+  // TrainOptions::rank/world (else Error(kInvalidArgument)). Checkpoints of
+  // a sharded stage go through add_state/load_state (DpTrainer::save/load),
+  // not nn::Trainer's.
   void attach(nn::Trainer& trainer);
 
-  void begin_step();
-  void before_forward(size_t u);
-  void after_forward(size_t u);
-  void before_backward(size_t u);
-  void after_backward(size_t u);
-  void finish_gradients();
-  // Global L2 norm of the (reduced) gradients; scales them when it exceeds
-  // max_norm > 0 (as nn::clip_grad_norm). Collective for ZeRO ≥ 1.
-  double clip_grad_norm(double max_norm);
-  void optimizer_step(nn::Optimizer& opt, float lr);
+  // nn::StepHooks: the stages of one step, in the order above. The
+  // parameter lists passed in are ignored: DataParallel knows its own.
+  void begin_step(int64_t step, const std::vector<nn::Parameter*>& params) override;
+  void before_forward(size_t u) override;
+  void after_forward(size_t u) override;
+  void before_backward(size_t u) override;
+  void after_backward(size_t u) override;
+  nn::GradReadyHook grad_ready_hook() override { return hook(); }
+  void before_optimizer_step(const std::vector<nn::Parameter*>& params) override;
+  // Collective for ZeRO ≥ 1.
+  double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) override;
+  void optimizer_step(nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
+                      float lr) override;
+  // Collective: the exchange described above.
+  void after_step(nn::StepState& st) override;
+
+  // Every rank's time split of the last step (index = rank).
+  const std::vector<DpStepTimes>& rank_times() const { return times_; }
+
   // Makes every parameter's full value available in p->data (waits for
   // pending gathers; ZeRO-3 gathers every unit) — for evaluation of the
   // whole model. release_all_params() undoes it under ZeRO-3.
   void gather_all_params();
   void release_all_params();
 
-  // Seconds the calling thread spent blocked on communication since the
-  // last call (and resets the counter).
-  double take_comm_wait_s();
+  // Bytes of training state this rank holds (params and grads from the
+  // stage's layout, optimizer state from `opt`).
   DpMemory memory(const nn::Optimizer& opt) const;
 
   // Consolidated checkpoints, the format nn::Trainer writes: full tensors
@@ -173,39 +205,13 @@ class DataParallel {
   void load_state(const Checkpoint& ck, nn::Optimizer& opt);
 
  private:
-  struct Bucket;
-  void gather_params_async(Bucket& b);
-  void wait_params(Bucket& b);
-  void release_params(Bucket& b);
-  void ensure_grads(Bucket& b);
-  void release_grads(Bucket& b);
-  void launch(Bucket& b);
-  void complete(Bucket& b);
-  void sum_bf16_chunk(Bucket& b);
-  void wait(Work& w);
-  // Runs a blocking communication call, counting its time as waiting.
-  template <class F>
-  void waited(F&& call);
-  void poll_done();
-  void point_params(Bucket& b);
-  void point_grads(Bucket& b);
-  void track(int64_t delta);
-  std::vector<nn::Parameter*>& shard_params();
-
-  std::shared_ptr<Communicator> comm_;
-  DpOptions opts_;
-  bool background_ = true;
-  int rank_ = 0, world_ = 1;
-  std::vector<nn::Parameter*> params_;
-  std::vector<nn::Module*> units_;
-  std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::unordered_map<const nn::Parameter*, size_t> bucket_of_;
-  std::vector<std::vector<size_t>> unit_buckets_;  // buckets touching unit u
-  std::vector<std::unique_ptr<nn::Parameter>> shard_params_;
-  std::vector<nn::Parameter*> shard_param_ptrs_;
-  double comm_wait_s_ = 0;
-  int64_t transient_bytes_ = 0, peak_transient_bytes_ = 0;
-  bool hook_armed_ = false;
+  std::unique_ptr<dp::State> s_;
+  std::unique_ptr<dp::ZeroPolicy> policy_;
+  std::vector<DpStepTimes> times_;
+  double step_start_s_ = 0, carried_comm_s_ = 0;
+  int64_t step_ = 0;
+  int kill_rank_ = -1;
+  int64_t kill_step_ = -1;
 };
 
 }  // namespace braid::parallel

@@ -1,4 +1,6 @@
-// parallel::DpTrainer — nn::Trainer's step, data parallel.
+// parallel::DpTrainer — nn::Trainer's step loop, data parallel: one
+// nn::Trainer whose hooks are a DataParallel, plus the collective versions
+// of evaluation and checkpoints.
 //
 // Every rank constructs one with the same model (same seed), data,
 // optimizer, schedule and TrainOptions; rank and world come from the
@@ -11,18 +13,10 @@
 // optimizer step (sharded under ZeRO ≥ 1). The result equals
 // single-process nn::Trainer up to floating-point reassociation.
 //
-// Each step ends with one small all_gather that exchanges [loss sum, rows,
-// correct, compute_s, exposed_comm_s, idle_s] of every rank, so every rank
-// returns the loss over the whole global batch and knows every rank's time
-// split (rank_times()):
-//   compute_s       forward, loss, backward, clipping and the optimizer
-//   exposed_comm_s  blocked waiting for communication (bucket reductions,
-//                   parameter gathers, the norm and this exchange — the
-//                   exchange of step s is counted in step s+1)
-//   idle_s          the rest: input pipeline (gathering the batch) and
-//                   bookkeeping
-// Test hook: BRAID_DP_KILL="RANK:STEP" makes that rank SIGKILL itself in the
-// middle of that step (after forward, before backward).
+// Each step ends with DataParallel's exchange of every rank's [loss sum,
+// rows, correct, compute_s, exposed_comm_s, idle_s] (data_parallel.h), so
+// every rank returns the loss over the whole global batch and knows every
+// rank's time split (rank_times()).
 #pragma once
 
 #include <memory>
@@ -34,23 +28,19 @@
 
 namespace braid::parallel {
 
-struct DpStepTimes {
-  double compute_s = 0, exposed_comm_s = 0, idle_s = 0;
-  double step_s() const { return compute_s + exposed_comm_s + idle_s; }
-};
-
 class DpTrainer {
  public:
   // Keeps references: model, data and optimizer must outlive it.
-  // TrainOptions::rank/world are replaced by the communicator's.
+  // TrainOptions::rank/world are replaced by the communicator's. Throws
+  // what DataParallel and nn::Trainer throw for bad options.
   DpTrainer(std::shared_ptr<Communicator> comm, nn::Module& model, nn::Dataset& data,
             nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts,
             DpOptions dp = {});
 
   // Collective. Runs step next_step() and advances; StepStats are global.
-  nn::StepStats step();
+  nn::StepStats step() { return trainer_.step(); }
   // Every rank's time split of the last step (index = rank).
-  const std::vector<DpStepTimes>& rank_times() const { return times_; }
+  const std::vector<DpStepTimes>& rank_times() const { return dp_.rank_times(); }
 
   // Collective: mean loss and accuracy over all of `data`, each rank
   // evaluating a contiguous 1/world of it.
@@ -64,29 +54,17 @@ class DpTrainer {
   void load(const std::string& path);
 
   DataParallel& dp() { return dp_; }
-  const nn::TrainOptions& options() const { return opts_; }
-  int64_t next_step() const { return step_; }
-  void set_next_step(int64_t s) { step_ = s; }
+  nn::Trainer& trainer() { return trainer_; }
+  const nn::TrainOptions& options() const { return trainer_.options(); }
+  int64_t next_step() const { return trainer_.next_step(); }
+  void set_next_step(int64_t s) { trainer_.set_next_step(s); }
   DpMemory memory() const { return dp_.memory(opt_); }
 
  private:
-  void forward_backward(bool last);
   std::shared_ptr<Communicator> comm_;
-  nn::Module& model_;
-  nn::Dataset& data_;
   nn::Optimizer& opt_;
-  nn::LrSchedule schedule_;
-  nn::TrainOptions opts_;
   DataParallel dp_;
-  nn::Sampler sampler_;
-  nn::SoftmaxCrossEntropy loss_;
-  std::vector<int64_t> shard_;
-  Tensor x_, y_;
-  int64_t step_ = 0;
-  std::vector<DpStepTimes> times_;
-  double carried_comm_s_ = 0;
-  int kill_rank_ = -1;
-  int64_t kill_step_ = -1;
+  nn::Trainer trainer_;
 };
 
 }  // namespace braid::parallel

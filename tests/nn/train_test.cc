@@ -83,6 +83,113 @@ TEST(GradReady, FiresOncePerParameterWithFinalGradientInReverseOrder) {
   EXPECT_EQ(order.size(), params.size());
 }
 
+// A hook set that writes down every stage the loop calls, in order, and
+// doubles the loss sum in after_step (the loop must report what the last
+// hook leaves).
+// "f3": stage letter and unit.
+std::string tag(char stage, size_t unit) {
+  std::string s(1, stage);
+  s += std::to_string(unit);
+  return s;
+}
+
+struct RecordingHooks : StepHooks {
+  std::vector<std::string> log;
+  size_t ready = 0;  // grad-ready calls so far this step
+  void note(const std::string& what) { log.push_back(what + " r" + std::to_string(ready)); }
+  void begin_step(int64_t step, const std::vector<Parameter*>& ps) override {
+    ready = 0;
+    note("begin " + std::to_string(step));
+    StepHooks::begin_step(step, ps);
+  }
+  void before_forward(size_t u) override { note(tag('f', u)); }
+  void after_forward(size_t u) override { note(tag('F', u)); }
+  void before_backward(size_t u) override { note(tag('b', u)); }
+  void after_backward(size_t u) override { note(tag('B', u)); }
+  GradReadyHook grad_ready_hook() override {
+    note("hook");
+    return [this](Parameter&) { ++ready; };
+  }
+  void before_optimizer_step(const std::vector<Parameter*>& ps) override {
+    note("reduce " + std::to_string(ps.size()));
+  }
+  double clip_grad_norm(const std::vector<Parameter*>& ps, double max_norm) override {
+    note("clip");
+    return StepHooks::clip_grad_norm(ps, max_norm);
+  }
+  void optimizer_step(Optimizer& opt, const std::vector<Parameter*>& ps, float lr) override {
+    note("update");
+    StepHooks::optimizer_step(opt, ps, lr);
+  }
+  void after_step(StepState& st) override {
+    note("after");
+    st.sums[0] *= 2;
+  }
+};
+
+TEST(StepLoop, CustomHooksSeeTheStagesInOrder) {
+  ByteText data = text();
+  auto m = make_gpt(small(), 1), ref = make_gpt(small(), 1);
+  Sgd opt(0.9f), ref_opt(0.9f);
+  TrainOptions o;
+  o.global_batch = 8;
+  o.accum = 2;
+  o.clip = 1.0;
+  Trainer t(*m, data, opt, LrSchedule{}, o), plain(*ref, data, ref_opt, LrSchedule{}, o);
+  RecordingHooks rec;
+  t.set_hooks(rec);
+  // The built-in set is out of use once replaced.
+  t.hooks().reduce_gradients = [](const std::vector<Parameter*>&) {
+    FAIL() << "built-in hook ran";
+  };
+  const size_t units = m->size(), params = m->parameters().size();
+  ASSERT_GT(units, 2u);
+  for (int64_t step = 0; step < 2; ++step) {
+    rec.log.clear();
+    StepStats st = t.step(), ps = plain.step();
+    // Every micro-batch runs the units forward, then backward in reverse;
+    // gradients become ready only during the last micro-batch's backward,
+    // all of them by the time the loop asks for the reduction.
+    std::vector<std::string> want = {"begin " + std::to_string(step) + " r0", "hook r0"};
+    for (int micro = 0; micro < 2; ++micro) {
+      for (size_t u = 0; u < units; ++u) {
+        want.push_back(tag('f', u) + " r0");
+        want.push_back(tag('F', u) + " r0");
+      }
+      // Inside the last backward the count depends on the layers: there
+      // only its prefix is pinned (an entry ending in "r").
+      const std::string count = micro == 0 ? "0" : "";
+      for (size_t u = units; u-- > 0;) {
+        want.push_back(tag('b', u) + " r" + count);
+        want.push_back(tag('B', u) + " r" + count);
+      }
+    }
+    const std::string n = std::to_string(params);
+    want.push_back("reduce " + n + " r" + n);
+    for (const char* tail : {"clip r", "update r", "after r"}) want.push_back(tail + n);
+    ASSERT_EQ(rec.log.size(), want.size()) << "step " << step;
+    size_t last_count = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (want[i].back() != 'r') {
+        EXPECT_EQ(rec.log[i], want[i]) << "call " << i;
+        continue;
+      }
+      // Last micro-batch's backward: gradients become ready as it goes.
+      ASSERT_EQ(rec.log[i].rfind(want[i], 0), 0u) << "call " << i << ": " << rec.log[i];
+      const size_t count = std::stoul(rec.log[i].substr(want[i].size()));
+      EXPECT_GE(count, last_count) << "call " << i;
+      last_count = count;
+    }
+    EXPECT_EQ(last_count, params);  // all final once the first unit's backward is done
+    // Same model, same data: the hooks change only the reported sum.
+    EXPECT_EQ(st.loss, 2 * ps.loss) << "step " << step;
+    EXPECT_EQ(st.rows, ps.rows);
+    EXPECT_GT(st.grad_norm, 0.0);
+    EXPECT_EQ(st.grad_norm, ps.grad_norm);
+  }
+  EXPECT_TRUE(bitwise_equal(m->parameters(), ref->parameters(), false));
+}
+
 TEST(Trainer, AccumulationAndShardsMatchOneBigBatch) {
   ByteText data = text();
   // SGD: the update is linear in the gradient, so summation-order noise

@@ -12,7 +12,8 @@
 #include "braid/checkpoint.h"
 #include "braid/data_parallel.h"
 #include "braid/error.h"
-#include "parallel/bucket.h"
+#include "parallel/dp/state.h"
+#include "parallel/dp/zero_policy.h"
 
 namespace braid::parallel {
 
@@ -29,18 +30,19 @@ std::set<std::string> local_slots(const Checkpoint& ck) {
 }  // namespace
 
 void DataParallel::add_state(Checkpoint& ck, const nn::Optimizer& opt) {
-  const bool root = rank_ == 0;
+  const int world = s_->world;
+  const bool root = s_->rank == 0;
   // Parameters: full everywhere (ZeRO-3 gathers them for the occasion).
   gather_all_params();
   if (root)
-    for (auto* p : params_) ck.tensors.insert_or_assign("model/" + p->name, Tensor(p->data));
+    for (auto* p : s_->params) ck.tensors.insert_or_assign("model/" + p->name, Tensor(p->data));
   release_all_params();
 
   Checkpoint local;
   opt.save_state(local);
   ck.meta["optim/kind"] = opt.kind();
   ck.meta["optim/steps"] = std::to_string(opt.steps());
-  if (opts_.zero == 0) {
+  if (!policy_->shards_optimizer()) {
     if (root)
       for (auto& [k, t] : local.tensors) ck.tensors.insert_or_assign(k, Tensor(t));
     return;
@@ -52,11 +54,11 @@ void DataParallel::add_state(Checkpoint& ck, const nn::Optimizer& opt) {
   std::string mine;
   for (auto& s : local_slots(local)) mine += s + "\n";
   BRAID_CHECK_ARG(mine.size() < kRec, "DataParallel: optimizer slot names too long");
-  std::vector<uint8_t> rec(kRec, 0), all(kRec * size_t(world_));
+  std::vector<uint8_t> rec(kRec, 0), all(kRec * size_t(world));
   std::memcpy(rec.data(), mine.data(), mine.size());
-  comm_->all_gather(rec.data(), all.data(), kRec, DType::kU8);
+  s_->comm->all_gather(rec.data(), all.data(), kRec, DType::kU8);
   std::set<std::string> slots;
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; r < world; ++r) {
     std::string t(reinterpret_cast<const char*>(all.data() + size_t(r) * kRec));
     size_t a = 0, e;
     while ((e = t.find('\n', a)) != std::string::npos) {
@@ -65,8 +67,8 @@ void DataParallel::add_state(Checkpoint& ck, const nn::Optimizer& opt) {
     }
   }
 
-  for (auto& bp : buckets_) {
-    Bucket& b = *bp;
+  for (auto& bp : s_->buckets) {
+    dp::Bucket& b = *bp;
     for (const std::string& slot : slots) {
       Tensor chunk({b.shard}), full({b.padded});
       for (auto& s : b.slices) {
@@ -74,7 +76,7 @@ void DataParallel::add_state(Checkpoint& ck, const nn::Optimizer& opt) {
         if (it == local.tensors.end()) continue;
         std::memcpy(chunk.f32() + s.at, it->second.f32(), size_t(s.count) * 4);
       }
-      comm_->all_gather(chunk.f32(), full.f32(), size_t(b.shard), DType::kF32);
+      s_->comm->all_gather(chunk.f32(), full.f32(), size_t(b.shard), DType::kF32);
       if (!root) continue;
       for (size_t i = 0; i < b.params.size(); ++i) {
         Tensor t(b.shapes[i]);
@@ -87,13 +89,13 @@ void DataParallel::add_state(Checkpoint& ck, const nn::Optimizer& opt) {
 
 void DataParallel::load_state(const Checkpoint& ck, nn::Optimizer& opt) {
   // Pending gathers would overwrite what we load.
-  for (auto& b : buckets_) wait_params(*b);
+  for (auto& b : s_->buckets) s_->wait_params(*b);
   release_all_params();
-  if (opts_.zero < 3) {
-    load_parameters(ck, params_);
+  if (!policy_->shards_params()) {
+    load_parameters(ck, s_->params);
   } else {
-    for (auto& bp : buckets_) {
-      Bucket& b = *bp;
+    for (auto& bp : s_->buckets) {
+      dp::Bucket& b = *bp;
       for (auto& s : b.slices) {
         const std::string key = "model/" + b.params[s.i]->name;
         auto it = ck.tensors.find(key);
@@ -107,8 +109,8 @@ void DataParallel::load_state(const Checkpoint& ck, nn::Optimizer& opt) {
       }
     }
   }
-  if (opts_.zero == 0) {
-    opt.load_state(ck, params_);
+  if (!policy_->shards_optimizer()) {
+    opt.load_state(ck, s_->params);
     return;
   }
   // This rank's slices of every optimizer tensor, under the shard
@@ -118,8 +120,8 @@ void DataParallel::load_state(const Checkpoint& ck, nn::Optimizer& opt) {
     auto it = ck.meta.find(k);
     if (it != ck.meta.end()) sub.meta[k] = it->second;
   }
-  for (auto& bp : buckets_) {
-    Bucket& b = *bp;
+  for (auto& bp : s_->buckets) {
+    dp::Bucket& b = *bp;
     for (auto& s : b.slices) {
       const nn::Parameter* p = b.params[s.i];
       const std::string prefix = "optim/" + p->name + "/";
@@ -134,7 +136,7 @@ void DataParallel::load_state(const Checkpoint& ck, nn::Optimizer& opt) {
       }
     }
   }
-  opt.load_state(sub, shard_params());
+  opt.load_state(sub, s_->shard_params);
 }
 
 }  // namespace braid::parallel
