@@ -401,15 +401,13 @@ void add_chain_reduce(Table& t) {
                },
                [](const CostInputs& m) {
                  // Pipeline fill: n−1 adds of the first chunk before rank
-                 // n−1's, but when ranks outnumber cores the cores work on
-                 // other ranks' chunks meanwhile. Measured (4 ranks on 2
-                 // cores, 1 MiB): chain 307 µs, ring 637 µs; 2 ranks, 1–4
-                 // MiB: ring 1.2–1.4× faster. Its n + 1 hand-offs cost n + 1
-                 // wake-ups, except that ranks outnumbering cores wait by
-                 // yielding, and half the hand-offs then find their rank
-                 // already running: measured after that change (8 ranks on
-                 // 2 cores: 98 µs at 4 KiB, 133 at 64 KiB, where rd took 100
-                 // and 188; 4 ranks: 25–52 µs at 4–64 KiB), n/2 + 1 fits.
+                 // n−1's, except that ranks outnumbering cores have the
+                 // cores work on other ranks' chunks meanwhile. Its n + 1
+                 // hand-offs cost n + 1 wake-ups, except that ranks
+                 // outnumbering cores wait by yielding, and about half the
+                 // hand-offs then find their rank already running: n/2 + 1
+                 // (calibrated with `braid bench --algo`; checked by
+                 // bench/select_regret.py).
                  const double n = m.n, N = m.N, b = m.b, g = m.g;
                  const double fill =
                      m.oversubscribed ? 0 : (n - 1) * std::min(N, double(kChainSlotBytes)) * (b + g);

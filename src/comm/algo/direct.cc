@@ -223,16 +223,14 @@ void add_direct(Table& t) {
                  // One step, n−1 messages out and in at once; every byte
                  // crosses (n−1) times and is folded once per peer. At 2
                  // ranks it is rd's single exchange plus a staging copy, so
-                 // rd keeps that case. Measured on 2 cores (braid bench):
-                 // the n−1 concurrent messages cost about a quarter step
-                 // each beyond the first, and the byte term needs 3× its
-                 // naive (β + γ) to put the crossover with rd where it was
-                 // measured: ~3 KiB at 8 ranks, 4–8 KiB at 4–5, ~48 KiB at
-                 // 3 (oversubscribed; below it oneshot took 0.55–0.85× rd's
-                 // time). Only over shared memory, where small sends land
-                 // in the peers' fast boxes without waking them: over TCP
-                 // every message is a wake-up, and 8 oversubscribed ranks
-                 // took 2.7–3.4 ms against rd's 0.8–1.1.
+                 // rd keeps that case. The n−1 concurrent messages cost about
+                 // a quarter step each beyond the first, and the byte term
+                 // is 3× the naive (β + γ): the factors that put the
+                 // crossover with rd where `braid bench --algo` finds it
+                 // (bench/select_regret.py checks the choices). Only over
+                 // shared memory, where small sends land in the peers' fast
+                 // boxes without waking them: over TCP every message is a
+                 // wake-up, and rd wins.
                  if (m.n == 2 || !m.all_shm) return std::numeric_limits<double>::infinity();
                  return m.a * (1 + (m.n - 2) / 4) + 3 * (m.n - 1) * m.N * (m.b + m.g);
                },
