@@ -1,21 +1,17 @@
 // braid bench: collective benchmark in the manner of nccl-tests.
 //
-// Started plainly, it forks N ranks itself (meeting through a private file
-// store); started under `braid run`, torchrun, mpirun or srun (BRAID_RANK,
-// RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
+// Started plainly, it forks N ranks itself under launch::Supervisor
+// (meeting through a private file store); started under `braid run`,
+// torchrun, mpirun or srun (BRAID_RANK, RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
 // count, dtype, time (the slowest rank's mean per iteration), algbw, busbw
 // (nccl-tests' factors) and the number of wrong elements — every size's
 // last timed call is checked against the exact expected result.
 #include <CLI/CLI.hpp>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -25,6 +21,7 @@
 #include "braid/reduce.h"
 #include "comm/probe.h"
 #include "comm/select.h"
+#include "launch/supervisor.h"
 #include "sizes.h"
 #include "subcommands.h"
 
@@ -335,55 +332,6 @@ int run_probe(Communicator& comm, const Opts& o) {
   return 0;
 }
 
-// Forks n ranks that meet through a private file store.
-int fork_ranks(const Opts& o) {
-  std::string dir = "/tmp/braid_bench_XXXXXX";
-  if (!::mkdtemp(dir.data())) throw_errno("braid bench: mkdtemp");
-  std::string secret = make_job_secret();
-  std::vector<pid_t> pids;
-  std::fflush(stdout);
-  for (int r = 0; r < o.n; ++r) {
-    pid_t pid = ::fork();
-    if (pid < 0) throw_errno("braid bench: fork");
-    if (pid == 0) {
-      int code = 1;
-      try {
-        CommOptions co;
-        co.secret = secret;
-        co.transport = o.transport == "auto" ? "" : o.transport;
-        auto comm = Communicator::create(r, o.n, make_file_store(dir), co);
-        code = o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "braid bench: rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  int result = 0, left = o.n;
-  while (left > 0) {
-    int st = 0;
-    pid_t w = ::wait(&st);
-    if (w < 0) break;
-    --left;
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (code != 0 && result == 0) {
-      result = code;
-      int rank = int(std::find(pids.begin(), pids.end(), w) - pids.begin());
-      std::fprintf(stderr, "braid bench: rank %d exited with status %d; stopping the others\n",
-                   rank, code);
-      for (pid_t p : pids)
-        if (p != w) ::kill(p, SIGTERM);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return result;
-}
-
 }  // namespace
 
 int bench_main(int argc, char** argv) {
@@ -445,14 +393,15 @@ int bench_main(int argc, char** argv) {
     throw Error(Errc::kInvalidArgument, "--algo '" + o.algo + "' is not an algorithm of " + op +
                                             " (choose from: " + names + "auto)");
   }
+  CommOptions co;
+  co.transport = o.transport == "auto" ? "" : o.transport;
+  auto run_job = [&](Communicator& comm) { return o.probe ? run_probe(comm, o) : run_rank(comm, o); };
   if (env_str("BRAID_RANK") || env_str("RANK") || env_str("OMPI_COMM_WORLD_RANK") ||
-      env_str("SLURM_PROCID")) {
-    CommOptions co;
-    co.transport = o.transport == "auto" ? "" : o.transport;
-    auto comm = Communicator::from_env(co);
-    return o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
-  }
-  return fork_ranks(o);
+      env_str("SLURM_PROCID"))
+    return run_job(*Communicator::from_env(co));
+  // Started plainly: n ranks forked under the supervisor, meeting in a private store.
+  return launch::run_forked("braid bench", o.n,
+                            [&](const launch::ForkedRank& r) { return run_job(*r.communicator(co)); });
 }
 
 }  // namespace braid::tool
