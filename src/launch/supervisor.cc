@@ -247,7 +247,7 @@ int Supervisor::wait() {
 
 std::shared_ptr<Communicator> ForkedRank::communicator(CommOptions co) const {
   co.secret = secret;
-  return Communicator::create(rank, size, make_file_store(store_dir), co);
+  return Communicator::create(rank, size, make_file_store(store_dir, size), co);
 }
 
 int run_forked(const std::string& tool, int n, const std::function<int(const ForkedRank&)>& body) {

@@ -107,7 +107,9 @@ class Supervisor {
 // A rank of a job forked by run_forked: where the job's ranks meet.
 struct ForkedRank {
   int rank = 0, size = 1;
-  std::string store_dir;  // a private file store (comm's make_file_store)
+  // A private file store's directory: removed by the last rank to let go
+  // of its store, and by run_forked when the job ends in any case.
+  std::string store_dir;
   std::string secret;     // the job secret
   // This rank's communicator over that store; `co.secret` is set here.
   std::shared_ptr<Communicator> communicator(CommOptions co = {}) const;
