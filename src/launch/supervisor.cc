@@ -66,7 +66,7 @@ std::vector<int> Supervisor::inherited_fds() const {
   return fds;
 }
 
-Supervisor::Rank& Supervisor::add_rank(Child c) {
+void Supervisor::add_rank(Child c) {
   auto r = std::make_unique<Rank>();
   r->global = opt_.first_rank + size();
   r->child = c;
@@ -78,7 +78,6 @@ Supervisor::Rank& Supervisor::add_rank(Child c) {
     r->err = std::make_unique<LinePrefixer>(prefix, 2, true);
   }
   ranks_.push_back(std::move(r));
-  return *ranks_.back();
 }
 
 void Supervisor::start_exec(const std::string& path, const std::vector<std::string>& argv,

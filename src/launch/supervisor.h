@@ -93,9 +93,9 @@ class Supervisor {
   struct Rank;
   struct Remote;
   void kill_all(int sig);
-  Rank& add_rank(Child c);
+  void add_rank(Child c);
+  // What a forked child must close: the signal pipe and the ranks' pipes.
   std::vector<int> inherited_fds() const;
-  int drain_outputs_and_reap();
 
   SupervisorOptions opt_;
   std::unique_ptr<class SignalPipe> signals_;
