@@ -19,7 +19,6 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
-#include "comm/probe.h"
 #include "comm/select.h"
 #include "launch/supervisor.h"
 #include "sizes.h"
@@ -297,41 +296,6 @@ int run_rank(Communicator& comm, const Opts& o) {
 }
 
 
-// Measures the link between ranks 0 and 1 (the transport this job uses),
-// as a communicator does at creation when the cache lacks it, and merges
-// the calibrated figures into the tuning file (comm/probe.h).
-int run_probe(Communicator& comm, const Opts& o) {
-  if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
-  const int r = comm.rank();
-  const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
-  comm.barrier();
-  comm::ProbeSample s{};
-  if (r < 2) {
-    const int other = 1 - r;
-    s = comm::probe_link(
-        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
-        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
-  }
-  comm.barrier();
-  if (r != 0) return 0;
-  std::string path = o.probe_out.empty() ? comm::default_tuning_path() : o.probe_out;
-  if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
-  if (s.core_share < comm::kMinCoreShare)
-    throw Error(Errc::kInvalidArgument,
-                "--probe: the ranks had " + std::to_string(s.core_share) +
-                    " of a core each (other work is running), so the figures would describe "
-                    "that load, not the machine; " + path + " not written");
-  comm::write_tuning(path,
-                     comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()));
-  const comm::LinkCost l = comm::calibrate_link(kind, s);
-  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
-              "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
-              kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
-              l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
-              path.c_str());
-  return 0;
-}
-
 }  // namespace
 
 int bench_main(int argc, char** argv) {
@@ -395,7 +359,7 @@ int bench_main(int argc, char** argv) {
   }
   CommOptions co;
   co.transport = o.transport == "auto" ? "" : o.transport;
-  auto run_job = [&](Communicator& comm) { return o.probe ? run_probe(comm, o) : run_rank(comm, o); };
+  auto run_job = [&](Communicator& comm) { return o.probe ? bench_probe(comm, o.probe_out) : run_rank(comm, o); };
   if (env_str("BRAID_RANK") || env_str("RANK") || env_str("OMPI_COMM_WORLD_RANK") ||
       env_str("SLURM_PROCID"))
     return run_job(*Communicator::from_env(co));
