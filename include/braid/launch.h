@@ -1,8 +1,9 @@
 // Launching a job: N local ranks of a program, supervised.
 //
-// launch_local() is what `braid run` does, and what other subcommands use to
-// start N copies of themselves (`braid bench -n 4` re-executes self_exe()
-// with its own arguments; the copies see BRAID_RANK and behave as ranks).
+// launch_local() is what `braid run` does. The ranks are started and
+// supervised by launch::Supervisor (src/launch/supervisor.h), which also
+// runs the forked ranks of `braid bench -n N` and `braid train --dp N`, so
+// all three stop a failed job by the same rule and with the same message.
 //
 // What it does, in order:
 //  1. The job secret: LaunchOptions::secret, else $BRAID_SECRET, else (one
@@ -28,8 +29,10 @@
 //     a rank exits non-zero or by a signal (or, multi-node, a rank on another
 //     node does), the others get SIGTERM, then SIGKILL after `grace`, and one
 //     line goes to stderr:
-//       braid run: rank K (pid P on host H) exited with status S (signal
-//       NAME); stopped the other N-1 ranks
+//       braid run: rank K (pid P on host H) exited with status S; stopped
+//       the other N-1 ranks
+//     or, for a rank killed by a signal, "... was killed by signal 9
+//     (SIGKILL); ...".
 //
 // Returns the job's status: 0 when every rank exited 0; else the failed
 // rank's exit status (128 + signal number for a signal); 128 + signal when
@@ -37,8 +40,9 @@
 // the program cannot be found. Throws Error(kInvalidArgument) for bad
 // options, Error(kTimeout) when other nodes do not show up within `timeout`.
 //
-// One launch_local() at a time per process: it installs its own handlers for
-// SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGPIPE and restores them on return.
+// One launch_local() (or other Supervisor) at a time per process: it
+// installs its own handlers for SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGPIPE
+// and restores them on return; a second one throws Error(kInvalidArgument).
 #pragma once
 
 #include <chrono>

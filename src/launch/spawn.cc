@@ -1,6 +1,7 @@
 #include "launch/spawn.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -56,32 +57,35 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& over
   return out;
 }
 
-Child spawn(const std::string& path, const std::vector<std::string>& argv,
-            const std::vector<std::string>& env) {
-  // Everything the child needs is built here, before fork.
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw_errno("launch: pipe");
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
+Child fork_child(bool pipes, const std::vector<int>& close_fds,
+                 const std::function<void()>& in_child) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
+  };
+  if (pipes && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)) {
+    int e = errno;
+    close_all();
+    errno = e;
     throw_errno("launch: pipe");
   }
   int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   pid_t parent = ::getpid();
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
-    for (int fd : {out[0], out[1], err[0], err[1], devnull}) ::close(fd);
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    close_all();
+    if (devnull >= 0) ::close(devnull);
     errno = e;
     throw_errno("launch: fork");
   }
   if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
+    // Only async-signal-safe calls until in_child.
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the launcher is already gone
@@ -92,9 +96,34 @@ Child spawn(const std::string& path, const std::vector<std::string>& argv,
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int fd : close_fds) ::close(fd);
     if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
+    if (pipes) {
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+    }
+    in_child();
+    ::_exit(127);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  ::setpgid(pid, pid);  // also here, so signals sent right away reach the group
+  if (devnull >= 0) ::close(devnull);
+  if (!pipes) return Child{pid, -1, -1};
+  ::close(out[1]);
+  ::close(err[1]);
+  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return Child{pid, out[0], err[0]};
+}
+
+Child spawn(const std::string& path, const std::vector<std::string>& argv,
+            const std::vector<std::string>& env) {
+  // Everything the child needs is built here, before fork.
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  return fork_child(true, {}, [&] {
     ::execve(path.c_str(), cargv.data(), cenv.data());
     const char msg[] = "braid: exec failed: ";
     (void)!::write(2, msg, sizeof msg - 1);
@@ -102,13 +131,7 @@ Child spawn(const std::string& path, const std::vector<std::string>& argv,
     (void)!::write(2, why, ::strlen(why));
     (void)!::write(2, "\n", 1);
     ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here, so signals sent right away reach the group
-  ::close(out[1]);
-  ::close(err[1]);
-  if (devnull >= 0) ::close(devnull);
-  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  return Child{pid, out[0], err[0]};
+  });
 }
 
 std::string signal_name(int sig) {
@@ -124,9 +147,10 @@ int shell_status(int wstatus) {
 }
 
 std::string describe_wait_status(int wstatus) {
-  std::string s = "exited with status " + std::to_string(shell_status(wstatus));
-  if (WIFSIGNALED(wstatus)) s += " (signal " + signal_name(WTERMSIG(wstatus)) + ")";
-  return s;
+  if (WIFSIGNALED(wstatus))
+    return "was killed by signal " + std::to_string(WTERMSIG(wstatus)) + " (" +
+           signal_name(WTERMSIG(wstatus)) + ")";
+  return "exited with status " + std::to_string(shell_status(wstatus));
 }
 
 }  // namespace braid::launch

@@ -1,21 +1,17 @@
 // braid bench: collective benchmark in the manner of nccl-tests.
 //
-// Started plainly, it forks N ranks itself (meeting through a private file
-// store); started under `braid run`, torchrun, mpirun or srun (BRAID_RANK,
-// RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
+// Started plainly, it forks N ranks itself under launch::Supervisor
+// (meeting through a private file store); started under `braid run`,
+// torchrun, mpirun or srun (BRAID_RANK, RANK, ... set), it joins that job. Rank 0 prints one row per size: bytes,
 // count, dtype, time (the slowest rank's mean per iteration), algbw, busbw
 // (nccl-tests' factors) and the number of wrong elements — every size's
 // last timed call is checked against the exact expected result.
 #include <CLI/CLI.hpp>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -23,8 +19,8 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
-#include "comm/probe.h"
 #include "comm/select.h"
+#include "launch/supervisor.h"
 #include "sizes.h"
 #include "subcommands.h"
 
@@ -300,90 +296,6 @@ int run_rank(Communicator& comm, const Opts& o) {
 }
 
 
-// Measures the link between ranks 0 and 1 (the transport this job uses),
-// as a communicator does at creation when the cache lacks it, and merges
-// the calibrated figures into the tuning file (comm/probe.h).
-int run_probe(Communicator& comm, const Opts& o) {
-  if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
-  const int r = comm.rank();
-  const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
-  comm.barrier();
-  comm::ProbeSample s{};
-  if (r < 2) {
-    const int other = 1 - r;
-    s = comm::probe_link(
-        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
-        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
-  }
-  comm.barrier();
-  if (r != 0) return 0;
-  std::string path = o.probe_out.empty() ? comm::default_tuning_path() : o.probe_out;
-  if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
-  if (s.core_share < comm::kMinCoreShare)
-    throw Error(Errc::kInvalidArgument,
-                "--probe: the ranks had " + std::to_string(s.core_share) +
-                    " of a core each (other work is running), so the figures would describe "
-                    "that load, not the machine; " + path + " not written");
-  comm::write_tuning(path,
-                     comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()));
-  const comm::LinkCost l = comm::calibrate_link(kind, s);
-  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
-              "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
-              kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
-              l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
-              path.c_str());
-  return 0;
-}
-
-// Forks n ranks that meet through a private file store.
-int fork_ranks(const Opts& o) {
-  std::string dir = "/tmp/braid_bench_XXXXXX";
-  if (!::mkdtemp(dir.data())) throw_errno("braid bench: mkdtemp");
-  std::string secret = make_job_secret();
-  std::vector<pid_t> pids;
-  std::fflush(stdout);
-  for (int r = 0; r < o.n; ++r) {
-    pid_t pid = ::fork();
-    if (pid < 0) throw_errno("braid bench: fork");
-    if (pid == 0) {
-      int code = 1;
-      try {
-        CommOptions co;
-        co.secret = secret;
-        co.transport = o.transport == "auto" ? "" : o.transport;
-        auto comm = Communicator::create(r, o.n, make_file_store(dir), co);
-        code = o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "braid bench: rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  int result = 0, left = o.n;
-  while (left > 0) {
-    int st = 0;
-    pid_t w = ::wait(&st);
-    if (w < 0) break;
-    --left;
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (code != 0 && result == 0) {
-      result = code;
-      int rank = int(std::find(pids.begin(), pids.end(), w) - pids.begin());
-      std::fprintf(stderr, "braid bench: rank %d exited with status %d; stopping the others\n",
-                   rank, code);
-      for (pid_t p : pids)
-        if (p != w) ::kill(p, SIGTERM);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return result;
-}
-
 }  // namespace
 
 int bench_main(int argc, char** argv) {
@@ -445,14 +357,15 @@ int bench_main(int argc, char** argv) {
     throw Error(Errc::kInvalidArgument, "--algo '" + o.algo + "' is not an algorithm of " + op +
                                             " (choose from: " + names + "auto)");
   }
+  CommOptions co;
+  co.transport = o.transport == "auto" ? "" : o.transport;
+  auto run_job = [&](Communicator& comm) { return o.probe ? bench_probe(comm, o.probe_out) : run_rank(comm, o); };
   if (env_str("BRAID_RANK") || env_str("RANK") || env_str("OMPI_COMM_WORLD_RANK") ||
-      env_str("SLURM_PROCID")) {
-    CommOptions co;
-    co.transport = o.transport == "auto" ? "" : o.transport;
-    auto comm = Communicator::from_env(co);
-    return o.probe ? run_probe(*comm, o) : run_rank(*comm, o);
-  }
-  return fork_ranks(o);
+      env_str("SLURM_PROCID"))
+    return run_job(*Communicator::from_env(co));
+  // Started plainly: n ranks forked under the supervisor, meeting in a private store.
+  return launch::run_forked("braid bench", o.n,
+                            [&](const launch::ForkedRank& r) { return run_job(*r.communicator(co)); });
 }
 
 }  // namespace braid::tool

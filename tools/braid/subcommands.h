@@ -1,9 +1,18 @@
 // Entry points of the braid tool's subcommands, one file each.
 #pragma once
 
+#include <string>
+
+namespace braid {
+class Communicator;
+}
+
 namespace braid::tool {
 int run_main(int argc, char** argv);    // run_cmd.cc:   braid run
 int bench_main(int argc, char** argv);  // bench_cmd.cc: braid bench
+// bench_probe.cc: braid bench --probe (ranks 0 and 1 measure their link;
+// rank 0 writes the figures to `probe_out`, "" for the default tuning file).
+int bench_probe(Communicator& comm, const std::string& probe_out);
 int train_main(int argc, char** argv);  // train_cmd.cc: braid train
 int env_main(int argc, char** argv);    // env_cmd.cc:   braid env
 int doctor_main(int argc, char** argv); // doctor_cmd.cc: braid doctor (checks: doctor.h)

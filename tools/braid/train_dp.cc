@@ -3,29 +3,23 @@
 // train_cmd.cc hands over here when --dp/--zero (or another data-parallel
 // flag) is given, or when this process is a rank of a job started by braid
 // run, torchrun, mpirun or srun. Started plainly with --dp N, it forks N
-// ranks itself (they meet through a private file store) and supervises
-// them: when one dies, the others are stopped and one line names it. Under
+// ranks itself under launch::Supervisor (they meet through a private file
+// store): when one fails, the others are stopped and one line names it. Under
 // a launcher it joins the job it is given (Communicator::from_env).
 //
 // Rank 0 shows the progress bar and writes the JSON log; each step's loss
 // is over the whole global batch; step records carry every rank's
 // compute_s / exposed_comm_s / idle_s (arrays indexed by rank).
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <algorithm>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
 #include "braid/checkpoint.h"
 #include "braid/comm.h"
@@ -34,6 +28,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/models.h"
+#include "launch/supervisor.h"
 #include "subcommands.h"
 #include "train_setup.h"
 
@@ -183,77 +178,6 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   return 0;
 }
 
-// Forks n ranks meeting through a private file store; returns the job's
-// status. The first rank to fail is named, and the others are stopped.
-int fork_and_supervise(const DpFlags& f) {
-  std::string dir = "/tmp/braid_train_XXXXXX";
-  if (!::mkdtemp(dir.data())) throw_errno("braid train: mkdtemp");
-  const std::string secret = make_job_secret();
-  std::vector<pid_t> pids;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  for (int r = 0; r < f.dp; ++r) {
-    pid_t pid = ::fork();
-    if (pid < 0) throw_errno("braid train: fork");
-    if (pid == 0) {
-      int code = 1;
-      try {
-        CommOptions co;
-        co.secret = secret;
-        co.transport = f.transport;
-        auto comm = Communicator::create(r, f.dp, make_file_store(dir), co);
-        code = run_rank(comm, f);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "braid train: rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  int status_out = 0, alive = f.dp;
-  bool stopping = false;
-  double stop_at = 0;
-  while (alive > 0) {
-    int st = 0;
-    pid_t pid = ::waitpid(-1, &st, stopping ? WNOHANG : 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (pid == 0) {  // stopping: give them 3 s, then SIGKILL
-      if (now_s() - stop_at > 3)
-        for (pid_t p : pids)
-          if (p > 0) ::kill(p, SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    int r = int(std::find(pids.begin(), pids.end(), pid) - pids.begin());
-    if (r >= int(pids.size())) continue;
-    pids[size_t(r)] = -1;
-    --alive;
-    bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (failed && !stopping) {
-      std::string how = WIFSIGNALED(st)
-                            ? std::string("was killed by signal ") + std::to_string(WTERMSIG(st)) +
-                                  " (" + strsignal(WTERMSIG(st)) + ")"
-                            : "exited with status " + std::to_string(WEXITSTATUS(st));
-      std::fprintf(stderr, "braid train: rank %d (pid %d) %s; stopping the other %d rank%s\n", r,
-                   int(pid), how.c_str(), alive, alive == 1 ? "" : "s");
-      status_out = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-      stopping = true;
-      stop_at = now_s();
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGTERM);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return status_out;
-}
-
 }  // namespace
 
 bool dp_requested(int argc, char** argv) {
@@ -306,7 +230,12 @@ int train_dp_main(int argc, char** argv) {
     return run_rank(Communicator::from_env(), f);
   }
   if (f.dp <= 1) return run_rank(Communicator::from_env(), f);
-  return fork_and_supervise(f);
+  // Started plainly: f.dp ranks forked under the supervisor, meeting in a private store.
+  CommOptions co;
+  co.transport = f.transport;
+  return launch::run_forked("braid train", f.dp, [&](const launch::ForkedRank& r) {
+    return run_rank(r.communicator(co), f);
+  });
 }
 
 }  // namespace braid::tool

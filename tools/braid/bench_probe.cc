@@ -1,0 +1,48 @@
+// braid bench --probe: the link measurement behind the cost model's cache.
+#include <cstdio>
+#include <string>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "comm/probe.h"
+#include "subcommands.h"
+
+namespace braid::tool {
+
+// Measures the link between ranks 0 and 1 (the transport this job uses),
+// as a communicator does at creation when the cache lacks it, and merges
+// the calibrated figures into the tuning file (comm/probe.h).
+int bench_probe(Communicator& comm, const std::string& probe_out) {
+  if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
+  const int r = comm.rank();
+  const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
+  comm.barrier();
+  comm::ProbeSample s{};
+  if (r < 2) {
+    const int other = 1 - r;
+    s = comm::probe_link(
+        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
+        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
+  }
+  comm.barrier();
+  if (r != 0) return 0;
+  std::string path = probe_out.empty() ? comm::default_tuning_path() : probe_out;
+  if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
+  if (s.core_share < comm::kMinCoreShare)
+    throw Error(Errc::kInvalidArgument,
+                "--probe: the ranks had " + std::to_string(s.core_share) +
+                    " of a core each (other work is running), so the figures would describe "
+                    "that load, not the machine; " + path + " not written");
+  comm::write_tuning(path,
+                     comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()));
+  const comm::LinkCost l = comm::calibrate_link(kind, s);
+  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
+              "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
+              kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
+              l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
+              path.c_str());
+  return 0;
+}
+
+}  // namespace braid::tool
