@@ -105,7 +105,8 @@ class HybridGpt {
   // "optim/<name>/<slot>" at the serial model's full shapes, meta "step",
   // "seed", "optim/kind", "optim/steps" — what nn::Trainer writes, so a
   // run saved at any (dp, tp, pp) resumes at any other or in one process.
-  // save gathers over tp and then to world rank 0, which writes `path`;
+  // save gathers (optimizer state over dp under ZeRO-1, then everything
+  // over tp, then to world rank 0, which writes `path`);
   // load reads it on every rank and keeps this rank's slices. Errors:
   // checkpoint.h's (kIo, kCorrupt naming the missing tensor).
   void save(const std::string& path, const nn::Optimizer& opt);

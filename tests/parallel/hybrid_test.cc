@@ -4,10 +4,11 @@
 // and the final parameters (shards gathered over tp, each stage its own)
 // are within 1e-5 relative of nn::Trainer on the same global batches, at
 // (dp, tp, pp) = (2,2,1) (also sequence parallel), (2,1,2), (1,2,2) (also
-// interleaved, 2 chunks) and (2,2,2), with GPipe and 1F1B. Each rank holds
-// only its stage's shards (parameter bytes from the model's counters). A
-// checkpoint saved at (2,2,2) resumes at (1,1,1) and (1,2,1) with the next
-// 5 losses equal to the uninterrupted run's. Bad input is refused by name.
+// interleaved, 2 chunks) and (2,2,2), with GPipe and 1F1B, and ZeRO-1 over
+// dp. Each rank holds only its stage's shards (parameter and optimizer
+// bytes from the model's counters). A checkpoint saved at (2,2,2) under
+// ZeRO-1 resumes at (1,1,1), (1,2,1), (2,1,1) with ZeRO-1 and in
+// nn::Trainer, the next 5 losses equal to the uninterrupted run's. Bad input is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,12 +99,14 @@ struct Case {
   int micro_batches;
   int chunks = 1;
   bool sp = false;
+  int zero = 0;
 };
 
 std::string describe(const Case& c) {
   return "(dp,tp,pp)=(" + std::to_string(c.dp) + "," + std::to_string(c.tp) + "," +
          std::to_string(c.pp) + ") " + c.schedule + " M=" + std::to_string(c.micro_batches) +
-         (c.chunks > 1 ? " v=" + std::to_string(c.chunks) : "") + (c.sp ? " sp" : "");
+         (c.chunks > 1 ? " v=" + std::to_string(c.chunks) : "") + (c.sp ? " sp" : "") +
+         (c.zero ? " zero1" : "");
 }
 
 void batch(int64_t step, Tensor& x, Tensor& y) {
@@ -140,6 +143,7 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   o.chunks = c.chunks;
   o.sequence_parallel = c.sp;
   o.clip = kClip;
+  o.zero = c.zero;
   auto model = make_hybrid_gpt(mesh, config(), kSeed, c.schedule, c.micro_batches, o);
   nn::AdamW opt = optimizer();
   Tensor x, y;
@@ -192,17 +196,26 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
     EXPECT_EQ(serial_bytes_here, ref.bytes) << what;
     EXPECT_LE(double(bytes), ref.bytes / double(c.tp) * 1.05) << what;
   }
+  // AdamW keeps two slots per element it updates: under ZeRO-1, 1/dp of them.
+  const int64_t state = model->optimizer_bytes(opt);
+  if (c.zero == 1) {
+    EXPECT_LE(state, 2 * bytes / c.dp + 2 * 4) << what;
+  } else {
+    EXPECT_EQ(state, 2 * bytes) << what;
+  }
   if (!save_to.empty()) model->save(save_to, opt);
 }
 
-// Resumes the checkpoint of step kSteps at (1, tp, 1) on this world and
+// Resumes the checkpoint of step kSteps at (dp, tp, 1) on this world and
 // checks the next kMoreSteps losses against the uninterrupted serial run.
-void resume(const std::shared_ptr<Communicator>& world, int tp, const std::string& path) {
+void resume(const std::shared_ptr<Communicator>& world, int dp, int tp, int zero,
+            const std::string& path) {
   set_num_threads(1);
   const Trace& ref = serial();
-  Mesh mesh(world, 1, tp, 1);
+  Mesh mesh(world, dp, tp, 1);
   HybridOptions o;
   o.clip = kClip;
+  o.zero = zero;
   auto model = make_hybrid_gpt(mesh, config(), kSeed, "1f1b", 2, o);
   nn::AdamW opt = optimizer();
   model->load(path, opt);
@@ -213,7 +226,8 @@ void resume(const std::shared_ptr<Communicator>& world, int tp, const std::strin
     batch(step, x, y);
     const double loss = model->step(x, y, opt, schedule().at(step));
     expect_loss(loss, ref.losses[size_t(step)],
-                "resumed at tp=" + std::to_string(tp) + " step " + std::to_string(step));
+                "resumed at dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                    " zero=" + std::to_string(zero) + " step " + std::to_string(step));
   }
 }
 
@@ -228,6 +242,8 @@ TEST(Hybrid, MatchesSingleProcessOnFourRanks) {
     run_case(world, {1, 2, 2, "gpipe", 4});
     run_case(world, {1, 2, 2, "1f1b", 4});
     run_case(world, {1, 2, 2, "interleaved", 4, 2});
+    run_case(world, {2, 2, 1, "1f1b", 2, 1, false, 1});
+    run_case(world, {2, 1, 2, "1f1b", 2, 1, false, 1});
   }, std::chrono::seconds(600));
 }
 
@@ -237,13 +253,32 @@ TEST(Hybrid, MatchesSingleProcessOnEightRanksAndCheckpointsResumeAnywhere) {
   testing::expect_all_pass(8, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto world = testing::make_comm(rank, n, store, 240);
     run_case(world, {2, 2, 2, "gpipe", 2});
-    run_case(world, {2, 2, 2, "1f1b", 2}, path);
+    run_case(world, {2, 2, 2, "1f1b", 2, 1, false, 1}, path);
   }, std::chrono::seconds(600));
   testing::expect_all_pass(1, [&](int rank, int n, std::shared_ptr<Store> store) {
-    resume(testing::make_comm(rank, n, store, 60), 1, path);
+    resume(testing::make_comm(rank, n, store, 60), 1, 1, 0, path);
   });
+  {
+    // The file is nn::Trainer's format: the serial trainer resumes it too.
+    const Trace& ref = serial();
+    auto model = nn::make_gpt(config(), kSeed);
+    nn::ByteText data = text();
+    nn::AdamW opt = optimizer();
+    nn::TrainOptions o;
+    o.global_batch = kBatch;
+    o.seed = kSeed;
+    o.clip = kClip;
+    nn::Trainer tr(*model, data, opt, schedule(), o);
+    tr.load(path);
+    ASSERT_EQ(tr.next_step(), kSteps);
+    for (int64_t step = kSteps; step < kSteps + kMoreSteps; ++step)
+      expect_loss(tr.step().loss, ref.losses[size_t(step)],
+                  "nn::Trainer resumed, step " + std::to_string(step));
+  }
   testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
-    resume(testing::make_comm(rank, n, store, 60), 2, path);
+    auto world = testing::make_comm(rank, n, store, 60);
+    resume(world, 1, 2, 0, path);
+    resume(world, 2, 1, 1, path);
   });
 }
 

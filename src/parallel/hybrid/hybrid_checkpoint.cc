@@ -1,5 +1,6 @@
-// HybridGpt checkpoints in the serial format. Saving: on pipeline copy 0
-// each stage gathers its shards (and their optimizer state) over tp, then
+// HybridGpt checkpoints in the serial format. Saving: under ZeRO-1 the
+// optimizer state is first gathered over dp; then on pipeline copy 0 each
+// stage gathers its shards (and their optimizer state) over tp, then
 // tp rank 0 of every stage sends its full tensors to world rank 0 over the
 // pp group of (dp 0, tp 0), which writes the file. Loading: every rank
 // reads the file and slices its shards, so the layout it was saved at does
@@ -81,9 +82,13 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 void HybridGpt::save(const std::string& path, const nn::Optimizer& opt) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
-  if (c.dp == 0) {
-    Checkpoint local;
+  // Optimizer state per whole parameter (under ZeRO-1 gathered over dp).
+  Checkpoint local;
+  if (m.zero1)
+    local = m.zero1->gather_state(opt);
+  else if (c.dp == 0)
     opt.save_state(local);
+  if (c.dp == 0) {
     // Full tensors of this stage, in shard order; the same keys on every
     // tp rank, so the gathers pair up.
     std::map<std::string, Tensor> full;
@@ -136,7 +141,10 @@ void HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
     for (const std::string& key : optim_keys(ck, s.param->name))
       local.tensors.insert_or_assign(key, slice(key));
   }
-  opt.load_state(local, m.params);
+  if (m.zero1)
+    m.zero1->load_state(local, opt);
+  else
+    opt.load_state(local, m.params);
   set_next_step(resume_step(ck, m.seed, path));
 }
 

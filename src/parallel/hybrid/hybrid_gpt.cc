@@ -49,8 +49,8 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
   m.seed = seed;
   m.opts = std::move(opts);
   const HybridOptions& o = m.opts;
-  BRAID_CHECK_ARG(o.zero == 0,
-                  "hybrid: ZeRO stage " + std::to_string(o.zero) + " (only 0 is supported)");
+  BRAID_CHECK_ARG(o.zero == 0 || o.zero == 1,
+                  "hybrid: ZeRO stage " + std::to_string(o.zero) + " (0 or 1 are supported)");
   BRAID_CHECK_ARG(o.micro_batches >= 1,
                   "hybrid: micro_batches " + std::to_string(o.micro_batches) + " (at least 1)");
   // make_schedule names the valid schedules and checks chunks.
@@ -123,6 +123,11 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     impl_->step_comm_s += now_s() - t0;
     return sq;
   };
+  if (o.zero == 1) {
+    m.zero1 = std::make_unique<Zero1>(m.params, mesh_.dp());
+    popts.optimizer_step = [this](nn::Optimizer& opt, const std::vector<nn::Parameter*>&,
+                                  float lr) { impl_->step_comm_s += impl_->zero1->step(opt, lr); };
+  }
   m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), std::move(chunks), std::move(sched),
                                               std::move(popts));
 }
@@ -140,8 +145,9 @@ int64_t HybridGpt::parameter_bytes() const {
 }
 
 int64_t HybridGpt::optimizer_bytes(const nn::Optimizer& opt) const {
-  return int64_t(opt.state_per_param()) * nn::count_parameters(impl_->params) *
-         int64_t(sizeof(float));
+  const int64_t held = impl_->zero1 ? impl_->zero1->owned_elements()
+                                    : nn::count_parameters(impl_->params);
+  return int64_t(opt.state_per_param()) * held * int64_t(sizeof(float));
 }
 
 double HybridGpt::step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, float lr) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "braid/hybrid.h"
+#include "parallel/hybrid/zero1.h"
 
 namespace braid::parallel {
 
@@ -16,6 +17,7 @@ struct HybridGpt::Impl {
   std::unique_ptr<tp::TpGpt> model;
   std::unique_ptr<PipelineExecutor> exec;
   std::vector<nn::Parameter*> params;
+  std::unique_ptr<Zero1> zero1;  // HybridOptions::zero == 1
   Tensor flat, partial;  // gradient reduction scratch
   // Communication time spent inside the executor's reduce-gradients and
   // optimizer-step actions during the current step.
