@@ -55,6 +55,11 @@ void send_tensors(Communicator& pp, int peer, const std::map<std::string, Tensor
 void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out) {
   int64_t sizes[2];
   pp.recv(sizes, 2, DType::kI64, peer, kHeaderTag);
+  // Lengths bounded before anything is allocated for them.
+  if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 30) || sizes[1] > (int64_t(1) << 40))
+    throw Error(Errc::kCorrupt, "checkpoint: stage " + std::to_string(peer) + " announced " +
+                                    std::to_string(sizes[0]) + " header bytes and " +
+                                    std::to_string(sizes[1]) + " floats");
   std::string header(size_t(sizes[0]), '\0');
   pp.recv(header.data(), header.size(), DType::kU8, peer, kHeaderTag);
   std::vector<float> payload(static_cast<size_t>(sizes[1]));
