@@ -183,8 +183,27 @@ struct ActionTiming {
   double start = 0, end = 0;  // seconds on the monotonic clock
 };
 
+// The last stage's loss, with nn::SoftmaxCrossEntropy's contract: forward
+// returns the SUM over rows of −log p[target]; backward(scale) returns
+// scale · dL/dlogits in a buffer the loss owns. A vocabulary-parallel loss
+// (tensor_parallel.h) fits the same contract over split logits.
+class StageLoss {
+ public:
+  virtual ~StageLoss() = default;
+  virtual double forward(const Tensor& logits, const Tensor& target) = 0;
+  virtual const Tensor& backward(float scale) = 0;
+};
+
 struct PipelineOptions {
   uint64_t seed = 0;  // dropout keys (as nn::TrainOptions::seed)
+  // Empty: softmax cross-entropy over whole logits.
+  std::shared_ptr<StageLoss> loss;
+  // Data parallelism over `replicas` copies of this pipeline: a step's
+  // batch is rows [replica · b, (replica + 1) · b) of a global batch of
+  // replicas · b rows. Dropout keys use the global row, and gradients are
+  // scaled by 1 / (global target rows), so the SUM of the replicas'
+  // gradients (reduce_gradients' job) is the global mean's.
+  int replica = 0, replicas = 1;
   // Called at kReduceGrads with this rank's parameters: where a data-
   // parallel group replicates the stage, it sums their gradients there.
   // Empty: pipeline parallelism alone has no replica to reduce with.
@@ -193,6 +212,14 @@ struct PipelineOptions {
   // step, as nn::clip_grad_norm does in one process (0: off). Costs one
   // all-reduce of a double over the pipeline's ranks per step.
   double clip = 0.0;
+  // The squared global gradient norm for clipping, from this rank's
+  // gradients (collective where the norm spans more ranks, e.g. a tensor-
+  // parallel group that holds each element once). Empty: the squares of
+  // this rank's gradients summed over the pipeline's ranks.
+  std::function<double(const std::vector<nn::Parameter*>&)> grad_square_sum;
+  // Called at kStep after clipping instead of opt.step(params, lr): a
+  // sharded optimizer (ZeRO) updates its shard and gathers the rest.
+  std::function<void(nn::Optimizer&, const std::vector<nn::Parameter*>&, float)> optimizer_step;
   // Called after each action of a step with its index (progress, tests).
   std::function<void(int action)> after_action;
 };
@@ -200,8 +227,9 @@ struct PipelineOptions {
 // Runs `schedule` on this rank's stages of `model`. Every rank builds the
 // same full model (same seed) and keeps only its chunks' modules busy;
 // bounds are the schedule's stages() + 1 module boundaries (see
-// partition_layers). The loss is softmax cross-entropy, averaged over the
-// global batch.
+// partition_layers). Or (second constructor) each rank builds only its
+// stages' modules. The loss (PipelineOptions::loss, by default softmax
+// cross-entropy) is averaged over the global batch.
 //
 // The modules hold one micro-batch's activations at a time, so the executor
 // keeps every in-flight micro-batch's stage input and, when a backward is
@@ -216,13 +244,21 @@ class PipelineExecutor {
   // schedule.ranks or the bounds do not fit the model.
   PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
                    std::vector<size_t> bounds, Schedule schedule, PipelineOptions opts = {});
+  // The same over modules this rank built for its own stages only:
+  // chunks[c] is its chunk c's modules in forward order (the stage
+  // schedule.stage_of(rank, c)). Error(kInvalidArgument) when the chunk
+  // count is not schedule.chunks or a chunk is empty.
+  PipelineExecutor(std::shared_ptr<Communicator> comm,
+                   std::vector<std::vector<nn::Module*>> chunks, Schedule schedule,
+                   PipelineOptions opts = {});
 
   // One optimizer step over the global batch: input [B, …] (needed on the
   // rank of stage 0; f32 or i32 tokens), target i32 [B] or [B, T] (needed
   // on the rank of the last stage); others may pass empty tensors. B must
   // split into micro_batches. Zeroes this rank's gradients, runs its
   // actions, steps `opt` with lr on this rank's parameters. Returns the
-  // mean loss over the global batch on every rank (one broadcast). Costs,
+  // mean loss over this replica's batch (with one replica: the global
+  // batch) on every rank of the pipeline (one broadcast). Costs,
   // besides the actions, a broadcast of the micro-batch shape per step and,
   // when that shape changes, one dry forward per stage to learn the
   // activation shapes. Throws the communicator's errors (a dead stage is
@@ -236,6 +272,12 @@ class PipelineExecutor {
   const std::vector<ActionTiming>& timings() const { return timings_; }
   // Forwards run again for a backward in the last step (see above).
   int recomputed() const { return recomputed_; }
+  // The most bytes of micro-batch activations and gradients this rank kept
+  // between actions in the last step: stage inputs awaiting their backward
+  // (stage 0's are views of the caller's batch and not counted), outputs
+  // and gradients awaiting their send, incoming gradients. The modules'
+  // own buffers for the micro-batch they hold come on top.
+  int64_t peak_held_bytes() const { return peak_held_; }
   // Global gradient norm before clipping in the last step (0 unless clip).
   double grad_norm() const { return grad_norm_; }
   // The optimizer step the next step() runs (dropout keys use it); set it
@@ -249,7 +291,9 @@ class PipelineExecutor {
   void forward(int mb, int chunk, bool for_backward);
   void backward(int mb, int chunk);
   void communicate(const Action& a);
+  void init(std::vector<std::vector<nn::Module*>> chunks);
   void clip_gradients();
+  int64_t held_bytes() const;
 
   std::shared_ptr<Communicator> comm_;
   Schedule sched_;
@@ -258,7 +302,7 @@ class PipelineExecutor {
   int rank_;
   std::vector<std::shared_ptr<Stage>> stages_;  // [chunk]
   std::vector<nn::Parameter*> params_;
-  nn::SoftmaxCrossEntropy loss_;
+  std::shared_ptr<StageLoss> loss_;
   std::vector<ActionTiming> timings_;
   Shape mb_shape_;  // and dtype: what the stage shapes were learnt for
   DType mb_dtype_ = DType::kF32;
@@ -270,6 +314,7 @@ class PipelineExecutor {
   double loss_sum_ = 0;
   int recomputed_ = 0;
   double grad_norm_ = 0;
+  int64_t peak_held_ = 0;
 };
 
 // ---- Traces ---------------------------------------------------------------

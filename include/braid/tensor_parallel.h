@@ -360,28 +360,48 @@ class TpTransformerBlock : public nn::Module {
   Tensor h_, y_, dh_, dx_;
 };
 
+// A range [begin, end) of the GPT's top-level modules, numbered as
+// nn::make_gpt's children: 0 emb, 1 … L the blocks h.0 … h.{L−1}, L + 1
+// ln_f, L + 2 lm_head (gpt_module_count(cfg) = L + 3 in all).
+struct ModuleRange {
+  size_t begin = 0, end = 0;
+};
+size_t gpt_module_count(const nn::GptConfig& cfg);
+
 struct TpGptOptions {
   bool sequence_parallel = false;
+  // The top-level modules this rank builds (a pipeline stage's, or an
+  // interleaved schedule's chunks); empty: all of them. Modules outside
+  // the ranges are never allocated.
+  std::vector<ModuleRange> modules;
 };
 
 // nn::make_gpt's model split across a tp group. Input: i32 tokens [B, T];
 // output: this rank's block of the logits [B, T, V/n] (for
 // VocabParallelCrossEntropy). Parameters are the serial model's for the
 // same seed, sliced: the constructor builds the serial GPT once, keeps
-// this rank's shards and frees it (memory: one full model, briefly).
-// Throws Error(kInvalidArgument) naming heads, vocab or dim when one does
-// not divide by the group's size; with sequence parallelism forward throws
-// when T does not.
+// this rank's shards of the modules it builds and frees it (memory: one
+// full model, briefly). Throws Error(kInvalidArgument) naming heads, vocab
+// or dim when one does not divide by the group's size, or a module range
+// outside the model; with sequence parallelism forward throws when T does
+// not divide.
 class TpGpt : public nn::Module {
  public:
   TpGpt(const nn::GptConfig& cfg, uint64_t seed, std::shared_ptr<Communicator> tp,
         TpGptOptions opts = {});
   ~TpGpt() override;
+  // The whole model: Error(kInvalidArgument) when this TpGpt holds only
+  // some modules (run those through a pipeline: module()).
   const Tensor& forward(const Tensor& tokens, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dlogits, nn::Context& ctx) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   void release_activations() override;
-  // Every parameter with its split, in parameters() order.
+  // Top-level module i (see ModuleRange), or Error(kInvalidArgument) when
+  // it was not built here.
+  nn::Module& module(size_t i) const;
+  bool has_module(size_t i) const { return i < units_.size() && units_[i] != nullptr; }
+  size_t module_count() const { return units_.size(); }
+  // Every parameter this rank holds with its split, in parameters() order.
   const std::vector<Sharded>& shards() const { return shards_; }
   // Under sequence parallelism, sums over the group the gradients of the
   // replicated parameters that each rank computed from its own positions
@@ -394,13 +414,14 @@ class TpGpt : public nn::Module {
  private:
   std::shared_ptr<Communicator> tp_;
   TpGptOptions opts_;
-  std::unique_ptr<VocabParallelEmbedding> emb_;
-  std::vector<std::unique_ptr<TpTransformerBlock>> blocks_;
-  std::unique_ptr<nn::LayerNorm> ln_f_;
-  std::unique_ptr<ColumnParallelLinear> lm_head_;  // gathers along T first under SP
+  std::vector<std::unique_ptr<nn::Module>> units_;  // [module index]; null: not built here
   std::vector<Sharded> shards_;
   Tensor partial_;
 };
+
+// Sums over the group the gradients of the parameters marked partial_grad
+// (one all_reduce through `scratch`; nothing when there are none).
+void reduce_partial_grads(const std::vector<Sharded>& params, Communicator& tp, Tensor& scratch);
 
 // Global L2 norm of the gradients of a tensor-parallel model (a shard
 // counted once on its rank, a replicated parameter once in all; one

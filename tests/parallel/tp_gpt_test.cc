@@ -109,7 +109,7 @@ void train_and_compare(std::shared_ptr<Communicator> tp, std::shared_ptr<Communi
                        bool sp, const std::string& what) {
   set_num_threads(1);
   const Trace& ref = serial();
-  TpGpt model(config(), 5, tp, TpGptOptions{sp});
+  TpGpt model(config(), 5, tp, TpGptOptions{sp, {}});
   nn::ByteText data(text_bytes(), 8, "tp test text");
   nn::AdamW opt = optimizer();
   TpTrainer tr(model, dp, data, opt, schedule(), train_options());
@@ -196,7 +196,7 @@ TEST(TpGpt, SizesThatDoNotDivideAreRefusedByName) {
     refused(c, "vocabulary 255 is not divisible by the tensor-parallel size 2");
     // Sequence parallelism needs T to divide: refused at forward, before
     // any collective (so the group stays usable).
-    TpGpt m(config(), 1, comm, TpGptOptions{true});
+    TpGpt m(config(), 1, comm, TpGptOptions{true, {}});
     Tensor tokens({2, 7}, DType::kI32);
     nn::Context ctx;
     try {

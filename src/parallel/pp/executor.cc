@@ -7,6 +7,7 @@
 // incoming gradient from its receive (or the loss) until the backward, the
 // outgoing gradient until its send. So the executor's memory follows the
 // schedule's live activations (check_schedule's peak_live), not M.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -51,16 +52,23 @@ void keep_copy(Tensor& dst, const Tensor& src) {
   dst.copy_from(src);
 }
 
+class SoftmaxLoss : public StageLoss {
+ public:
+  double forward(const Tensor& logits, const Tensor& target) override {
+    return loss_.forward(logits, target);
+  }
+  const Tensor& backward(float scale) override { return loss_.backward(scale); }
+
+ private:
+  nn::SoftmaxCrossEntropy loss_;
+};
+
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
                                    std::vector<size_t> bounds, Schedule schedule,
                                    PipelineOptions opts)
     : comm_(std::move(comm)), sched_(std::move(schedule)), opts_(std::move(opts)) {
-  report_ = check_schedule(sched_);  // refuses what the checker rejects
-  BRAID_CHECK_ARG(comm_ && comm_->size() == sched_.ranks,
-                  "pipeline: schedule '" + sched_.name + "' is for " + std::to_string(sched_.ranks) +
-                      " ranks, the communicator has " + std::to_string(comm_ ? comm_->size() : 0));
   const int S = sched_.stages();
   bool ok = int(bounds.size()) == S + 1 && bounds.front() == 0 && bounds.back() == model.size();
   for (size_t i = 1; ok && i < bounds.size(); ++i) ok = bounds[i - 1] < bounds[i];
@@ -70,13 +78,46 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Seque
                           std::to_string(model.size()) + " modules into " + std::to_string(S) +
                           " non-empty stages (want " + std::to_string(S + 1) +
                           " increasing bounds from 0 to " + std::to_string(model.size()) + ")");
+  // The communicator's size is checked by init; a rank outside the
+  // schedule owns no stage here.
+  const int rank = comm_ ? comm_->rank() : 0;
+  std::vector<std::vector<nn::Module*>> chunks(size_t(sched_.chunks));
+  for (int c = 0; c < sched_.chunks && rank < sched_.ranks; ++c) {
+    const size_t s = size_t(sched_.stage_of(rank, c));
+    for (size_t i = bounds[s]; i < bounds[s + 1]; ++i) chunks[size_t(c)].push_back(&model.child(i));
+  }
+  init(std::move(chunks));
+}
+
+PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm,
+                                   std::vector<std::vector<nn::Module*>> chunks,
+                                   Schedule schedule, PipelineOptions opts)
+    : comm_(std::move(comm)), sched_(std::move(schedule)), opts_(std::move(opts)) {
+  init(std::move(chunks));
+}
+
+void PipelineExecutor::init(std::vector<std::vector<nn::Module*>> chunks) {
+  report_ = check_schedule(sched_);  // refuses what the checker rejects
+  BRAID_CHECK_ARG(comm_ && comm_->size() == sched_.ranks,
+                  "pipeline: schedule '" + sched_.name + "' is for " + std::to_string(sched_.ranks) +
+                      " ranks, the communicator has " + std::to_string(comm_ ? comm_->size() : 0));
+  BRAID_CHECK_ARG(int(chunks.size()) == sched_.chunks,
+                  "pipeline: " + std::to_string(chunks.size()) + " chunks of modules for schedule '" +
+                      sched_.name + "' with " + std::to_string(sched_.chunks) + " per rank");
+  BRAID_CHECK_ARG(opts_.replicas >= 1 && opts_.replica >= 0 && opts_.replica < opts_.replicas,
+                  "pipeline: replica " + std::to_string(opts_.replica) + " of " +
+                      std::to_string(opts_.replicas));
+  if (!opts_.loss) opts_.loss = std::make_shared<SoftmaxLoss>();
+  loss_ = opts_.loss;
   rank_ = comm_->rank();
   for (int c = 0; c < sched_.chunks; ++c) {
     auto st = std::make_shared<Stage>();
     st->chunk = c;
     st->stage = sched_.stage_of(rank_, c);
-    for (size_t i = bounds[size_t(st->stage)]; i < bounds[size_t(st->stage) + 1]; ++i)
-      st->modules.push_back(&model.child(i));
+    st->modules = std::move(chunks[size_t(c)]);
+    BRAID_CHECK_ARG(!st->modules.empty(), "pipeline: stage " + std::to_string(st->stage) +
+                                              " (rank " + std::to_string(rank_) + ", chunk " +
+                                              std::to_string(c) + ") has no modules");
     if (st->stage > 0) st->modules.front()->set_input_grad(true);  // its gradient is sent back
     for (auto* m : st->modules) m->collect_parameters(params_);
     const size_t M = size_t(sched_.micro_batches);
@@ -86,6 +127,16 @@ PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Seque
     st->grad_out.resize(M);
     stages_.push_back(st);
   }
+}
+
+int64_t PipelineExecutor::held_bytes() const {
+  int64_t n = 0;
+  for (const auto& st : stages_)
+    for (size_t m = 0; m < st->in.size(); ++m) {
+      if (st->stage > 0) n += int64_t(st->in[m].nbytes());
+      n += int64_t(st->act_out[m].nbytes() + st->grad_in[m].nbytes() + st->grad_out[m].nbytes());
+    }
+  return n;
 }
 
 void PipelineExecutor::learn_shapes(const Shape& mb_shape, DType mb_dtype) {
@@ -126,7 +177,7 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   nn::Context ctx;
   ctx.seed = opts_.seed;
   ctx.step = step_;
-  ctx.sample_offset = int64_t(mb) * mb_rows_;
+  ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
   if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
   const Tensor* y = &st.in[size_t(mb)];
   for (auto* m : st.modules) y = &m->forward(*y, ctx);
@@ -137,8 +188,8 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
     return;
   }
   const Tensor target = rows_of(*target_, mb, mb_rows_);
-  loss_sum_ += loss_.forward(*y, target);
-  keep_copy(st.grad_in[size_t(mb)], loss_.backward(scale_));
+  loss_sum_ += loss_->forward(*y, target);
+  keep_copy(st.grad_in[size_t(mb)], loss_->backward(scale_));
 }
 
 void PipelineExecutor::backward(int mb, int chunk) {
@@ -150,7 +201,7 @@ void PipelineExecutor::backward(int mb, int chunk) {
   nn::Context ctx;
   ctx.seed = opts_.seed;
   ctx.step = step_;
-  ctx.sample_offset = int64_t(mb) * mb_rows_;
+  ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
   const Tensor* dy = &st.grad_in[size_t(mb)];
   for (auto it = st.modules.rbegin(); it != st.modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
   if (st.stage > 0) keep_copy(st.grad_out[size_t(mb)], *dy);
@@ -192,11 +243,15 @@ void PipelineExecutor::communicate(const Action& a) {
 
 void PipelineExecutor::clip_gradients() {
   double sq = 0;
-  for (const auto* p : params_) {
-    const float* g = p->grad.f32();
-    for (int64_t i = 0; i < p->size(); ++i) sq += double(g[i]) * double(g[i]);
+  if (opts_.grad_square_sum) {
+    sq = opts_.grad_square_sum(params_);
+  } else {
+    for (const auto* p : params_) {
+      const float* g = p->grad.f32();
+      for (int64_t i = 0; i < p->size(); ++i) sq += double(g[i]) * double(g[i]);
+    }
+    comm_->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
   }
-  comm_->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
   grad_norm_ = std::sqrt(sq);
   if (grad_norm_ <= opts_.clip) return;
   const float k = float(opts_.clip / (grad_norm_ + 1e-6));
@@ -237,13 +292,14 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
                     "pipeline: target " + shape_str(target.shape()) + " " +
                         dtype_name(target.dtype()) + " is not i32 with " +
                         std::to_string(mb_rows_ * M) + " rows (the input's)");
-    scale_ = float(1.0 / double(target.numel()));
+    scale_ = float(1.0 / (double(target.numel()) * opts_.replicas));
   }
   input_ = &input;
   target_ = &target;
   loss_sum_ = 0;
   recomputed_ = 0;
   grad_norm_ = 0;
+  peak_held_ = 0;
   for (auto& st : stages_) st->held = -1;
   nn::zero_grad(params_);
   const auto& list = sched_.actions[size_t(rank_)];
@@ -260,10 +316,14 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
         break;
       case ActionKind::kStep:
         if (opts_.clip > 0) clip_gradients();
-        opt.step(params_, lr);
+        if (opts_.optimizer_step)
+          opts_.optimizer_step(opt, params_, lr);
+        else
+          opt.step(params_, lr);
         break;
     }
     timings_[i].end = now_s();
+    peak_held_ = std::max(peak_held_, held_bytes());
     if (opts_.after_action) opts_.after_action(int(i));
   }
   double loss = rank_ == last ? loss_sum_ / double(target.numel()) : 0.0;

@@ -1,0 +1,129 @@
+// parallel::HybridGpt — nn::make_gpt's model trained over a dp × tp × pp
+// mesh: tensor parallel inside a pipeline stage, pipeline parallel across
+// stages, data parallel across copies of the whole pipeline.
+//
+// Layout (mesh.h): the rank at (d, s, t) holds stage s of pipeline copy d,
+// tensor-parallel rank t of it. The GPT's top-level modules (emb, the
+// blocks, ln_f, lm_head; tp::ModuleRange) are cut into pp · chunks
+// contiguous virtual stages (partition_layers over HybridOptions::
+// module_costs); each rank builds only its stages' modules, split over its
+// tp group (tp::TpGpt with module ranges), parameters equal to the serial
+// model's slices. Activations and their gradients travel between tp rank t
+// of stage s and tp rank t of stage s ± 1 over the mesh's pp group; the
+// last stage's loss is the vocabulary-parallel cross-entropy.
+//
+// One step (step()): each pipeline copy d takes rows [d·B/dp, (d+1)·B/dp)
+// of the global batch and runs the schedule (PipelineExecutor) over its
+// micro-batches. At the schedule's reduce-gradients action: under sequence
+// parallelism the partial gradients are summed over tp, then every
+// gradient is SUMMED over dp (each is its replica's share of the global
+// mean, so the sum is the mean; one all_reduce of the stage's gradients).
+// The GPT ties no weights (make_gpt's lm_head is its own), so no gradient
+// is shared between stages. Clipping uses the global norm over every
+// element once (all_reduce over tp, then over pp); then the optimizer (on
+// this rank's shards; under ZeRO-1 on this dp rank's 1/dp of them, then an
+// all_gather over dp). Equal, within rounding, to nn::Trainer on
+// nn::make_gpt with the same config, seed, global batches and optimizer.
+//
+// Collective: the constructor, step(), save() and load() must be called by
+// every rank of the mesh's world at the same point.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/mesh.h"
+#include "braid/models.h"
+#include "braid/optim.h"
+#include "braid/pipeline.h"
+#include "braid/tensor_parallel.h"
+
+namespace braid::parallel {
+
+struct HybridOptions {
+  std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved"
+  int micro_batches = 1;          // per pipeline copy per step
+  int chunks = 1;                 // virtual stages per pp rank (interleaved: ≥ 2)
+  bool sequence_parallel = false;
+  double clip = 0.0;              // max global gradient norm; 0: off
+  int zero = 0;                   // 0, or 1: optimizer state sharded over dp
+  // Cost of each of the GPT's top-level modules for cutting the stages
+  // (gpt_module_count(cfg) entries); empty: equal costs.
+  std::vector<double> module_costs;
+};
+
+// One rank's record of its last step. The split of step_s:
+//   compute_s   forward, backward and the optimizer update (the tensor-
+//               parallel collectives inside the layers count here);
+//   comm_s      gradient reductions over tp (sequence parallel) and dp, the
+//               clipping norm's all_reduces, ZeRO's all_gather, the loss sum;
+//   bubble_s    the schedule's communication actions: waiting for the
+//               neighbouring stages plus the activation transfers;
+//   the remainder is bookkeeping (shape exchange, the loss broadcast).
+struct HybridStepRecord {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // before clipping (0 unless clipping)
+  double step_s = 0, compute_s = 0, comm_s = 0, bubble_s = 0;
+  int64_t peak_activation_bytes = 0;  // PipelineExecutor::peak_held_bytes
+};
+
+class HybridGpt {
+ public:
+  // Throws Error(kInvalidArgument) for a bad schedule name, chunks, ZeRO
+  // stage or module_costs, sizes that do not split over tp (TpGpt's
+  // messages), or fewer modules than virtual stages.
+  HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed, HybridOptions opts);
+  ~HybridGpt();
+  HybridGpt(const HybridGpt&) = delete;
+  HybridGpt& operator=(const HybridGpt&) = delete;
+
+  // One optimizer step over the global batch: x i32 tokens [B, T] and y
+  // i32 targets [B, T], the same on every rank (each pipeline copy reads
+  // its rows; stage 0 the tokens, the last stage the targets). B must
+  // split into dp · micro_batches. Dropout keys are (seed, step, row of
+  // the global batch). Returns the mean loss over the global batch, equal
+  // on every rank.
+  double step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, float lr);
+  const HybridStepRecord& last() const { return record_; }
+
+  const Mesh& mesh() const { return mesh_; }
+  const Schedule& schedule() const;
+  // This rank's parameters (its stages' shards) with their splits.
+  const std::vector<tp::Sharded>& shards() const;
+  std::vector<nn::Parameter*> parameters() const;
+  // Bytes of parameters this rank holds.
+  int64_t parameter_bytes() const;
+  // Bytes of optimizer state this rank holds.
+  int64_t optimizer_bytes(const nn::Optimizer& opt) const;
+  int64_t next_step() const;
+  void set_next_step(int64_t s);
+
+  // Checkpoints in the serial format (checkpoint.h): "model/<name>" and
+  // "optim/<name>/<slot>" at the serial model's full shapes, meta "step",
+  // "seed", "optim/kind", "optim/steps" — what nn::Trainer writes, so a
+  // run saved at any (dp, tp, pp) resumes at any other or in one process.
+  // save gathers (optimizer state over dp under ZeRO-1, then everything
+  // over tp, then to world rank 0, which writes `path`);
+  // load reads it on every rank and keeps this rank's slices. Errors:
+  // checkpoint.h's (kIo, kCorrupt naming the missing tensor).
+  void save(const std::string& path, const nn::Optimizer& opt);
+  void load(const std::string& path, nn::Optimizer& opt);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Mesh mesh_;
+  HybridStepRecord record_;
+};
+
+// The CLI's entry point: HybridGpt over `mesh` for any (dp, tp, pp) with
+// the named schedule and micro-batches (opts' own fields for those are
+// replaced; "interleaved" with opts.chunks left at 1 runs 2 chunks).
+std::unique_ptr<HybridGpt> make_hybrid_gpt(const Mesh& mesh, const nn::GptConfig& cfg,
+                                           uint64_t seed, const std::string& schedule,
+                                           int micro_batches, HybridOptions opts = {});
+
+}  // namespace braid::parallel
