@@ -7,7 +7,7 @@
 #include "comm/algo/algorithms.h"
 #include "comm/algo/hierarchical.h"
 #include "comm/comm_impl.h"
-#include "comm/shared_memory.h"
+#include "comm/transport/shm/shared_memory.h"
 
 namespace braid {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

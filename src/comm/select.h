@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "braid/env.h"
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

@@ -22,7 +22,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 #include "comm/select.h"
 #include "sizes.h"
 #include "subcommands.h"

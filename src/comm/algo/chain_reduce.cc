@@ -48,8 +48,8 @@
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
 #include "comm/algo/host_ring.h"
-#include "comm/shm_object.h"
-#include "comm/transport_wire.h"
+#include "comm/transport/shm/shm_object.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm::algo {
 

@@ -21,10 +21,10 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
-#include "comm/shm_transport.h"
-#include "comm/tcp_transport.h"
-#include "comm/transport.h"
-#include "comm/transport_wire.h"
+#include "comm/transport/shm/shm_transport.h"
+#include "comm/transport/tcp/tcp_transport.h"
+#include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm {
 

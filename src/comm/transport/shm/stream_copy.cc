@@ -1,4 +1,4 @@
-#include "comm/stream_copy.h"
+#include "comm/transport/shm/stream_copy.h"
 
 #include "braid/env.h"
 

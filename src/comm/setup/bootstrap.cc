@@ -4,7 +4,7 @@
 // store braid can speak to (torchrun's c10d store has its own protocol), and
 // rank 0 is the one process every launcher places predictably (MASTER_ADDR,
 // the first host of a Slurm step).
-#include "comm/bootstrap.h"
+#include "comm/setup/bootstrap.h"
 
 #include <openssl/evp.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "braid/store.h"
-#include "comm/tcp_store_wire.h"
+#include "comm/store/tcp_store_wire.h"
 
 namespace braid::comm {
 

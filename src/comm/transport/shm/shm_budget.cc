@@ -1,8 +1,8 @@
-#include "comm/shm_budget.h"
+#include "comm/transport/shm/shm_budget.h"
 
 #include "comm/algo/host_ring.h"
-#include "comm/shm_wire.h"
-#include "comm/transport.h"
+#include "comm/transport/shm/shm_wire.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

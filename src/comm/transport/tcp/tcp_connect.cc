@@ -1,7 +1,7 @@
 // Set-up of the TCP wire's connections: listen and publish, connect to
 // the lower ranks, accept the higher ones. Every connection proves the job
 // secret and then names its rank and communicator before it is kept.
-#include "comm/tcp_connect.h"
+#include "comm/transport/tcp/tcp_connect.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/log.h"
-#include "comm/auth.h"
+#include "comm/store/auth.h"
 
 namespace braid::comm {
 namespace {

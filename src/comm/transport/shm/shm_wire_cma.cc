@@ -32,7 +32,7 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
-#include "comm/shm_wire.h"
+#include "comm/transport/shm/shm_wire.h"
 
 namespace braid::comm::shm {
 namespace {

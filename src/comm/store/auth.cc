@@ -1,4 +1,4 @@
-#include "comm/auth.h"
+#include "comm/store/auth.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

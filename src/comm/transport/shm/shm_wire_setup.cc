@@ -1,7 +1,7 @@
 // Shared-memory wire: set-up, slot rings, fast boxes, progress and waiting.
 // shm_transport.h describes the protocol, shm_wire.h the segment layout,
 // shm_cma.cc the opt-in single-copy path.
-#include "comm/shm_transport.h"
+#include "comm/transport/shm/shm_transport.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,9 +21,9 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
-#include "comm/shm_object.h"
-#include "comm/shm_wire.h"
-#include "comm/stream_copy.h"
+#include "comm/transport/shm/shm_object.h"
+#include "comm/transport/shm/shm_wire.h"
+#include "comm/transport/shm/stream_copy.h"
 
 namespace braid::comm {
 namespace shm {

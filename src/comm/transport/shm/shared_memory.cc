@@ -1,4 +1,4 @@
-#include "comm/shared_memory.h"
+#include "comm/transport/shm/shared_memory.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "braid/comm.h"
 #include "braid/error.h"
-#include "comm/shm_object.h"
+#include "comm/transport/shm/shm_object.h"
 
 namespace braid::comm {
 namespace {

@@ -1,4 +1,4 @@
-#include "comm/shm_object.h"
+#include "comm/transport/shm/shm_object.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -34,7 +34,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/transport_wire.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm {
 

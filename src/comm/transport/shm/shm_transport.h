@@ -36,7 +36,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/transport_wire.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm {
 

@@ -1,5 +1,5 @@
 // TCP wire: see tcp_transport.h for the connection protocol and tuning.
-#include "comm/tcp_transport.h"
+#include "comm/transport/tcp/tcp_transport.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,7 +18,7 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/reduce.h"
-#include "comm/tcp_connect.h"
+#include "comm/transport/tcp/tcp_connect.h"
 
 namespace braid::comm {
 namespace {

@@ -34,9 +34,9 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "braid/store.h"
-#include "comm/auth.h"
-#include "comm/tcp_store_state.h"
-#include "comm/tcp_store_wire.h"
+#include "comm/store/auth.h"
+#include "comm/store/tcp_store_state.h"
+#include "comm/store/tcp_store_wire.h"
 
 namespace braid {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport_wire.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm::shm {
 

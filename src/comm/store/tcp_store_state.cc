@@ -1,4 +1,4 @@
-#include "comm/tcp_store_state.h"
+#include "comm/store/tcp_store_state.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -2,7 +2,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/log.h"
-#include "comm/bootstrap.h"
+#include "comm/setup/bootstrap.h"
 #include "comm/comm_impl.h"
 
 namespace braid {
