@@ -1,14 +1,15 @@
 // Transport: moves bytes between the ranks of one communicator.
 //
 // Internal interface between the algorithms (src/comm/algo) and the wires
-// (src/comm/shm_transport.cc, src/comm/tcp_transport.cc). An algorithm posts
+// (transport/shm, transport/tcp and the self wire, routed per peer by the
+// composite transport). An algorithm posts
 // Requests and drives them to completion through progress()/wait_activity();
 // a transport never blocks inside post() or progress().
 //
 // Ordering: requests to the same peer in the same direction complete in the
 // order posted (like one MPI tag/communicator pair). Every message on the
-// wire starts with its MsgSig; the receiver compares it with the MsgSig of
-// the request it has posted and raises Error(kMismatch) showing both.
+// wire starts with its MsgSig (msg_sig.h); the receiver compares it with the
+// MsgSig of the request it has posted and raises Error(kMismatch) showing both.
 #pragma once
 
 #include <chrono>
@@ -20,37 +21,9 @@
 #include "braid/dtype.h"
 #include "braid/env.h"
 #include "braid/store.h"
+#include "comm/transport/msg_sig.h"
 
 namespace braid::comm {
-
-enum class CollOp : uint8_t {
-  kBroadcast, kReduce, kAllReduce, kAllGather, kReduceScatter, kGather, kScatter,
-  kAllToAll, kAllToAllV, kBarrier, kSend, kRecv, kSplit, kProbe,
-};
-const char* coll_op_name(CollOp op);
-
-// Identity of one message, carried in its header. All fields but `bytes`
-// and `step` describe the collective call; two ranks in the same collective
-// produce equal values for those fields.
-struct MsgSig {
-  uint64_t seq = 0;      // collective sequence number on this communicator
-  uint64_t count = 0;    // the collective's count argument (elements)
-  uint64_t bytes = 0;    // this message's payload length
-  int32_t root = -1;     // root, or tag for send/recv
-  uint32_t step = 0;     // algorithm step (diagnostics only; not compared)
-  CollOp op = CollOp::kBarrier;
-  DType dtype = DType::kU8;
-  ReduceOp rop = ReduceOp::kSum;
-  uint8_t pad = 0;
-};
-static_assert(sizeof(MsgSig) == 40, "MsgSig is a wire format");
-
-// True if the two signatures describe the same message (ignores `step`).
-bool sig_matches(const MsgSig& a, const MsgSig& b);
-// "all_reduce seq 12 count 1000 f32 sum root -1 (4000 bytes)"; without
-// the message's byte length when with_bytes is false (it depends on the
-// algorithm's split of the call, not on the caller's arguments).
-std::string describe_sig(const MsgSig& s, bool with_bytes = true);
 
 struct Request {
   enum class Kind : uint8_t { kSend, kRecv, kRecvReduce };
