@@ -1,7 +1,7 @@
 #include "comm/transport/shm/shm_budget.h"
 
 #include "comm/algo/host_ring.h"
-#include "comm/transport/shm/shm_wire.h"
+#include "comm/transport/shm/shm_segment.h"
 #include "comm/transport/transport.h"
 
 namespace braid::comm {

@@ -15,7 +15,7 @@
 // channel is reported as a mismatch.
 //
 // Single copy (CMA, opt-in, off by default): large messages can instead be
-// read straight from the sender's buffer with process_vm_readv; shm_cma.cc
+// read straight from the sender's buffer with process_vm_readv; shm_wire_cma.cc
 // describes how.
 //
 // Waiting spins on the rings themselves (head of each ring with a posted
@@ -31,6 +31,11 @@
 //
 // Segments are named /braid.<communicator token>.<rank> and unlinked as
 // soon as every peer has mapped them.
+//
+// Files: shm_segment.h (the segment layout), shm_wire.h (the class), and
+// its definitions by concern in shm_wire_setup.cc, shm_wire_send.cc,
+// shm_wire_recv.cc, shm_wire_liveness.cc, shm_wire_progress.cc and
+// shm_wire_cma.cc.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,9 @@
-// Shared-memory wire, private to shm_transport.cc (set-up, slot rings, fast
-// boxes, progress and waiting) and shm_cma.cc (the opt-in single-copy path):
-// the layout of a rank's segment and the ShmWire class. shm_transport.h
-// describes the protocol.
+// ShmWire, the shared-memory wire: one class whose definitions are split by
+// concern over shm_wire_setup.cc (segments), shm_wire_send.cc,
+// shm_wire_recv.cc, shm_wire_liveness.cc (dead peers, abort),
+// shm_wire_progress.cc (progress, waiting) and shm_wire_cma.cc (the opt-in
+// single-copy path). Private to those files; shm_transport.h describes the
+// protocol and shm_segment.h the segment layout.
 #pragma once
 
 #include <sys/types.h>
@@ -15,113 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "comm/transport/shm/shm_segment.h"
 #include "comm/transport/wire.h"
 
 namespace braid::comm::shm {
 
-constexpr uint64_t kMagic = 0x314d534449415242ull;  // "BRAIDSM1"
-constexpr size_t kLine = 64;
-constexpr size_t kSlotHdr = 64;  // payload starts one cache line into a slot
-
-struct SegHeader {
-  uint64_t magic;
-  uint64_t total_bytes;
-  uint64_t slot_bytes;
-  uint32_t nslots;
-  uint32_t nrings;
-  int32_t owner;
-  // Single-copy probe: a peer reads the word at cma_probe_addr (this
-  // segment, in the owner's address space) with process_vm_readv and
-  // compares it with cma_probe_word, which it can also read here.
-  uint64_t cma_probe_addr;
-  uint64_t cma_probe_word;
-  alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers of a sleeper; futex word
-  alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep on bell
-  // Set once by the owner when its communicator fails (ShmWire::abort),
-  // after abort_msg; peers then fail what they have pending with it.
-  alignas(kLine) std::atomic<uint32_t> aborted;
-  char abort_msg[448];
-  alignas(kLine) char end_[1];
-};
-
-// Fast box: small messages (up to kFastBytes, zero included) skip the slot
-// ring. A box is 4 KiB (64 cache lines); the receiver polls the stamp in the
-// first line, then pulls the payload's lines in parallel, so a small message
-// costs one dependent line transfer instead of two (ring head, then slot).
-// The stamp (the message's 1-based index on this pair) is written last.
-// 4 KiB rather than 512 B: messages of 512 B to 4 KiB took the ring's two
-// transfers, ~2x the latency (2 ranks, 1 KiB all_reduce 1.2 -> 0.7 us, 4 KiB
-// all_gather and all_to_all 1.5 -> 1.0 us); the boxes add 128 KiB per
-// directed pair, against at least 1 MiB of slots.
-// 32 boxes: the sender reads the receiver's consumed count (a cache line
-// the receiver writes, so a cross-core transfer) once per kFastBoxes
-// messages; with 4 boxes that read cost ~60 ns per 8-byte all_reduce
-// (0.56 µs → 0.48 µs with 32, 2 ranks).
-constexpr size_t kFastBoxes = 32;
-struct FastBox {
-  std::atomic<uint64_t> stamp;
-  uint32_t len;
-  uint32_t pad;
-  MsgSig sig;
-  uint8_t data[64 * kLine - 56];
-};
-constexpr size_t kFastBytes = sizeof(FastBox::data);
-static_assert(sizeof(FastBox) == 64 * kLine);
-
-// head: slots published by the sender; tail: slots freed by the receiver.
-// Each on its own line so the two sides do not false-share.
-struct RingCtl {
-  alignas(kLine) std::atomic<uint64_t> head;
-  alignas(kLine) std::atomic<uint64_t> tail;
-  alignas(kLine) std::atomic<uint64_t> fb_tail;  // fast boxes consumed
-  // Raised by a sender that found every fast box full: only then does the
-  // receiver pay for a wake-up check after consuming one (checking the
-  // sender's doorbell on every small message measured ~0.3 µs per call).
-  alignas(kLine) std::atomic<uint32_t> fb_blocked;
-  // Single-copy messages (see shm_cma.cc), both written by the
-  // receiver: cma_ack counts the descriptors it has finished reading,
-  // cma_ok is its probe's verdict (kCmaUnknown, kCmaOn, kCmaOff).
-  alignas(kLine) std::atomic<uint64_t> cma_ack;
-  std::atomic<uint32_t> cma_ok;
-  alignas(kLine) FastBox fb[kFastBoxes];
-  alignas(kLine) char end_[1];
-};
-
-struct SlotHdr {
-  MsgSig sig;      // valid when first != 0
-  uint32_t len;    // payload bytes in this slot
-  uint32_t first;  // kContinue, kFirstSlot or kFirstCma
-};
-enum : uint32_t { kContinue = 0, kFirstSlot = 1, kFirstCma = 2 };
-enum : uint32_t { kCmaUnknown = 0, kCmaOn = 1, kCmaOff = 2 };
-// Payloads up to kInline bytes ride in the header's cache line, so a tiny
-// message costs the receiver one line less to pull over.
-constexpr size_t kInline = kSlotHdr - sizeof(SlotHdr);
-static_assert(sizeof(SlotHdr) <= kSlotHdr);
-inline size_t payload_off(size_t len) { return len <= kInline ? sizeof(SlotHdr) : kSlotHdr; }
-
-inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-struct Layout {
-  size_t slot_bytes, nslots, nrings, hdr_len, ring_ctl, stride, ring_len, total;
-  Layout(size_t slot_bytes_, size_t nslots_, size_t nrings_)
-      : slot_bytes(slot_bytes_), nslots(nslots_), nrings(nrings_) {
-    hdr_len = round_up(sizeof(SegHeader), 4096);
-    ring_ctl = round_up(sizeof(RingCtl), kLine);
-    stride = kSlotHdr + slot_bytes;
-    ring_len = round_up(ring_ctl + nslots * stride, 4096);
-    total = hdr_len + nrings * ring_len;
-  }
-  uint8_t* ring(void* base, size_t i) const { return static_cast<uint8_t*>(base) + hdr_len + i * ring_len; }
-};
-
-// The layout of the segment a rank with `nrings` peers on its host makes:
-// BRAID_SHM_SLOT_BYTES × BRAID_SHM_SLOTS per ring, or their defaults, with
-// at most `max_slots` slots when that is 2 or more
-// (TransportOptions::max_shm_slots).
-Layout env_layout(size_t nrings, size_t max_slots = 0);
-
-// BRAID_SHM_CMA_BYTES (shm_cma.cc): sends of at least this many bytes go
+// BRAID_SHM_CMA_BYTES (shm_wire_cma.cc): sends of at least this many bytes go
 // single-copy; 0 turns single copy off.
 uint64_t env_cma_bytes();
 
@@ -180,7 +81,7 @@ class ShmWire final : public Wire {
   // moved (0: nothing moved).
   size_t send_some(Peer& p, int max_slots);
   size_t recv_some(Peer& p, int max_slots);
-  // Single copy (shm_cma.cc): a send of at least cma_bytes_ to a peer whose
+  // Single copy (shm_wire_cma.cc): a send of at least cma_bytes_ to a peer whose
   // probe succeeded goes as a descriptor; the receiver reads it with
   // process_vm_readv one piece per call and acks when done.
   bool send_by_cma(Peer& p, uint64_t bytes) {
@@ -216,8 +117,8 @@ class ShmWire final : public Wire {
   // way out of the store buffer (kPublishGraceNs, wait_activity), so it sees
   // the message itself. BRAID_SHM_LIGHT_PUBLISH=0: a seq_cst store (`xchg`),
   // which orders the pair outright but first waits until every line of the
-  // message has been taken back from the peer's cache: ~40 ns per 8-byte
-  // all_reduce and ~350 ns per 4 KiB one here (bench/results/).
+  // message has been taken back from the peer's cache, a cost that small
+  // messages feel most.
   void publish(std::atomic<uint64_t>& at, uint64_t v) const {
     if (light_publish_) {
       at.store(v, std::memory_order_release);

@@ -2,8 +2,8 @@
 // (shm_wire.h) that move a large message with process_vm_readv instead of
 // through the slot ring.
 //
-// A send of at least BRAID_SHM_CMA_BYTES (default 0 = off: measured slower
-// than the ring on the project's VM; see env_cma_bytes) whose receiver can
+// A send of at least BRAID_SHM_CMA_BYTES (default 0 = off; see
+// env_cma_bytes for why) whose receiver can
 // read the sender's memory goes as a descriptor instead of its payload: one
 // ring slot holding the MsgSig, the source address and the pair's running
 // descriptor count. The receiver checks the signature, frees the slot and
@@ -57,10 +57,11 @@ constexpr size_t kCmaScratch = size_t(256) << 10;
 // Sends of at least this many bytes go single-copy where the receiver can
 // read the sender's memory. 0 (or less) turns it off; smaller values are
 // raised past the fast-box limit, since small messages always use the boxes.
-// Off by default: on the 2-core VM it was measured on, reading with
-// process_vm_readv ran at ~16 GB/s against ~45 GB/s for the ring's cached
-// memcpy, and 2-rank all_reduce and all_gather (whose sources were just
-// written) fell to 0.3-0.6x of the ring path at 256 KiB - 4 MiB.
+// Off by default: process_vm_readv copies well below the speed of the
+// ring's memcpy between cached lines, and a collective's sources were
+// usually just written, so they sit in cache where the ring's copy finds
+// them; the pass over memory that a single copy saves does not make up
+// for it.
 uint64_t env_cma_bytes() {
   int64_t v = env_int("BRAID_SHM_CMA_BYTES", 0);
   return v <= 0 ? 0 : std::max<uint64_t>(uint64_t(v), kFastBytes + 1);
