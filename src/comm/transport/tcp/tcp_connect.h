@@ -1,4 +1,4 @@
-// Set-up of the TCP wire's connections (used by tcp_transport.cc).
+// Set-up of the TCP wire's connections (used by tcp_wire_setup.cc).
 //
 // Each rank listens on one socket and publishes "tcp/addr/<rank>" = "ip port"
 // in the store; the higher rank of a pair connects to the lower one. A new

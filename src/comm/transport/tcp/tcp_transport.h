@@ -15,17 +15,16 @@
 // cut into one stripe per connection (boundaries on 64-byte multiples, so
 // stripes hold whole elements), each stripe behind its own copy of the
 // header; smaller messages go whole on connection 0, which therefore sees
-// every message, so a mismatch is caught there first. On this 2-core
-// machine's loopback, 2-4 connections measured a wash (bench/results/);
-// between hosts, where one flow is bound to one core's network processing,
-// they are the usual remedy. Receives go through a per-peer
+// every message, so a mismatch is caught there first. On loopback extra
+// connections gain nothing (one default); between hosts, where one flow is
+// bound to one core's network processing, they are the usual remedy. Receives go through a per-peer
 // buffer (BRAID_TCP_RXBUF_BYTES, default 256 KiB) that also serves as the
 // staging area of kRecvReduce (whole elements are reduced, a partial element
 // waits for the next read); large kRecv payloads are read straight into the
 // destination. BRAID_TCP_BUF_BYTES sets SO_SNDBUF/SO_RCVBUF; the default 0
-// keeps the kernel's autotuning, which measured better on loopback than
-// fixed 256 KiB-16 MiB buffers (bidirectional 64 MiB: 3.2-3.6 vs 2.2-3.0
-// GB/s), and fixed sizes are capped by net.core.{w,r}mem_max anyway.
+// keeps the kernel's autotuning, which adapts each buffer to its flow where
+// a fixed size must guess, and fixed sizes are capped by
+// net.core.{w,r}mem_max anyway.
 // BRAID_TCP_ADDR overrides the published address (default: 127.0.0.1 when
 // every TCP peer is on this host, else this host's first non-loopback IPv4
 // address).
