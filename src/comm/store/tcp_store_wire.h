@@ -1,7 +1,7 @@
-// Wire format of the TCP store (private to tcp_store.cc and
-// tcp_store_client.cc).
+// Wire format of the TCP store (private to the server's files,
+// tcp_store_server.h, and tcp_store_client.cc).
 //
-// After the job-secret handshake (comm/auth.h) the client sends request
+// After the job-secret handshake (store/auth.h) the client sends request
 // frames and the server answers with response frames. Requests carry an id
 // so one connection can have several outstanding (a blocking get on one
 // thread must not stop a set on another); the server answers non-blocking
