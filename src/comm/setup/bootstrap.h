@@ -64,7 +64,4 @@ std::pair<std::string, int> parse_host_port(const std::string& s, const std::str
 // The first host of a Slurm node list: "n[01-04,07],m" -> "n01".
 std::string first_slurm_host(const std::string& nodelist);
 
-// An in-process store (threads of one process only).
-std::shared_ptr<Store> make_memory_store();
-
 }  // namespace braid::comm
