@@ -76,11 +76,10 @@ std::optional<nlohmann::json> tuning_object(const std::string& text) {
 
 ProbeSample reference_probe(const std::string& kind) {
   // `braid bench -n 2 --probe [--transport tcp]` on the reference VM, the
-  // machine the built-in CostParams were fitted on (2026-11-23, about 30
-  // shm and 10 tcp runs). Its speed drifts by the hour: shm 0.35-0.40 us
-  // and 24-34 GB/s, tcp 5.7-7.8 us and 3.8-5.8 GB/s; the in-cache reduce
-  // comes out at either 39-43 or 51-55 GB/s. These are the middles, so
-  // here the probe lands within about 15-25% of the built-in values.
+  // machine the built-in CostParams were fitted on: the middle of many
+  // runs, since a VM's speed drifts from hour to hour (which is why the
+  // scaled values are clamped, and why a probe there lands near, not on,
+  // the built-in values).
   if (kind == "tcp") return ProbeSample{6.5e-6, 4.8, 46.0, 1};
   return ProbeSample{0.37e-6, 31.0, 46.0, 1};
 }

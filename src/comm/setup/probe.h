@@ -39,7 +39,7 @@ struct ProbeSample {
 // Below this core share a probe is not used (see ProbeSample::core_share).
 constexpr double kMinCoreShare = 0.8;
 
-// The probe's figures on the reference VM (2 vCPUs, 2026-11-23), per
+// The probe's figures on the reference VM (2 vCPUs), per
 // transport kind, which the built-in CostParams correspond to.
 ProbeSample reference_probe(const std::string& kind);
 
