@@ -19,7 +19,7 @@
 #include "braid/topology.h"
 #include <nlohmann/json.hpp>
 #include "comm/algo/algorithms.h"
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 
 namespace braid::comm {
 namespace {

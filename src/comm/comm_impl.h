@@ -30,8 +30,8 @@
 #include "comm/select.h"
 #include "comm/algo/host_ring.h"
 #include "comm/desync.h"
-#include "comm/shared_memory.h"
-#include "comm/transport.h"
+#include "comm/transport/shm/shared_memory.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

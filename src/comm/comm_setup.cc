@@ -9,7 +9,7 @@
 #include "braid/topology.h"
 #include <nlohmann/json.hpp>
 #include "comm/comm_impl.h"
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 
 namespace braid::comm {
 

@@ -6,7 +6,7 @@
 #include "braid/env.h"
 #include "comm/algo/registry.h"
 #include "comm/comm_impl.h"
-#include "comm/shared_memory.h"
+#include "comm/transport/shm/shared_memory.h"
 
 namespace braid {
 

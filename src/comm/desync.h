@@ -34,7 +34,7 @@
 #include "braid/error.h"
 #include "braid/store.h"
 #include "comm/algo/context.h"
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

@@ -29,7 +29,7 @@
 
 #include "braid/env.h"
 #include "comm/algo/registry.h"
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

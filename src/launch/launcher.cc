@@ -12,7 +12,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
-#include "comm/bootstrap.h"
+#include "comm/setup/bootstrap.h"
 #include "launch/line_prefixer.h"
 #include "launch/node_link.h"
 #include "launch/spawn.h"

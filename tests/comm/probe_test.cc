@@ -19,7 +19,7 @@
 
 #include "braid/comm.h"
 #include "braid/env.h"
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 #include "support/multiproc.h"
 
 using namespace braid;

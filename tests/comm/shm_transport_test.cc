@@ -20,8 +20,8 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
-#include "comm/shm_wire.h"
-#include "comm/transport.h"
+#include "comm/transport/shm/shm_wire.h"
+#include "comm/transport/transport.h"
 #include "support/multiproc.h"
 #include "transport_util.h"
 

@@ -19,8 +19,8 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
-#include "comm/auth.h"
-#include "comm/bootstrap.h"
+#include "comm/store/auth.h"
+#include "comm/setup/bootstrap.h"
 #include "support/multiproc.h"
 
 using namespace std::chrono_literals;

@@ -1,6 +1,6 @@
 // Transport tests: real processes (tests/support/multiproc.h), shm and tcp.
 // The shm single-copy path has its own file, shm_transport_test.cc.
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
-#include "comm/auth.h"
-#include "comm/transport_wire.h"
+#include "comm/store/auth.h"
+#include "comm/transport/wire.h"
 #include "support/multiproc.h"
 #include "transport_util.h"
 

@@ -14,7 +14,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm::tutil {
 

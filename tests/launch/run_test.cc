@@ -20,7 +20,7 @@
 #include "support/tool.h"
 #include "braid/launch.h"
 #include "braid/store.h"
-#include "comm/bootstrap.h"
+#include "comm/setup/bootstrap.h"
 
 using namespace std::chrono_literals;
 

@@ -5,7 +5,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
-#include "comm/probe.h"
+#include "comm/setup/probe.h"
 #include "subcommands.h"
 
 namespace braid::tool {

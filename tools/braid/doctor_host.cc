@@ -16,8 +16,8 @@
 #include <set>
 
 #include "braid/env.h"
-#include "comm/shm_budget.h"
-#include "comm/tcp_connect.h"
+#include "comm/transport/shm/shm_budget.h"
+#include "comm/transport/tcp/tcp_connect.h"
 #include "doctor.h"
 #include "sizes.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/algo/context.h"
-#include "comm/shared_memory.h"
+#include "comm/transport/shm/shared_memory.h"
 
 namespace braid::comm::algo {
 

@@ -52,8 +52,8 @@
 #include "comm/algo/registry.h"
 #include "comm/comm_impl.h"
 #include "comm/algo/host_ring.h"
-#include "comm/shm_object.h"
-#include "comm/transport_wire.h"
+#include "comm/transport/shm/shm_object.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm::algo {
 

@@ -5,7 +5,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
-#include "comm/stream_copy.h"
+#include "comm/transport/shm/stream_copy.h"
 
 namespace braid::comm {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "braid/dtype.h"
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/transport_wire.h"
+#include "comm/transport/wire.h"
 
 namespace braid::comm::algo {
 

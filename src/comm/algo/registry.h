@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "comm/algo/context.h"
-#include "comm/shared_memory.h"
-#include "comm/transport.h"
+#include "comm/transport/shm/shared_memory.h"
+#include "comm/transport/transport.h"
 
 namespace braid::comm {
 class CommImpl;

@@ -32,7 +32,7 @@
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
 #include "comm/algo/registry.h"
-#include "comm/stream_copy.h"
+#include "comm/transport/shm/stream_copy.h"
 
 namespace braid::comm::algo {
 

@@ -1,0 +1,93 @@
+// Bootstrap from the environment of braid run or torchrun, and the choice
+// among the launchers (mpirun and srun have files of their own).
+//
+// Why rank 0 hosts the store for the foreign launchers: none of them runs a
+// store braid can speak to (torchrun's c10d store has its own protocol), and
+// rank 0 is the one process every launcher places predictably (MASTER_ADDR,
+// the first host of a Slurm step).
+#include "comm/setup/bootstrap.h"
+
+#include <utility>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/log.h"
+#include "comm/setup/bootstrap_env.h"
+
+namespace braid::comm {
+namespace boot {
+
+JobEnv from_braid(std::chrono::milliseconds timeout) {
+  JobEnv env;
+  env.source = "braid";
+  Layout L;
+  L.rank = need_int("BRAID_RANK");
+  L.size = need_int("BRAID_WORLD_SIZE");
+  L.local_rank = opt_int("BRAID_LOCAL_RANK", L.rank);
+  L.local_size = opt_int("BRAID_LOCAL_WORLD_SIZE", L.size);
+  L.node_rank = opt_int("BRAID_NODE_RANK", 0);
+  validate(L, "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_WORLD_SIZE");
+  take_layout(env, L);
+  auto addr = store_from_braid_var();
+  if (!addr) {
+    if (L.size > 1) bad("BRAID_STORE is not set (braid run sets it; expected host:port)");
+    return use_memory_store(std::move(env), timeout);
+  }
+  auto secret = env_str("BRAID_SECRET");
+  if (!secret) bad("BRAID_SECRET is not set (braid run sets it together with BRAID_STORE)");
+  env.secret = *secret;
+  attach_tcp(env, addr->first, addr->second, L.rank == 0 && env_flag("BRAID_HOST_STORE"), timeout);
+  return env;
+}
+
+JobEnv from_torchrun(std::chrono::milliseconds timeout) {
+  JobEnv env;
+  env.source = "torchrun";
+  Layout L;
+  L.rank = need_int("RANK");
+  L.size = need_int("WORLD_SIZE");
+  L.local_rank = opt_int("LOCAL_RANK", 0);
+  L.local_size = opt_int("LOCAL_WORLD_SIZE", has("LOCAL_RANK") ? L.size : 1);
+  validate(L, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  L.node_rank = opt_int("GROUP_RANK", L.rank / L.local_size);
+  take_layout(env, L);
+  auto addr = store_from_braid_var();
+  if (!addr) addr = store_from_master_vars(1);
+  if (!addr) {
+    if (L.size > 1) bad("RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT (or BRAID_STORE) are not");
+    return use_memory_store(std::move(env), timeout);
+  }
+  env.secret = secret_for("torchrun", env_str("TORCHELASTIC_RUN_ID").value_or("") + "|" +
+                                          addr->first + ":" + std::to_string(addr->second), L.rank);
+  attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
+  return env;
+}
+
+}  // namespace boot
+
+using namespace boot;
+
+JobEnv bootstrap_from_env(std::chrono::milliseconds timeout) {
+  JobEnv env;
+  if (has("BRAID_RANK"))
+    env = from_braid(timeout);
+  else if (has("RANK") && has("WORLD_SIZE"))
+    env = from_torchrun(timeout);
+  else if (has("OMPI_COMM_WORLD_RANK"))
+    env = from_mpirun(timeout);
+  else if (has("SLURM_PROCID") && (has("SLURM_NTASKS") || has("SLURM_NPROCS")))
+    env = from_slurm(timeout);
+  else {
+    JobEnv single;
+    single.source = "single";
+    env = use_memory_store(std::move(single), timeout);
+  }
+  if (env.size > 1) log_set_rank(env.rank);
+  BRAID_LOG(kInfo, "bootstrap (" << env.source << "): rank " << env.rank << " of " << env.size
+                                 << ", local " << env.local_rank << " of " << env.local_size
+                                 << ", node " << env.node_rank
+                                 << (env.server ? ", hosting the store" : ""));
+  return env;
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,65 @@
+// Bootstrap under Open MPI's mpirun: the rank layout from OMPI_COMM_WORLD_*,
+// and a store at BRAID_STORE or MASTER_ADDR:MASTER_PORT, or, for a job on
+// one host, a file store named after the job.
+#include <unistd.h>
+
+#include <utility>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "comm/setup/bootstrap_env.h"
+
+namespace braid::comm::boot {
+namespace {
+
+std::string ompi_job_id() {
+  for (const char* v : {"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
+                        "OMPI_MCA_orte_hnp_uri", "PMIX_ID"})
+    if (auto s = env_str(v)) return *s;
+  return "";
+}
+
+}  // namespace
+
+JobEnv from_mpirun(std::chrono::milliseconds timeout) {
+  JobEnv env;
+  env.source = "mpirun";
+  Layout L;
+  L.rank = need_int("OMPI_COMM_WORLD_RANK");
+  L.size = need_int("OMPI_COMM_WORLD_SIZE");
+  L.local_rank = opt_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  L.local_size = opt_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  validate(L, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+           "OMPI_COMM_WORLD_LOCAL_SIZE");
+  L.node_rank = L.rank / L.local_size;  // assumes by-slot (block) placement
+  take_layout(env, L);
+  std::string job = ompi_job_id();
+  auto addr = store_from_braid_var();
+  if (!addr) addr = store_from_master_vars(0);
+  if (addr) {
+    env.secret = secret_for("mpirun", job + "|" + addr->first + ":" + std::to_string(addr->second),
+                            L.rank);
+    attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
+    return env;
+  }
+  if (L.size == 1) {
+    return use_memory_store(std::move(env), timeout);
+  }
+  if (L.local_size != L.size)
+    bad("mpirun job spans several hosts: set BRAID_STORE=host:port (rank 0 hosts the store "
+        "there) or MASTER_ADDR and MASTER_PORT");
+  if (job.empty())
+    bad("mpirun job without a job id (OMPI_MCA_ess_base_jobid / PMIX_NAMESPACE): set "
+        "BRAID_STORE=host:port");
+  // Every rank of one host shares the local daemon as parent; with the job
+  // id this names the job's directory, so a later job never sees stale keys.
+  std::string tag = sha256_hex(job + "|" + std::to_string(::getppid())).substr(0, 24);
+  std::string dir = "/tmp/braid_store_" + std::to_string(::getuid()) + "_" + tag;
+  env.secret = secret_for("mpirun", job + "|" + dir, L.rank);
+  // The last rank of this host to let go of its store removes the directory.
+  env.store = make_file_store(dir, L.local_size);
+  env.store->set_timeout(timeout);
+  return env;
+}
+
+}  // namespace braid::comm::boot

@@ -1,0 +1,84 @@
+// Measuring a link for the cost model, at communicator creation or with
+// `braid bench --probe`.
+//
+// The selector's α, β and γ are not raw hardware figures: its formulas and
+// their built-in values were fitted together, against measured algorithm
+// times on this project's reference VM (see select.cc). A probe's raw
+// numbers (8-byte and 16 MiB ping-pongs, an 8 MiB in-place sum) are
+// therefore not used as they are. They are compared with what the same
+// probe measured on the reference VM, and the built-in values are scaled by
+// that ratio: a machine whose link moves bytes twice as fast gets half the
+// built-in β, and on the reference VM the probe gives back the built-in
+// values (within its noise).
+//
+// A world communicator probes when rank 0 has no cached figures for a
+// transport the job uses (see probe_plan), once per machine: the result
+// goes to the tuning cache, which later jobs read.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/select.h"
+
+namespace braid::comm {
+
+// What one probe measured on a link (raw, one way).
+struct ProbeSample {
+  double alpha_s = 0;      // 8-byte message
+  double gbps = 0;         // 16 MiB message, α removed
+  double reduce_gbps = 0;  // f32 sum of two 8 MiB buffers, in place
+  // The smaller of the two ranks' shares of a core while the messages
+  // ran (1 − time waiting for a core / wall time); well below 1
+  // means the ranks shared cores with other work and the figures describe
+  // that moment, not the machine.
+  double core_share = 0;
+};
+
+// Below this core share a probe is not used (see ProbeSample::core_share).
+constexpr double kMinCoreShare = 0.8;
+
+// The probe's figures on the reference VM (2 vCPUs), per
+// transport kind, which the built-in CostParams correspond to.
+ProbeSample reference_probe(const std::string& kind);
+
+// Runs on both ranks of one link. The leader times; the other echoes.
+// send / recv move `bytes` to / from the other rank. Returns the sample on
+// the leader (zeros on the other). About 20 ms over shared memory.
+ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
+                       const std::function<void(void*, size_t)>& recv);
+
+// The model's parameters for `kind` from a sample: the built-in ones scaled
+// by sample / reference.
+LinkCost calibrate_link(const std::string& kind, const ProbeSample& s);
+double calibrate_reduce_gbps(const std::string& kind, const ProbeSample& s);
+
+// Tuning-file text with the model parameters of `kind` (and reduce_gbps)
+// set from `s`, and the raw sample kept under "probed" (for people: the
+// selector reads only the model values). Other entries are kept; text that
+// does not parse is replaced.
+std::string merge_probe(const std::string& text, const std::string& kind, const ProbeSample& s,
+                        const std::string& host);
+// Writes `text` to `path` atomically (a temporary file, then rename),
+// creating the directory.
+void write_tuning(const std::string& path, const std::string& text);
+
+// Which links a new world communicator should probe: for each transport
+// kind the job uses (peer_of_kind: kind → rank 0's lowest peer over it),
+// those the tuning text has no entry for. Empty when BRAID_TUNING names a
+// file (the user chose the figures), BRAID_PROBE=0, the job has one rank,
+// or a host runs more ranks than it has cores (a sleeping rank's wake-ups
+// would be measured, not the link).
+struct ProbeLink {
+  std::string kind;
+  int peer = -1;
+};
+std::vector<ProbeLink> probe_plan(const std::string& text,
+                                  const std::vector<ProbeLink>& peer_of_kind, int size,
+                                  int max_local, int cores);
+// "shm:1,tcp:4" and back (through the store).
+std::string format_plan(const std::vector<ProbeLink>& plan);
+std::vector<ProbeLink> parse_plan(const std::string& s);
+
+}  // namespace braid::comm
