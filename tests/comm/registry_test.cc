@@ -17,7 +17,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "comm/algo/registry.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 #include "support/multiproc.h"
 
 using namespace braid;

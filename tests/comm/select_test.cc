@@ -1,4 +1,4 @@
-// Algorithm selection (src/comm/select.cc): which all-reduce the cost model
+// Algorithm selection (src/comm/algo/select.cc): which all-reduce the cost model
 // picks, where the chain all-reduce applies, and when the one-shot one does.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "braid/error.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 
 using namespace braid;
 using namespace braid::comm;

@@ -65,6 +65,24 @@ TEST(Settings, EveryNameInTheSourcesIsDeclared) {
   }
 }
 
+TEST(Settings, EachReaderNamedIsAFileThatUsesTheName) {
+  // `braid env` and the README point users at read_by; a file that moved or
+  // stopped reading the variable would send them to the wrong place.
+  for (const Setting& s : all_settings()) {
+    const std::filesystem::path p = source_dir() + "/" + s.read_by;
+    ASSERT_TRUE(std::filesystem::exists(p)) << s.name << ": read_by " << s.read_by << " does not exist";
+    std::string text;
+    if (std::filesystem::is_directory(p)) {
+      for (auto& e : std::filesystem::recursive_directory_iterator(p))
+        if (e.is_regular_file()) text += read_file(e.path());
+    } else {
+      text = read_file(p);
+    }
+    EXPECT_NE(text.find(std::string("\"") + s.name), std::string::npos)
+        << s.name << ": read_by " << s.read_by << " does not name it";
+  }
+}
+
 TEST(Settings, TheReadmeTableListsTheUserSettings) {
   const std::string readme = read_file(source_dir() + "/README.md");
   const size_t a = readme.find("## Environment");

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "braid/env.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 #include "support/multiproc.h"
 #include "support/tool.h"
 

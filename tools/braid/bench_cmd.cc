@@ -19,7 +19,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 #include "launch/supervisor.h"
 #include "sizes.h"
 #include "subcommands.h"

@@ -12,7 +12,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/launch.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 #include "doctor.h"
 #include "sizes.h"
 

@@ -50,7 +50,7 @@
 #include "braid/reduce.h"
 #include "comm/algo/algorithms.h"
 #include "comm/algo/registry.h"
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 #include "comm/algo/host_ring.h"
 #include "comm/transport/shm/shm_object.h"
 #include "comm/transport/wire.h"

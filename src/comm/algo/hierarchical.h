@@ -1,7 +1,7 @@
 // Hierarchical all-reduce (see hierarchical.cc for the schedule and cost).
 #pragma once
 
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 
 namespace braid::comm::algo {
 

@@ -5,7 +5,7 @@
 
 #include "braid/comm.h"
 #include "braid/error.h"
-#include "comm/select.h"
+#include "comm/algo/select.h"
 
 namespace braid::comm::algo {
 namespace {

@@ -3,7 +3,7 @@
 #include "braid/env.h"
 #include "braid/log.h"
 #include "comm/setup/bootstrap.h"
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 
 namespace braid {
 

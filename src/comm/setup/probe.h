@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/select.h"
+#include "comm/algo/select.h"
 
 namespace braid::comm {
 

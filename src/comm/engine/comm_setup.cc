@@ -8,7 +8,7 @@
 #include "braid/log.h"
 #include "braid/topology.h"
 #include <nlohmann/json.hpp>
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 #include "comm/setup/probe.h"
 
 namespace braid::comm {

@@ -1,4 +1,4 @@
-#include "comm/desync.h"
+#include "comm/engine/desync.h"
 
 #include <cstring>
 

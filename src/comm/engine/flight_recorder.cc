@@ -1,4 +1,4 @@
-#include "comm/flight_recorder.h"
+#include "comm/engine/flight_recorder.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>

@@ -26,10 +26,10 @@
 #include "braid/comm.h"
 #include "comm/algo/context.h"
 #include "comm/algo/registry.h"
-#include "comm/flight_recorder.h"
-#include "comm/select.h"
+#include "comm/engine/flight_recorder.h"
+#include "comm/algo/select.h"
 #include "comm/algo/host_ring.h"
-#include "comm/desync.h"
+#include "comm/engine/desync.h"
 #include "comm/transport/shm/shared_memory.h"
 #include "comm/transport/transport.h"
 

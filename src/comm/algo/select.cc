@@ -1,4 +1,4 @@
-#include "comm/select.h"
+#include "comm/algo/select.h"
 
 #include <cmath>
 #include <fstream>

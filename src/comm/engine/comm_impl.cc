@@ -1,7 +1,7 @@
 // CommImpl: construction and its family, the executor (inline runs, the
 // queue and its worker), failures and their reach, split, the flight
 // recorder. Set-up pieces: comm_setup.cc; send / recv: comm_p2p.cc.
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 #include <deque>
 
 #include "braid/env.h"
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 
 namespace braid::comm {
 

@@ -5,7 +5,7 @@
 
 #include "braid/env.h"
 #include "comm/algo/registry.h"
-#include "comm/comm_impl.h"
+#include "comm/engine/comm_impl.h"
 #include "comm/transport/shm/shared_memory.h"
 
 namespace braid {
