@@ -38,6 +38,11 @@ struct SegHeader {
   // mark of the same kind, claimed by the first rank of all to fail.
   alignas(kLine) std::atomic<uint32_t> aborted;
   char abort_msg[448];
+  // Holders of the segment's name: each local peer until it has mapped the
+  // segment, and the owner until its wire is destroyed. Whoever drops the
+  // count to zero removes the name, so a peer slow to set up still finds a
+  // segment whose owner has already finished and gone.
+  alignas(kLine) std::atomic<uint32_t> name_refs;
   alignas(kLine) char end_[1];
 };
 

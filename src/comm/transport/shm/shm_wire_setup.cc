@@ -103,6 +103,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   my_->cma_probe_addr = uint64_t(reinterpret_cast<uintptr_t>(&my_->cma_probe_word));
   light_publish_ = env_int("BRAID_SHM_LIGHT_PUBLISH", 1) != 0;
   ordered_seqs_ = ctx.opt->ordered_seqs;
+  my_->name_refs.store(uint32_t(peers.size()) + 1, std::memory_order_relaxed);
   my_->magic = kMagic;
   ctx.store->set_str("shm/ready/" + std::to_string(ctx.rank), std::to_string(layout_.total));
 
@@ -147,9 +148,7 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
     uint8_t* iring = layout_.ring(my_, ring_index(group, ctx.rank, q));
     p.in = reinterpret_cast<RingCtl*>(iring);
     p.in_slots = iring + layout_.ring_ctl;
-    // The last rank to map a segment removes its name.
-    if (ctx.store->add("shm/opened/" + std::to_string(q), 1) == int64_t(peers.size()))
-      ::shm_unlink(qname.c_str());
+    if (p.seg->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ::shm_unlink(qname.c_str());
     p.pidfd = open_pidfd(p.pid);
     p.in->cma_ok.store(probe_cma(p), std::memory_order_release);
   }
@@ -161,8 +160,14 @@ ShmWire::~ShmWire() {
     if (p.seg) ::munmap(p.seg, p.seg_len);
     if (p.pidfd >= 0) ::close(p.pidfd);
   }
-  if (my_) ::munmap(my_, layout_.total);
-  ::shm_unlink(name_.c_str());  // if some peer never mapped it
+  // A failed communicator removes its name at once: a peer that never
+  // mapped it (dead, or its set-up failed) would otherwise leave it behind.
+  bool failed = abort_claimed_.load();
+  for (const Peer& p : peers_local_) failed |= p.dead;
+  if (my_) {
+    if (my_->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1 || failed) ::shm_unlink(name_.c_str());
+    ::munmap(my_, layout_.total);
+  }
 }
 
 }  // namespace shm
