@@ -70,7 +70,7 @@ constexpr Setting kSettings[] = {
      "src/comm/transport/shm/shm_wire_cma.cc"},
     {"BRAID_SHM_LIGHT_PUBLISH", K::kUser, "1",
      "`0`: shared-memory messages are published with full fences (seq_cst stores) instead of "
-     "plain stores plus a 5 µs re-check by a rank about to sleep (see docs/ARCHITECTURE.md)",
+     "plain stores plus a 5 µs re-check by a rank about to sleep (see docs/COMM.md)",
      "src/comm/transport/shm/shm_wire_setup.cc"},
     {"BRAID_SHM_SLOTS", K::kUser, "up to 8 (a rank's segment stays under 32 MiB)",
      "number of slots in each shared-memory ring", "src/comm/transport/shm/shm_wire_setup.cc"},
