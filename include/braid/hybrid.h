@@ -88,6 +88,9 @@ class HybridGpt {
   // on every rank.
   double step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, float lr);
   const HybridStepRecord& last() const { return record_; }
+  // Start and end of each of this rank's schedule actions in the last step
+  // (for write_pipeline_trace over the mesh's pp group).
+  const std::vector<ActionTiming>& timings() const;
 
   const Mesh& mesh() const { return mesh_; }
   const Schedule& schedule() const;

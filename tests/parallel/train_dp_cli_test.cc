@@ -41,15 +41,6 @@ Result sh(const std::string& cmd) {
   return r;
 }
 
-std::vector<nlohmann::json> read_log(const std::string& path) {
-  std::vector<nlohmann::json> v;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
-
 const std::string kSmall = " mlp --steps 12 --batch 60 --threads 1 --quiet";
 constexpr size_t kSteps = 12;
 
@@ -59,7 +50,7 @@ const std::vector<nlohmann::json>& serial_log() {
     std::string dir = braid::testing::temp_dir("trainone");
     Result one = sh(braid_bin() + " train" + kSmall + " --json-log " + dir + "/one.jsonl");
     EXPECT_EQ(one.status, 0) << one.out;
-    return read_log(dir + "/one.jsonl");
+    return braid::testing::read_json_lines(dir + "/one.jsonl");
   }();
   return log;
 }
@@ -90,7 +81,7 @@ TEST(TrainDp, LayoutsMatchSingleProcessAndReportTheirTimeSplit) {
     Result dp = sh(braid_bin() + " train" + kSmall + " " + layout + " --ref-throughput 1000" +
                    " --json-log " + dir + "/dp.jsonl");
     ASSERT_EQ(dp.status, 0) << layout << ": " << dp.out;
-    auto b = read_log(dir + "/dp.jsonl");
+    auto b = braid::testing::read_json_lines(dir + "/dp.jsonl");
     expect_same_training(b, layout);
     ASSERT_EQ(b.size(), kSteps + 1) << layout;
     auto& done = b.back();
@@ -133,7 +124,7 @@ TEST(TrainDp, JoinsTheJobOfBraidRun) {
   Result r = sh(braid_bin() + " run -n 2 -- " + braid_bin() + " train" + kSmall +
                 " --zero 1 --json-log " + dir + "/log.jsonl");
   ASSERT_EQ(r.status, 0) << r.out;
-  auto v = read_log(dir + "/log.jsonl");
+  auto v = braid::testing::read_json_lines(dir + "/log.jsonl");
   ASSERT_EQ(v.size(), 13u) << r.out;
   EXPECT_EQ(v.back()["dp"], 2);
   EXPECT_EQ(v[0]["compute_s"].size(), 2u);

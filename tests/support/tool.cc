@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "braid/env.h"
 
@@ -20,4 +21,13 @@ CommandResult run_command(const std::string& cmd) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
   return r;
 }
+std::vector<nlohmann::json> read_json_lines(const std::string& path) {
+  std::vector<nlohmann::json> v;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
 }  // namespace braid::testing

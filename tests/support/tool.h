@@ -3,7 +3,9 @@
 // the tool never skip.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace braid::testing {
 std::string braid_bin();
@@ -15,4 +17,7 @@ struct CommandResult {
   std::string out;
 };
 CommandResult run_command(const std::string& cmd);
+
+// The JSON objects of a JSON-lines file (a --json-log), blank lines skipped.
+std::vector<nlohmann::json> read_json_lines(const std::string& path);
 }  // namespace braid::testing

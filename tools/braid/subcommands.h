@@ -19,4 +19,7 @@ int doctor_main(int argc, char** argv); // doctor_cmd.cc: braid doctor (checks: 
 // train_dp.cc: braid train --dp N (and any rank of a launched job).
 bool dp_requested(int argc, char** argv);
 int train_dp_main(int argc, char** argv);
+// train_mp.cc: braid train gpt --tp/--pp (any model-parallel flag).
+bool mp_requested(int argc, char** argv);
+int train_mp_main(int argc, char** argv);
 }  // namespace braid::tool

@@ -47,17 +47,6 @@ struct DpFlags : TrainFlags {
   std::string transport;
 };
 
-// World size of the job this process was started in (1 when none).
-int job_world_from_env() {
-  for (const char* v : {"BRAID_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"})
-    if (auto s = env_str(v)) return std::max(1, std::atoi(s->c_str()));
-  if (env_str("SLURM_PROCID"))
-    if (auto s = env_str("SLURM_NTASKS")) return std::max(1, std::atoi(s->c_str()));
-  return 1;
-}
-
-
-
 int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool mlp = f.model == "mlp";
@@ -181,14 +170,11 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
 }  // namespace
 
 bool dp_requested(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    for (const char* flag : {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--plain",
-                             "--bucket-reduce", "--bucket-mb", "--private-buckets",
-                             "--first-bucket-mb", "--ref-throughput"})
-      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
-  }
-  return job_world_from_env() > 1;
+  return has_any_flag(argc, argv,
+                      {"--dp", "--zero", "--bf16-grads", "--no-overlap", "--plain",
+                       "--bucket-reduce", "--bucket-mb", "--private-buckets",
+                       "--first-bucket-mb", "--ref-throughput"}) ||
+         job_world_from_env() > 1;
 }
 
 int train_dp_main(int argc, char** argv) {

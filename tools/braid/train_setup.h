@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -151,38 +154,23 @@ struct TrainSetup {
   std::unique_ptr<nn::Optimizer> opt;
 };
 
-// Data sets and a freshly initialised model (seeded), then --init-from
-// loads weights and --save-init writes them (when `write_init`); and the
-// training recipe from the flags.
+// The GPT the flags describe.
 template <class Flags>
-TrainSetup build_setup(const Flags& f, bool write_init) {
-  TrainSetup s;
-  if (f.model == "mlp") {
-    std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
-    s.train = std::make_unique<nn::FashionMnist>("train", dir);
-    s.test = std::make_unique<nn::FashionMnist>("test", dir);
-    s.model = nn::make_mlp({784, 512, 512, 10}, f.seed);
-  } else {
-    std::string path = f.data.empty() ? nn::ByteText::default_path() : f.data;
-    s.train = std::make_unique<nn::ByteText>(path, f.context);
-    nn::GptConfig c;
-    c.layers = f.layers;
-    c.dim = f.d_model;
-    c.heads = f.heads;
-    c.context = f.context;
-    c.dropout = f.dropout;
-    c.recompute = f.recompute;
-    s.model = nn::make_gpt(c, f.seed);
-  }
-  auto params = s.model->parameters();
-  if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), params);
-  if (!f.save_init.empty() && write_init) {
-    Checkpoint ck;
-    add_parameters(ck, params);
-    ck.meta["seed"] = std::to_string(f.seed);
-    save_checkpoint(f.save_init, ck);
-  }
+nn::GptConfig gpt_config(const Flags& f) {
+  nn::GptConfig c;
+  c.layers = f.layers;
+  c.dim = f.d_model;
+  c.heads = f.heads;
+  c.context = f.context;
+  c.dropout = f.dropout;
+  c.recompute = f.recompute;
+  return c;
+}
 
+// The training recipe from the flags: trainer options, step count (needs
+// s.train), learning-rate schedule and optimizer.
+template <class Flags>
+void set_recipe(const Flags& f, TrainSetup& s) {
   s.opts.global_batch = f.batch;
   s.opts.accum = f.accum;
   s.opts.clip = f.clip;
@@ -200,7 +188,65 @@ TrainSetup build_setup(const Flags& f, bool write_init) {
     s.opt = std::make_unique<nn::Sgd>(float(f.momentum), float(f.weight_decay));
   else
     s.opt = std::make_unique<nn::AdamW>(0.9f, 0.999f, 1e-8f, float(f.weight_decay));
+}
+
+// The gpt training text (--data, else ByteText's default).
+template <class Flags>
+std::unique_ptr<nn::Dataset> gpt_text(const Flags& f) {
+  std::string path = f.data.empty() ? nn::ByteText::default_path() : f.data;
+  return std::make_unique<nn::ByteText>(path, f.context);
+}
+
+// Data sets and a freshly initialised model (seeded), then --init-from
+// loads weights and --save-init writes them (when `write_init`); and the
+// training recipe from the flags.
+template <class Flags>
+TrainSetup build_setup(const Flags& f, bool write_init) {
+  TrainSetup s;
+  if (f.model == "mlp") {
+    std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
+    s.train = std::make_unique<nn::FashionMnist>("train", dir);
+    s.test = std::make_unique<nn::FashionMnist>("test", dir);
+    s.model = nn::make_mlp({784, 512, 512, 10}, f.seed);
+  } else {
+    s.train = gpt_text(f);
+    s.model = nn::make_gpt(gpt_config(f), f.seed);
+  }
+  auto params = s.model->parameters();
+  if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), params);
+  if (!f.save_init.empty() && write_init) {
+    Checkpoint ck;
+    add_parameters(ck, params);
+    ck.meta["seed"] = std::to_string(f.seed);
+    save_checkpoint(f.save_init, ck);
+  }
+  set_recipe(f, s);
   return s;
+}
+
+// Whether argv holds one of `flags`, as "--flag" or "--flag=value".
+inline bool has_any_flag(int argc, char** argv, std::initializer_list<const char*> flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    for (const char* flag : flags)
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+// World size and this process's rank in the job a launcher (braid run,
+// torchrun, mpirun, srun) started it in: 1 and 0 when none.
+inline int job_world_from_env() {
+  for (const char* v : {"BRAID_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"})
+    if (auto s = env_str(v)) return std::max(1, std::atoi(s->c_str()));
+  if (env_str("SLURM_PROCID"))
+    if (auto s = env_str("SLURM_NTASKS")) return std::max(1, std::atoi(s->c_str()));
+  return 1;
+}
+inline int job_rank_from_env() {
+  for (const char* v : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (auto s = env_str(v)) return std::max(0, std::atoi(s->c_str()));
+  return 0;
 }
 
 // Rank 0's view of a run: a progress bar on a terminal, plain lines

@@ -202,6 +202,8 @@ double HybridGpt::step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, flo
   return loss;
 }
 
+const std::vector<ActionTiming>& HybridGpt::timings() const { return impl_->exec->timings(); }
+
 std::unique_ptr<HybridGpt> make_hybrid_gpt(const Mesh& mesh, const nn::GptConfig& cfg,
                                            uint64_t seed, const std::string& schedule,
                                            int micro_batches, HybridOptions opts) {

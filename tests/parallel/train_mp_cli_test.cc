@@ -1,0 +1,130 @@
+// braid train gpt --dp/--tp/--pp, end to end with the real binary
+// (BRAID_BIN): every layout's losses equal the single-process run's, the
+// JSON records carry the per-rank split and the pipeline's figures,
+// checkpoints resume across layouts, --print-schedule names every rank,
+// and a wrong rank count under a launcher or --tp with mlp is refused.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/multiproc.h"
+#include "support/tool.h"
+
+namespace {
+
+using braid::testing::braid_bin;
+using braid::testing::CommandResult;
+using braid::testing::run_command;
+
+// A tiny GPT: 2 blocks, width 32, 4 heads, 16-byte context, 8 samples a step.
+const std::string kTiny =
+    " train gpt --batch 8 --layers 2 --d-model 32 --heads 4 --context 16 --threads 1 --quiet";
+
+// `braid train` with kTiny for `steps` steps plus `extra`; its JSON log.
+std::vector<nlohmann::json> train(const std::string& extra, int steps, const std::string& tag) {
+  std::string log = braid::testing::temp_dir("trainmp") + "/" + tag + ".jsonl";
+  CommandResult r = run_command(braid_bin() + kTiny + " --steps " + std::to_string(steps) + " " +
+                                extra + " --json-log " + log);
+  EXPECT_EQ(r.status, 0) << extra << "\n" << r.out;
+  return braid::testing::read_json_lines(log);
+}
+
+void expect_same_losses(const std::vector<nlohmann::json>& a,
+                        const std::vector<nlohmann::json>& b, const std::string& what) {
+  ASSERT_EQ(b.size(), a.size()) << what;
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    double la = a[i]["loss"], lb = b[i]["loss"];
+    EXPECT_NEAR(lb, la, 1e-5 * la) << what << ", step " << i;
+  }
+  double fa = a.back()["final_loss"], fb = b.back()["final_loss"];
+  EXPECT_NEAR(fb, fa, 1e-5 * fa) << what;
+}
+
+TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
+  const auto serial = train("", 5, "serial");  // nn::Trainer in one process
+  ASSERT_EQ(serial.size(), 6u);
+  struct Layout {
+    std::string flags;
+    int dp, tp, pp;
+  };
+  for (const Layout& l : {Layout{"--tp 1 --pp 1", 1, 1, 1}, Layout{"--tp 2", 1, 2, 1},
+                          Layout{"--pp 2 --schedule 1f1b", 1, 1, 2},
+                          Layout{"--dp 2 --tp 2", 2, 2, 1}}) {
+    const auto v = train(l.flags, 5, "layout");
+    expect_same_losses(serial, v, l.flags);
+    if (v.size() != serial.size()) continue;
+    const size_t world = size_t(l.dp * l.tp * l.pp);
+    for (const char* k : {"compute_s", "exposed_comm_s", "bubble_s"})
+      EXPECT_EQ(v[0][k].size(), world) << l.flags << " " << k;
+    const auto& done = v.back();
+    EXPECT_EQ(done["event"], "done") << l.flags;
+    EXPECT_EQ(done["dp"], l.dp);
+    EXPECT_EQ(done["tp"], l.tp);
+    EXPECT_EQ(done["pp"], l.pp);
+    EXPECT_GT(double(done["tokens_per_s"]), 0) << l.flags;
+    const double bubble = done["bubble_fraction"];
+    EXPECT_GE(bubble, 0) << l.flags;
+    EXPECT_LT(bubble, 1) << l.flags;
+    // A one-stage pipeline has no communication actions, so no bubble.
+    if (l.pp == 1) {
+      EXPECT_EQ(bubble, 0) << l.flags;
+    }
+    ASSERT_EQ(done["peak_activation_bytes"].size(), size_t(l.pp)) << l.flags;
+    for (const auto& b : done["peak_activation_bytes"]) EXPECT_GT(int64_t(b), 0) << l.flags;
+  }
+}
+
+TEST(TrainMp, CheckpointResumesInAnotherLayoutAndTraceIsWritten) {
+  const auto serial = train("", 7, "serial7");
+  std::string dir = braid::testing::temp_dir("trainmpck");
+  train("--tp 2 --checkpoint " + dir + "/ck.bin", 5, "first5");
+  const auto rest = train("--pp 2 --schedule gpipe --resume " + dir + "/ck.bin --trace " + dir +
+                              "/trace.json",
+                          7, "last2");
+  ASSERT_EQ(rest.size(), 3u);  // steps 5 and 6, then done
+  ASSERT_EQ(serial.size(), 8u);
+  EXPECT_EQ(rest[0]["step"], 5);
+  for (size_t i = 0; i < 2; ++i) {
+    double la = serial[5 + i]["loss"], lb = rest[i]["loss"];
+    EXPECT_NEAR(lb, la, 1e-5 * la) << "step " << 5 + i;
+  }
+  std::ifstream t(dir + "/trace.json");
+  ASSERT_TRUE(t.good());
+  nlohmann::json trace = nlohmann::json::parse(t);
+  EXPECT_FALSE(trace["traceEvents"].empty());
+}
+
+TEST(TrainMp, PrintScheduleNamesEveryRankAndDoesNotTrain) {
+  CommandResult r = run_command(braid_bin() + kTiny +
+                                " --dp 2 --tp 2 --pp 2 --schedule interleaved --micro-batches 2"
+                                " --print-schedule");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("interleaved: 2 ranks, 2 micro-batches, 2 chunks per rank"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("rank 0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1 |"), std::string::npos) << r.out;
+  // Mesh layout: world rank = (d·pp + p)·tp + t.
+  EXPECT_NE(r.out.find("pipeline rank 0: world ranks 0 1 4 5\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipeline rank 1: world ranks 2 3 6 7\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
+}
+
+TEST(TrainMp, RefusesAWrongWorldAndMlpWithTp) {
+  CommandResult r = run_command(braid_bin() + " run -n 3 -- " + braid_bin() + kTiny +
+                                " --steps 2 --tp 2");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--dp 1 --tp 2 --pp 1 needs 2 ranks but the launcher started 3"),
+            std::string::npos)
+      << r.out;
+  r = run_command(braid_bin() + " train mlp --steps 2 --tp 2");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--tp/--pp/--schedule train the gpt model only, not model mlp"),
+            std::string::npos)
+      << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,276 @@
+// braid train gpt --dp A --tp B --pp C — model-parallel training.
+//
+// train_cmd.cc hands over here when a model-parallel flag is given (--tp,
+// --pp, --micro-batches, --schedule, --virtual-stages, --sequence-parallel,
+// --print-schedule, --trace). The model is parallel::HybridGpt over an
+// A × B × C Mesh. Started plainly, A·B·C ranks are forked under
+// launch::run_forked (as --dp does); under a launcher the job's size must be
+// A·B·C.
+//
+// Every rank reads the same global batch (--batch samples, drawn by the
+// same Sampler as `braid train`), so every layout trains on the same
+// samples and its losses equal the single-process run's within rounding.
+// Rank 0 prints the mesh, shows the progress and writes the JSON log: step
+// records carry every world rank's compute_s / exposed_comm_s / bubble_s
+// (arrays indexed by world rank), the done record the measured bubble
+// fraction, each stage's peak activation bytes and tokens/s.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "braid/comm.h"
+#include "braid/error.h"
+#include "braid/hybrid.h"
+#include "braid/mesh.h"
+#include "braid/pipeline.h"
+#include "launch/supervisor.h"
+#include "subcommands.h"
+#include "train_setup.h"
+
+namespace braid::tool {
+
+namespace {
+
+struct MpFlags : TrainFlags {
+  int dp = 1, tp = 1, pp = 1;
+  int micro_batches = 0;  // 0: pp (at least 1)
+  std::string schedule = "1f1b";
+  int virtual_stages = 0;  // 0: 2 for interleaved, else 1
+  bool sequence_parallel = false, print_schedule = false;
+  std::string trace;
+  int zero = 0;
+  std::string transport;
+
+  int world() const { return dp * tp * pp; }
+  std::string layout() const {
+    return "--dp " + std::to_string(dp) + " --tp " + std::to_string(tp) + " --pp " +
+           std::to_string(pp);
+  }
+};
+
+// Fills the defaults that depend on the layout and rejects what the
+// model-parallel path does not do, naming the flag.
+void settle(MpFlags& f) {
+  auto reject = [](const std::string& why) { throw Error(Errc::kInvalidArgument, why); };
+  if (f.model != "gpt")
+    reject("--tp/--pp/--schedule train the gpt model only, not model " + f.model);
+  if (f.accum != 1) reject("--accum is not supported with --tp/--pp: use --micro-batches");
+  if (f.recompute)
+    reject("--recompute is not supported with --tp/--pp (the pipeline recomputes itself)");
+  if (!f.init_from.empty()) reject("--init-from is not supported with --tp/--pp: use --resume");
+  if (!f.save_init.empty()) reject("--save-init is not supported with --tp/--pp");
+  if (f.virtual_stages == 0) f.virtual_stages = f.schedule == "interleaved" ? 2 : 1;
+  if (f.schedule == "interleaved" && f.virtual_stages < 2)
+    reject("--schedule interleaved needs --virtual-stages >= 2");
+  if (f.schedule != "interleaved" && f.virtual_stages != 1)
+    reject("--virtual-stages applies to --schedule interleaved only");
+  if (f.micro_batches == 0) f.micro_batches = f.pp;
+  apply_model_defaults(f);
+  if (f.batch % (int64_t(f.dp) * f.micro_batches) != 0)
+    reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
+           std::to_string(f.dp) + " copies of --micro-batches " +
+           std::to_string(f.micro_batches));
+}
+
+// --print-schedule: the checked schedule's timeline, then which world ranks
+// run each stage. Needs no ranks.
+int print_schedule(const MpFlags& f) {
+  parallel::Schedule s =
+      parallel::make_schedule(f.schedule, f.pp, f.micro_batches, f.virtual_stages);
+  parallel::ScheduleReport rep = parallel::check_schedule(s);
+  std::printf("%s", parallel::format_timeline(s, rep).c_str());
+  std::printf("mesh dp %d x pp %d x tp %d = %d ranks\n", f.dp, f.pp, f.tp, f.world());
+  for (int p = 0; p < f.pp; ++p) {
+    std::printf("pipeline rank %d: world ranks", p);
+    for (int d = 0; d < f.dp; ++d)
+      for (int t = 0; t < f.tp; ++t) std::printf(" %d", (d * f.pp + p) * f.tp + t);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// Per world rank, its last step's split, gathered on every rank.
+struct RankSplit {
+  double compute_s, comm_s, bubble_s, step_s, peak_act;
+};
+
+int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
+  const int rank = comm->rank(), world = comm->size();
+  const bool logger = rank == 0;
+  apply_threads(f, comm->host_size(), logger);
+
+  parallel::Mesh mesh(comm, f.dp, f.tp, f.pp);
+  if (logger && !f.quiet) std::fprintf(stderr, "%s\n", mesh.describe().c_str());
+
+  TrainSetup setup;
+  setup.train = gpt_text(f);
+  set_recipe(f, setup);
+  const int64_t steps = setup.steps;
+  parallel::HybridOptions ho;
+  ho.chunks = f.virtual_stages;
+  ho.sequence_parallel = f.sequence_parallel;
+  ho.clip = f.clip;
+  ho.zero = f.zero;
+  auto model =
+      parallel::make_hybrid_gpt(mesh, gpt_config(f), f.seed, f.schedule, f.micro_batches, ho);
+  nn::Optimizer& opt = *setup.opt;
+  if (!f.resume.empty()) model->load(f.resume, opt);
+
+  std::ofstream jlog = open_json_log(f, logger);
+  if (logger && !f.quiet)
+    std::fprintf(stderr,
+                 "braid train gpt: %lld steps, global batch %lld, %s lr %g, dp %d x tp %d x "
+                 "pp %d, %s schedule, %d micro-batches%s%s, %d thread%s per rank\n",
+                 (long long)steps, (long long)f.batch, f.optimizer.c_str(), f.lr, f.dp, f.tp,
+                 f.pp, f.schedule.c_str(), f.micro_batches,
+                 f.virtual_stages > 1
+                     ? (", " + std::to_string(f.virtual_stages) + " virtual stages").c_str()
+                     : "",
+                 f.sequence_parallel ? ", sequence parallel" : "", f.threads,
+                 f.threads > 1 ? "s" : "");
+
+  nn::Sampler sampler(setup.train->size(), f.batch, f.seed);
+  std::vector<int64_t> idx;
+  Tensor x, y;
+  const int64_t first = model->next_step();
+  StepReporter report(f, first, steps, std::min<int64_t>(20, steps / 5), logger);
+  double last_loss = 0;
+  std::vector<RankSplit> split(static_cast<size_t>(world));
+  std::vector<double> bubble_sum(size_t(world), 0), step_sum(size_t(world), 0);
+  std::vector<int64_t> stage_peak(size_t(f.pp), 0);
+  for (int64_t s = first; s < steps; ++s) {
+    sampler.global(s, idx);
+    setup.train->gather(idx.data(), int64_t(idx.size()), x, y);
+    nn::StepStats st;
+    st.step = s;
+    st.lr = setup.sched.at(s);
+    st.loss = model->step(x, y, opt, st.lr);
+    const parallel::HybridStepRecord& r = model->last();
+    st.grad_norm = r.grad_norm;
+    last_loss = st.loss;
+    RankSplit mine{r.compute_s, r.comm_s, r.bubble_s, r.step_s, double(r.peak_activation_bytes)};
+    comm->all_gather(&mine, split.data(), sizeof(RankSplit) / sizeof(double), DType::kF64);
+    for (int w = 0; w < world; ++w) {
+      const RankSplit& q = split[size_t(w)];
+      const int stage = (w / f.tp) % f.pp;  // mesh.h: world rank = (d·pp + p)·tp + t
+      stage_peak[size_t(stage)] = std::max(stage_peak[size_t(stage)], int64_t(q.peak_act));
+      if (report.measured(s)) {
+        bubble_sum[size_t(w)] += q.bubble_s;
+        step_sum[size_t(w)] += q.step_s;
+      }
+    }
+    report.after_step(s, st, r.comm_s / std::max(1e-12, r.step_s));
+    if (jlog.is_open()) {
+      nlohmann::json rec = step_record(st), c = nlohmann::json::array(),
+                     e = nlohmann::json::array(), b = nlohmann::json::array();
+      for (const RankSplit& q : split) {
+        c.push_back(q.compute_s);
+        e.push_back(q.comm_s);
+        b.push_back(q.bubble_s);
+      }
+      rec.update({{"compute_s", c}, {"exposed_comm_s", e}, {"bubble_s", b}});
+      jlog << rec.dump() << '\n';
+    }
+    if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
+      model->save(f.checkpoint, opt);
+  }
+  const double throughput = report.finish();
+  if (!f.checkpoint.empty()) model->save(f.checkpoint, opt);
+  // The trace of the last step: the pipeline of dp copy 0, tp rank 0.
+  if (!f.trace.empty() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
+    parallel::write_pipeline_trace(*mesh.pp(), model->schedule(), model->timings(), f.trace);
+
+  double bubble_total = 0, step_total = 0;
+  for (int w = 0; w < world; ++w) {
+    bubble_total += bubble_sum[size_t(w)];
+    step_total += step_sum[size_t(w)];
+  }
+  const double bubble_frac = step_total > 0 ? bubble_total / step_total : 0;
+  nlohmann::json done = done_record(f, steps, last_loss, report.seconds(), throughput);
+  done.update({{"dp", f.dp},
+               {"tp", f.tp},
+               {"pp", f.pp},
+               {"schedule", f.schedule},
+               {"micro_batches", f.micro_batches},
+               {"virtual_stages", f.virtual_stages},
+               {"sequence_parallel", f.sequence_parallel},
+               {"zero", f.zero},
+               {"bubble_fraction", bubble_frac},
+               {"peak_activation_bytes", stage_peak},
+               // world rank 0's share: stage 0, tp rank 0
+               {"rank0_param_bytes", model->parameter_bytes()},
+               {"rank0_optim_bytes", model->optimizer_bytes(opt)},
+               {"peak_rss_bytes", peak_rss_bytes()}});
+  if (logger) {
+    if (jlog.is_open()) jlog << done.dump() << '\n';
+    std::printf("done: gpt %lld steps on dp %d x tp %d x pp %d, final loss %.4f, %s %s, "
+                "bubble %.1f%%, %.1fs\n",
+                (long long)steps, f.dp, f.tp, f.pp, last_loss, human(throughput).c_str(),
+                report.unit(), 100.0 * bubble_frac, report.seconds());
+    std::fflush(stdout);
+  }
+  comm->barrier();
+  return 0;
+}
+
+}  // namespace
+
+bool mp_requested(int argc, char** argv) {
+  return has_any_flag(argc, argv,
+                      {"--tp", "--pp", "--micro-batches", "--schedule", "--virtual-stages",
+                       "--sequence-parallel", "--print-schedule", "--trace"});
+}
+
+int train_mp_main(int argc, char** argv) {
+  CLI::App app{"braid train: train gpt over a dp x tp x pp mesh", "braid train"};
+  MpFlags f;
+  add_train_options(app, f, true);
+  app.add_option("--dp", f.dp, "data-parallel copies of the pipeline (1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp", f.tp, "tensor-parallel ranks per stage (1)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", f.pp, "pipeline stages (1)")->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", f.micro_batches,
+                 "micro-batches per pipeline copy per step (default: --pp)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  app.add_option("--virtual-stages", f.virtual_stages,
+                 "interleaved: model chunks per pipeline rank (2)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "shard the activations between tensor-parallel layers along the sequence");
+  app.add_flag("--print-schedule", f.print_schedule,
+               "print the checked schedule's timeline and exit without training");
+  app.add_option("--trace", f.trace, "write the last step's pipeline as a Chrome trace to FILE");
+  app.add_option("--zero", f.zero, "ZeRO stage over dp: 0 none, 1 optimizer state sharded")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  settle(f);
+  const int job = job_world_from_env();
+  if (f.print_schedule) return job_rank_from_env() == 0 ? print_schedule(f) : 0;
+  if (job > 1) {
+    if (job != f.world())
+      throw Error(Errc::kInvalidArgument, f.layout() + " needs " + std::to_string(f.world()) +
+                                              " ranks but the launcher started " +
+                                              std::to_string(job));
+    return run_rank(Communicator::from_env(), f);
+  }
+  if (f.world() == 1) return run_rank(Communicator::from_env(), f);
+  CommOptions co;
+  co.transport = f.transport;
+  return launch::run_forked("braid train", f.world(), [&](const launch::ForkedRank& r) {
+    return run_rank(r.communicator(co), f);
+  });
+}
+
+}  // namespace braid::tool
