@@ -21,10 +21,10 @@ constexpr Setting kSettings[] = {
     {"BRAID_CHAIN_SLOTS", K::kUser, "max(16, 2 × ranks)",
      "number of the slots the chain all-reduce folds through (one segment per communicator, made "
      "on its first use); rank 0's value applies",
-     "src/comm/algo/chain_reduce.cc"},
+     "src/comm/algo/chain_segment.cc"},
     {"BRAID_CHAIN_SLOT_BYTES", K::kUser, "512 KiB",
      "size of each chain all-reduce slot, rounded to whole pages; rank 0's value applies",
-     "src/comm/algo/chain_reduce.cc"},
+     "src/comm/algo/chain_segment.cc"},
     {"BRAID_CHUNK_BYTES", K::kUser, "1 MiB", "pipelining chunk of the ring and chain algorithms",
      "src/comm/engine/comm_impl.cc"},
     {"BRAID_DETERMINISTIC", K::kUser, "0",
