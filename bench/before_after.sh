@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Two builds of braid side by side (a refactoring that must not change
+# speed): all_reduce 8 B-16 MiB (x8 steps) at 2 and 4 ranks, `train mlp --dp 2` one
+# epoch and `train gpt --dp 2` 30 steps, alternating, three rounds.
+#   bench/before_after.sh BEFORE_BRAID AFTER_BRAID   OUT=/tmp/ba
+# then `python3 bench/before_after_table.py OUT` prints the tables.
+out=${OUT:-/tmp/ba}; mkdir -p $out
+before=$1 after=$2
+for round in 1 2 3; do
+  for who in before after; do
+    if [ $who = before ]; then B=$before; else B=$after; fi
+    $B bench -n 2 --op all_reduce -b 8 -e 64M -f 8 --json > $out/$who.ar2.$round.json 2>/dev/null
+    $B bench -n 4 --op all_reduce -b 8 -e 64M -f 8 --json > $out/$who.ar4.$round.json 2>/dev/null
+    $B train mlp --dp 2 --epochs 1 --json-log $out/$who.mlp.$round.jsonl > /dev/null 2>&1
+    $B train gpt --dp 2 --steps 30 --json-log $out/$who.gpt.$round.jsonl > /dev/null 2>&1
+  done
+done
+echo done
