@@ -161,28 +161,54 @@ class MlpBlock : public Module {
 // With recompute, forward keeps only its input and output; backward runs
 // forward again (same dropout masks, same kernels) and then backward, so
 // gradients are bitwise identical to the stored-activation path.
+// The pre-norm residual wiring of a transformer block over any four
+// sublayers,
+//   h = x + attn(ln1(x)),  y = h + mlp(ln2(h)),
+// with optional recomputation: forward then keeps only x's address and
+// backward runs the forward again first (same inputs, same ctx — dropout
+// keys — same kernels: same activations). The serial and the
+// tensor-parallel blocks own their sublayers and delegate to it.
+class PreNormResidual {
+ public:
+  PreNormResidual(const std::string& block, Module& ln1, Module& attn, Module& ln2, Module& mlp)
+      : block_(block), ln1_(ln1), attn_(attn), ln2_(ln2), mlp_(mlp) {}
+  const Tensor& forward(const Tensor& x, Context& ctx, bool recompute);
+  const Tensor& backward(const Tensor& dy, Context& ctx, bool recompute);
+  void collect_parameters(std::vector<Parameter*>& out);
+  void release_activations();
+
+ private:
+  void run_forward(const Tensor& x, Context& ctx, bool need_y);
+  const std::string& block_;
+  Module &ln1_, &attn_, &ln2_, &mlp_;
+  const Tensor* x_ = nullptr;
+  Tensor h_;    // x + attn(ln1(x))
+  Tensor y_;    // h + mlp(ln2(h))
+  Tensor dh_, dx_;
+};
+
 class TransformerBlock : public Module {
  public:
   TransformerBlock(std::string name, int64_t dim, int64_t heads, float dropout = 0,
                    uint64_t dropout_key = 0, bool recompute = false);
-  const Tensor& forward(const Tensor& x, Context& ctx) override;
-  const Tensor& backward(const Tensor& dy, Context& ctx) override;
-  void collect_parameters(std::vector<Parameter*>& out) override;
-  void release_activations() override;
+  const Tensor& forward(const Tensor& x, Context& ctx) override {
+    return res_.forward(x, ctx, recompute_);
+  }
+  const Tensor& backward(const Tensor& dy, Context& ctx) override {
+    return res_.backward(dy, ctx, recompute_);
+  }
+  void collect_parameters(std::vector<Parameter*>& out) override { res_.collect_parameters(out); }
+  void release_activations() override { res_.release_activations(); }
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
 
  private:
-  void run_forward(const Tensor& x, Context& ctx, bool need_y);
   LayerNorm ln1_;
   CausalSelfAttention attn_;
   LayerNorm ln2_;
   MlpBlock mlp_;
   bool recompute_;
-  const Tensor* x_ = nullptr;
-  Tensor h_;    // x + attn(ln1(x))
-  Tensor y_;    // h + mlp(ln2(h))
-  Tensor dh_, dx_;
+  PreNormResidual res_{name_, ln1_, attn_, ln2_, mlp_};
 };
 
 }  // namespace braid::nn

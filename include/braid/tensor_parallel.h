@@ -342,22 +342,28 @@ class TpTransformerBlock : public nn::Module {
   TpTransformerBlock(std::string name, int64_t dim, int64_t heads,
                      std::shared_ptr<Communicator> tp, SeqMode mode, float dropout,
                      uint64_t dropout_key, bool recompute);
-  const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
-  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  // Recomputation repeats the forward's collectives: every rank of the
+  // group recomputes the same block at the same point, so they still match.
+  const Tensor& forward(const Tensor& x, nn::Context& ctx) override {
+    return res_.forward(x, ctx, recompute_);
+  }
+  const Tensor& backward(const Tensor& dy, nn::Context& ctx) override {
+    return res_.backward(dy, ctx, recompute_);
+  }
+  void collect_parameters(std::vector<nn::Parameter*>& out) override {
+    res_.collect_parameters(out);
+  }
   void collect_shards(std::vector<Sharded>& out);
-  void release_activations() override;
+  void release_activations() override { res_.release_activations(); }
 
  private:
-  void run_forward(const Tensor& x, nn::Context& ctx, bool need_y);
   SeqMode mode_;
   nn::LayerNorm ln1_;
   ParallelAttention attn_;
   nn::LayerNorm ln2_;
   ParallelMlp mlp_;
   bool recompute_;
-  const Tensor* x_ = nullptr;
-  Tensor h_, y_, dh_, dx_;
+  nn::PreNormResidual res_{name_, ln1_, attn_, ln2_, mlp_};
 };
 
 // A range [begin, end) of the GPT's top-level modules, numbered as

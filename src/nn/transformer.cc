@@ -54,7 +54,7 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
       mlp_(name + ".mlp", dim, 4 * dim, dropout, dropout_key * 2 + 2),
       recompute_(recompute) {}
 
-void TransformerBlock::run_forward(const Tensor& x, Context& ctx, bool need_y) {
+void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
   h_.resize(x.shape(), DType::kF32);
   vadd(x.f32(), a.f32(), h_.f32(), h_.numel());
@@ -64,10 +64,10 @@ void TransformerBlock::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   vadd(h_.f32(), m.f32(), y_.f32(), y_.numel());
 }
 
-const Tensor& TransformerBlock::forward(const Tensor& x, Context& ctx) {
+const Tensor& PreNormResidual::forward(const Tensor& x, Context& ctx, bool recompute) {
   x_ = &x;
   run_forward(x, ctx, true);
-  if (recompute_ && ctx.training) {
+  if (recompute && ctx.training) {
     ln1_.release_activations();
     attn_.release_activations();
     ln2_.release_activations();
@@ -77,12 +77,9 @@ const Tensor& TransformerBlock::forward(const Tensor& x, Context& ctx) {
   return y_;
 }
 
-const Tensor& TransformerBlock::backward(const Tensor& dy, Context& ctx) {
-  BRAID_CHECK_ARG(x_ != nullptr, "block " + name_ + ": backward before forward");
-  if (recompute_) {
-    // Same inputs, same ctx (dropout keys), same kernels: same activations.
-    run_forward(*x_, ctx, false);
-  }
+const Tensor& PreNormResidual::backward(const Tensor& dy, Context& ctx, bool recompute) {
+  BRAID_CHECK_ARG(x_ != nullptr, "block " + block_ + ": backward before forward");
+  if (recompute) run_forward(*x_, ctx, false);
   // y = h + mlp(ln2(h)):  dh = dy + ln2ᵀ(mlpᵀ(dy))
   const Tensor& dm = mlp_.backward(dy, ctx);
   const Tensor& dln2 = ln2_.backward(dm, ctx);
@@ -96,14 +93,14 @@ const Tensor& TransformerBlock::backward(const Tensor& dy, Context& ctx) {
   return dx_;
 }
 
-void TransformerBlock::collect_parameters(std::vector<Parameter*>& out) {
+void PreNormResidual::collect_parameters(std::vector<Parameter*>& out) {
   ln1_.collect_parameters(out);
   attn_.collect_parameters(out);
   ln2_.collect_parameters(out);
   mlp_.collect_parameters(out);
 }
 
-void TransformerBlock::release_activations() {
+void PreNormResidual::release_activations() {
   ln1_.release_activations();
   attn_.release_activations();
   ln2_.release_activations();

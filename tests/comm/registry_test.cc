@@ -45,7 +45,9 @@ TEST(Registry, EveryCollectiveListsItsAlgorithmsInTieBreakOrder) {
     std::vector<std::string> names;
     for (size_t i = 0; i < list.size(); ++i) {
       EXPECT_EQ(list[i]->op, op);
-      if (i > 0) EXPECT_LT(list[i - 1]->id, list[i]->id) << coll_op_name(op);
+      if (i > 0) {
+        EXPECT_LT(list[i - 1]->id, list[i]->id) << coll_op_name(op);
+      }
       EXPECT_EQ(algo::find(op, list[i]->name), list[i]);
       EXPECT_FALSE(list[i]->summary.empty()) << list[i]->name;
       names.push_back(list[i]->name);

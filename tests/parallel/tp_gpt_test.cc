@@ -148,8 +148,9 @@ TEST(TpGpt, InitialShardsAreSlicesOfTheSerialModel) {
       for (int64_t i = 0; i < full.numel(); ++i) {
         ASSERT_EQ(full.f32()[i], want->data.f32()[i]) << s.param->name << " element " << i;
       }
-      if (s.spec.dim >= 0)
+      if (s.spec.dim >= 0) {
         EXPECT_EQ(s.param->size() * n, want->size()) << s.param->name << " is not split";
+      }
     }
   });
 }
