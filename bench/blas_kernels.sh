@@ -18,9 +18,12 @@ case $blas in
 esac
 [[ -z ${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-} && $blas == both ]] && blas_settings=machine
 
+# Neither side inherits the library path or OpenMP tuning of the shell that
+# runs the benchmark: braid runs as a user runs it, and the rival's own
+# settings (its LD_LIBRARY_PATH, OMP_NUM_THREADS) are added after this prefix.
 blas_env() {
-  benv=(env)
-  [[ $1 == native ]] && benv=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+  benv=(env -u LD_LIBRARY_PATH -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_PLACES)
+  [[ $1 == native ]] && benv+=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
   return 0
 }
 
