@@ -82,6 +82,11 @@ class Embedding : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void release_activations() override;
+  // Throws Error(kInvalidArgument) naming `layer` unless tokens is
+  // [B, T <= context] with every id in [0, vocab). Every embedding (the
+  // serial one, the vocab-parallel one) checks its input so.
+  static void check_tokens(const std::string& layer, const Tensor& tokens, int64_t vocab,
+                           int64_t context);
 
  private:
   int64_t vocab_, dim_, context_;

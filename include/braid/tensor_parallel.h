@@ -54,95 +54,78 @@ int64_t divide(int64_t size, int64_t parts, const std::string& what);
 // operator. Outputs are buffers the operator owns (or its input, for an
 // identity half).
 
+// What every operator holds: its group, its outputs and a staging buffer.
+class TpOperator : public nn::Module {
+ public:
+  TpOperator(std::string name, std::shared_ptr<Communicator> tp)
+      : Module(std::move(name)), tp_(std::move(tp)) {}
+
+ protected:
+  std::shared_ptr<Communicator> tp_;
+  Tensor y_, dx_, scratch_;
+};
+
 // Identity forward; backward all-reduces (sums) dL/dx over the group. Sits
 // where a replicated activation enters column-parallel weights.
-class CopyToTpRegion : public nn::Module {
+class CopyToTpRegion : public TpOperator {
  public:
-  CopyToTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor dx_;
 };
 
 // Forward all-reduces (sums) partial results; identity backward. Sits after
 // row-parallel weights.
-class ReduceFromTpRegion : public nn::Module {
+class ReduceFromTpRegion : public TpOperator {
  public:
-  ReduceFromTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_;
 };
 
 // Forward keeps this rank's block of the last dim; backward all-gathers
 // the blocks of dL/dx along the last dim.
-class ScatterToTpRegion : public nn::Module {
+class ScatterToTpRegion : public TpOperator {
  public:
-  ScatterToTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_, dx_, scratch_;
 };
 
 // Forward all-gathers the blocks of the last dim; backward keeps this
 // rank's block of dL/dy.
-class GatherFromTpRegion : public nn::Module {
+class GatherFromTpRegion : public TpOperator {
  public:
-  GatherFromTpRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_, dx_, scratch_;
 };
 
 // Sequence parallelism (input [B, T, ...], split along T):
 // forward keeps this rank's positions; backward all-gathers dL/dx along T.
-class ScatterToSequenceRegion : public nn::Module {
+class ScatterToSequenceRegion : public TpOperator {
  public:
-  ScatterToSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_, dx_, scratch_;
 };
 
 // Forward all-gathers along T; backward reduce-scatters (sums) dL/dy along
 // T. Replaces CopyToTpRegion in front of column-parallel weights.
-class GatherFromSequenceRegion : public nn::Module {
+class GatherFromSequenceRegion : public TpOperator {
  public:
-  GatherFromSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_, dx_, scratch_;
 };
 
 // Forward reduce-scatters (sums) along T; backward all-gathers dL/dy along
 // T. Replaces ReduceFromTpRegion after row-parallel weights.
-class ReduceScatterToSequenceRegion : public nn::Module {
+class ReduceScatterToSequenceRegion : public TpOperator {
  public:
-  ReduceScatterToSequenceRegion(std::string name, std::shared_ptr<Communicator> tp);
+  using TpOperator::TpOperator;
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
-
- private:
-  std::shared_ptr<Communicator> tp_;
-  Tensor y_, dx_, scratch_;
 };
 
 // ---- how a parameter is split -----------------------------------------------

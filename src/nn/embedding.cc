@@ -16,11 +16,22 @@ Embedding::Embedding(std::string name, int64_t vocab, int64_t dim, int64_t conte
   input_grad_ = false;
 }
 
+void Embedding::check_tokens(const std::string& layer, const Tensor& tokens, int64_t vocab,
+                             int64_t context) {
+  if (tokens.ndim() != 2 || tokens.dim(1) > context)
+    throw Error(Errc::kInvalidArgument, "Embedding " + layer + ": tokens " +
+                                            shape_str(tokens.shape()) + " vs expected [*, <=" +
+                                            std::to_string(context) + "]");
+  const int32_t* tok = tokens.i32();
+  for (int64_t i = 0; i < tokens.numel(); ++i)
+    if (tok[i] < 0 || tok[i] >= vocab)
+      throw Error(Errc::kInvalidArgument, "Embedding " + layer + ": token " +
+                                              std::to_string(tok[i]) + " outside vocabulary [0, " +
+                                              std::to_string(vocab) + ")");
+}
+
 const Tensor& Embedding::forward(const Tensor& x, Context&) {
-  if (x.ndim() != 2 || x.dim(1) > context_)
-    throw Error(Errc::kInvalidArgument,
-                "Embedding " + name_ + ": tokens " + shape_str(x.shape()) + " vs expected [*, <=" +
-                    std::to_string(context_) + "]");
+  check_tokens(name_, x, vocab_, context_);
   int64_t B = x.dim(0), T = x.dim(1);
   const int32_t* tok = x.i32();
   y_.resize({B, T, dim_}, DType::kF32);
@@ -28,12 +39,7 @@ const Tensor& Embedding::forward(const Tensor& x, Context&) {
   const float* wpe = wpe_.data.f32();
   float* y = y_.f32();
   for (int64_t i = 0; i < B * T; ++i) {
-    int32_t id = tok[i];
-    if (id < 0 || id >= vocab_)
-      throw Error(Errc::kInvalidArgument, "Embedding " + name_ + ": token " + std::to_string(id) +
-                                              " outside vocabulary [0, " + std::to_string(vocab_) +
-                                              ")");
-    const float* e = wte + int64_t(id) * dim_;
+    const float* e = wte + int64_t(tok[i]) * dim_;
     const float* p = wpe + (i % T) * dim_;
     float* yr = y + i * dim_;
     for (int64_t c = 0; c < dim_; ++c) yr[c] = e[c] + p[c];

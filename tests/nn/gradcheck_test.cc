@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "braid/error.h"
 #include "braid/layers.h"
 #include "braid/loss.h"
 #include "braid/models.h"
@@ -134,6 +135,27 @@ TEST(GradCheck, EmbeddingParameters) {
   Check c;
   c.check_input = false;
   gradcheck(e, tok, c);
+}
+
+TEST(Embedding, RefusesTokensOutsideTheVocabularyOrContext) {
+  Embedding e("emb", 11, 6, 5);
+  Context ctx;
+  auto refused = [&](const Tensor& tok, const std::string& needle) {
+    try {
+      e.forward(tok, ctx);
+      ADD_FAILURE() << "accepted tokens that should fail with '" << needle << "'";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), Errc::kInvalidArgument);
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    }
+  };
+  Tensor tok({2, 5}, DType::kI32);
+  for (int64_t i = 0; i < tok.numel(); ++i) tok.i32()[i] = 3;
+  tok.i32()[7] = 11;
+  refused(tok, "Embedding emb: token 11 outside vocabulary [0, 11)");
+  tok.i32()[7] = -1;
+  refused(tok, "token -1 outside vocabulary");
+  refused(Tensor({2, 6}, DType::kI32), "tokens [2, 6] vs expected [*, <=5]");
 }
 
 TEST(GradCheck, CausalSelfAttention) {

@@ -69,6 +69,15 @@ struct Trace {
   int64_t bytes = 0;
 };
 
+// The serial run's options: the global batch, seed and clip every layout uses.
+nn::TrainOptions serial_options() {
+  nn::TrainOptions o;
+  o.global_batch = kBatch;
+  o.seed = kSeed;
+  o.clip = kClip;
+  return o;
+}
+
 const Trace& serial() {
   static Trace t = [] {
     set_num_threads(1);
@@ -76,11 +85,7 @@ const Trace& serial() {
     auto model = nn::make_gpt(config(), kSeed);
     nn::ByteText data = text();
     nn::AdamW opt = optimizer();
-    nn::TrainOptions o;
-    o.global_batch = kBatch;
-    o.seed = kSeed;
-    o.clip = kClip;
-    nn::Trainer tr(*model, data, opt, schedule(), o);
+    nn::Trainer tr(*model, data, opt, schedule(), serial_options());
     for (int i = 0; i < kSteps + kMoreSteps; ++i) {
       r.losses.push_back(tr.step().loss);
       if (i + 1 == kSteps)
@@ -264,11 +269,7 @@ TEST(Hybrid, MatchesSingleProcessOnEightRanksAndCheckpointsResumeAnywhere) {
     auto model = nn::make_gpt(config(), kSeed);
     nn::ByteText data = text();
     nn::AdamW opt = optimizer();
-    nn::TrainOptions o;
-    o.global_batch = kBatch;
-    o.seed = kSeed;
-    o.clip = kClip;
-    nn::Trainer tr(*model, data, opt, schedule(), o);
+    nn::Trainer tr(*model, data, opt, schedule(), serial_options());
     tr.load(path);
     ASSERT_EQ(tr.next_step(), kSteps);
     for (int64_t step = kSteps; step < kSteps + kMoreSteps; ++step)

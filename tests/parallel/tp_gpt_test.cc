@@ -209,6 +209,17 @@ TEST(TpGpt, SizesThatDoNotDivideAreRefusedByName) {
     }
     tokens.resize({2, 8}, DType::kI32);
     EXPECT_EQ(m.forward(tokens, ctx).shape(), (Shape{2, 8, 128}));
+    // A token outside the vocabulary is refused by the vocab-parallel
+    // embedding on every rank, before its all-reduce.
+    tokens.i32()[3] = 256;
+    try {
+      m.forward(tokens, ctx);
+      ADD_FAILURE() << "token 256 accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("token 256 outside vocabulary [0, 256)"), std::string::npos)
+          << e.what();
+    }
   });
 }
 

@@ -54,24 +54,18 @@ int64_t last_dim(const Tensor& x, const std::string& what) {
 int64_t rows_of(const Tensor& x) { return x.dim(-1) ? x.numel() / x.dim(-1) : 0; }
 }  // namespace
 
-CopyToTpRegion::CopyToTpRegion(std::string name, std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& CopyToTpRegion::forward(const Tensor& x, nn::Context&) { return x; }
 const Tensor& CopyToTpRegion::backward(const Tensor& dy, nn::Context&) {
   all_reduce_into(*tp_, dy, dx_);
   return dx_;
 }
 
-ReduceFromTpRegion::ReduceFromTpRegion(std::string name, std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& ReduceFromTpRegion::forward(const Tensor& x, nn::Context&) {
   all_reduce_into(*tp_, x, y_);
   return y_;
 }
 const Tensor& ReduceFromTpRegion::backward(const Tensor& dy, nn::Context&) { return dy; }
 
-ScatterToTpRegion::ScatterToTpRegion(std::string name, std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& ScatterToTpRegion::forward(const Tensor& x, nn::Context&) {
   int64_t c = divide(last_dim(x, name_), tp_->size(), name_ + ": last dimension");
   slice_interleaved(*tp_, x, y_, with_dim(x.shape(), -1, c), rows_of(x), c);
@@ -84,8 +78,6 @@ const Tensor& ScatterToTpRegion::backward(const Tensor& dy, nn::Context&) {
   return dx_;
 }
 
-GatherFromTpRegion::GatherFromTpRegion(std::string name, std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& GatherFromTpRegion::forward(const Tensor& x, nn::Context&) {
   int64_t c = last_dim(x, name_);
   gather_interleaved(*tp_, x, y_, scratch_, with_dim(x.shape(), -1, c * tp_->size()),
@@ -98,9 +90,6 @@ const Tensor& GatherFromTpRegion::backward(const Tensor& dy, nn::Context&) {
   return dx_;
 }
 
-ScatterToSequenceRegion::ScatterToSequenceRegion(std::string name,
-                                                 std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& ScatterToSequenceRegion::forward(const Tensor& x, nn::Context&) {
   SeqSplit s = seq_split(x, tp_->size(), name_, true);
   slice_interleaved(*tp_, x, y_, with_dim(x.shape(), 1, x.dim(1) / tp_->size()), s.outer,
@@ -114,9 +103,6 @@ const Tensor& ScatterToSequenceRegion::backward(const Tensor& dy, nn::Context&) 
   return dx_;
 }
 
-GatherFromSequenceRegion::GatherFromSequenceRegion(std::string name,
-                                                   std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& GatherFromSequenceRegion::forward(const Tensor& x, nn::Context&) {
   SeqSplit s = seq_split(x, tp_->size(), name_, false);
   gather_interleaved(*tp_, x, y_, scratch_, with_dim(x.shape(), 1, x.dim(1) * tp_->size()),
@@ -130,9 +116,6 @@ const Tensor& GatherFromSequenceRegion::backward(const Tensor& dy, nn::Context&)
   return dx_;
 }
 
-ReduceScatterToSequenceRegion::ReduceScatterToSequenceRegion(std::string name,
-                                                             std::shared_ptr<Communicator> tp)
-    : Module(std::move(name)), tp_(std::move(tp)) {}
 const Tensor& ReduceScatterToSequenceRegion::forward(const Tensor& x, nn::Context&) {
   SeqSplit s = seq_split(x, tp_->size(), name_, true);
   reduce_scatter_interleaved(*tp_, x, y_, scratch_,

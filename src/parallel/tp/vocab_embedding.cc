@@ -31,23 +31,15 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, 
 }
 
 const Tensor& VocabParallelEmbedding::forward(const Tensor& tokens, nn::Context& ctx) {
-  if (tokens.ndim() != 2 || tokens.dim(1) > context_)
-    throw Error(Errc::kInvalidArgument, "Embedding " + name_ + ": tokens " +
-                                            shape_str(tokens.shape()) + " vs expected [*, <=" +
-                                            std::to_string(context_) + "]");
+  nn::Embedding::check_tokens(name_, tokens, vocab_, context_);
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
   const int32_t* tok = tokens.i32();
   partial_.resize({B, T, dim_}, DType::kF32);
   const float* wte = wte_.data.f32();
   float* p = partial_.f32();
   for (int64_t i = 0; i < B * T; ++i) {
-    int32_t id = tok[i];
-    if (id < 0 || id >= vocab_)
-      throw Error(Errc::kInvalidArgument, "Embedding " + name_ + ": token " + std::to_string(id) +
-                                              " outside vocabulary [0, " + std::to_string(vocab_) +
-                                              ")");
     float* pr = p + i * dim_;
-    int64_t local = int64_t(id) - v0_;
+    int64_t local = int64_t(tok[i]) - v0_;
     if (local >= 0 && local < local_vocab_) {
       const float* e = wte + local * dim_;
       for (int64_t c = 0; c < dim_; ++c) pr[c] = e[c];
