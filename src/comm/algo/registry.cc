@@ -6,6 +6,7 @@
 #include "braid/comm.h"
 #include "braid/error.h"
 #include "comm/algo/select.h"
+#include "comm/transport/msg_sig.h"
 
 namespace braid::comm::algo {
 namespace {
@@ -67,12 +68,17 @@ std::string names(CollOp op) {
 }
 
 const std::vector<Collective>& collectives() {
-  static const std::vector<Collective> ops = {
-      {CollOp::kAllReduce, "all_reduce"}, {CollOp::kBroadcast, "broadcast"},
-      {CollOp::kReduce, "reduce"},        {CollOp::kAllGather, "all_gather"},
-      {CollOp::kReduceScatter, "reduce_scatter"}, {CollOp::kGather, "gather"},
-      {CollOp::kScatter, "scatter"},      {CollOp::kAllToAll, "all_to_all"},
-      {CollOp::kAllToAllV, "all_to_all_v"}, {CollOp::kBarrier, "barrier"}};
+  // Named by coll_op_name, so BRAID_ALGO, error messages and the flight
+  // recorder spell a collective the same way.
+  static const std::vector<Collective> ops = [] {
+    std::vector<Collective> v;
+    for (CollOp op : {CollOp::kAllReduce, CollOp::kBroadcast, CollOp::kReduce,
+                      CollOp::kAllGather, CollOp::kReduceScatter, CollOp::kGather,
+                      CollOp::kScatter, CollOp::kAllToAll, CollOp::kAllToAllV,
+                      CollOp::kBarrier})
+      v.push_back({op, coll_op_name(op)});
+    return v;
+  }();
   return ops;
 }
 

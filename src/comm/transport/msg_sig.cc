@@ -15,7 +15,7 @@ const char* coll_op_name(CollOp op) {
     case CollOp::kGather: return "gather";
     case CollOp::kScatter: return "scatter";
     case CollOp::kAllToAll: return "all_to_all";
-    case CollOp::kAllToAllV: return "all_to_allv";
+    case CollOp::kAllToAllV: return "all_to_all_v";
     case CollOp::kBarrier: return "barrier";
     case CollOp::kSend: return "send";
     case CollOp::kRecv: return "recv";
