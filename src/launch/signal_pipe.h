@@ -1,5 +1,5 @@
 // The supervisor's signals as bytes on a pipe: while a SignalPipe lives,
-// SIGINT, SIGTERM, SIGHUP and SIGCHLD each write their number to a
+// SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGCHLD each write their number to a
 // non-blocking self-pipe (so a poll() loop wakes for them, a rank's exit
 // included) and SIGPIPE is ignored (a closed output pipe must not kill the
 // launcher). The destructor restores the previous dispositions.
@@ -39,7 +39,7 @@ class SignalPipe {
  private:
   long read_some(char* b, unsigned long n) const;
 
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGCHLD, SIGPIPE};
   static constexpr int kCount = sizeof kSignals / sizeof kSignals[0];
   int rd_ = -1, wr_ = -1;
   struct sigaction old_[kCount];

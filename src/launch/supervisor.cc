@@ -167,6 +167,11 @@ int Supervisor::wait() {
 
     if (pr > 0 && (pfds[0].revents & POLLIN))
       signals_->drain([&](int s) {
+        if (s == SIGUSR1) {  // "dump what you are doing": to each rank's own pid
+          for (auto& r : ranks_)
+            if (r->alive && r->child.pid > 0) ::kill(r->child.pid, SIGUSR1);
+          return;
+        }
         if (s != SIGINT && s != SIGTERM && s != SIGHUP) return;
         if (!stopping) {
           StopCause c{StopCause::kSignal, 128 + s, "received " + signal_name(s), s};

@@ -4,7 +4,8 @@
 //
 // Each rank is a child in its own process group (launch/spawn.h). wait()
 // copies prefixed output, forwards SIGINT, SIGTERM and SIGHUP to every
-// rank's group, and stops the job at the first of:
+// rank's group and SIGUSR1 (a braid rank dumps its flight recorder; the job
+// goes on) to every rank's own pid, and stops the job at the first of:
 //   - a rank that exits non-zero or is killed by a signal;
 //   - a signal to the supervisor;
 //   - max_time passing;

@@ -281,6 +281,24 @@ TEST(Supervisor, SigtermToTheSupervisorLeavesNoProcessBehind) {
   }
 }
 
+TEST(Supervisor, Sigusr1IsForwardedToEachRankAndStopsNothing) {
+  // SIGUSR1 asks every rank to dump its flight recorder: each rank's own pid
+  // gets it, and the job goes on (here each rank's trap prints and exits 0).
+  const std::string dir = braid::testing::temp_dir("sup_usr1");
+  const std::string script =
+      "trap 'echo dumped $R; exit 0' USR1; " + sh_record_pid("while :; do sleep 0.05; done");
+  Outcome run = run_supervisor([&] { return supervise_sh(2, script, dir); },
+                               [&](pid_t sup) {
+                                 for (int r = 0; r < 2; ++r) await_pid(dir, "pid." + std::to_string(r));
+                                 ::kill(sup, SIGUSR1);
+                               });
+  EXPECT_TRUE(run.exited) << "the supervisor itself died of the signal";
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("[0] dumped 0\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("[1] dumped 1\n"), std::string::npos) << run.out;
+  EXPECT_EQ(run.err.find("braid run:"), std::string::npos) << run.err;
+}
+
 TEST(Supervisor, AllRanksExitingZeroIsStatusZeroAndNoSummary) {
   const std::string dir = braid::testing::temp_dir("sup_zero");
   Outcome run = run_supervisor([&] { return supervise_sh(2, "echo hello $R; echo note $R >&2", dir); });
