@@ -8,6 +8,7 @@
 // all_reduce each way), and its gradients pass a finite-difference check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -238,6 +239,19 @@ void embedding_and_loss(const Comm& c) {
   EXPECT_LE(std::abs(got - want), 1e-5 * std::abs(want)) << got << " vs " << want;
   EXPECT_EQ(par.correct(), serial.correct());
   expect_close(par.backward(0.25f), slice_last(serial.backward(0.25f), c), "cross-entropy dlogits");
+  // Ties: logits in {-1, 0, 1} (every row has several maxima, often on
+  // different ranks); the first maximum is the prediction, as serially.
+  Tensor tied = random({3, T, V}, 14, 3.0f);
+  for (int64_t i = 0; i < tied.numel(); ++i)
+    tied.f32()[i] = std::clamp(std::round(tied.f32()[i]), -1.0f, 1.0f);
+  serial.forward(tied, tokens);
+  par.forward(slice_last(tied, c), tokens);
+  EXPECT_EQ(par.correct(), serial.correct()) << "with tied logits";
+  Tensor flat({3, T, V}, DType::kF32);  // all equal: only target 0 is correct
+  for (int64_t i = 0; i < flat.numel(); ++i) flat.f32()[i] = 0.5f;
+  serial.forward(flat, tokens);
+  par.forward(slice_last(flat, c), tokens);
+  EXPECT_EQ(par.correct(), serial.correct()) << "with all-equal logits";
 }
 
 // One all_reduce forward, one backward, and nothing else: counted on a

@@ -4,6 +4,7 @@
 // the group, and each rank normalises its own block. Two all_reduces of a
 // few floats per row replace gathering rows × V logits.
 #include "../../tensor/simd.h"  // first: sets vectorisation options
+#include <algorithm>
 #include <cmath>
 
 #include "braid/error.h"
@@ -51,12 +52,16 @@ double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
       throw Error(Errc::kInvalidArgument, "vocab-parallel cross-entropy: target " +
                                               std::to_string(t[r]) + " outside [0, " +
                                               std::to_string(vocab) + ")");
-  // row_stats_: [rows] maxima, then [rows] sums of exponentials and [rows]
-  // target logits (the rank that holds the target adds it, the others 0).
-  row_stats_.resize({3 * rows}, DType::kF32);
+  // row_stats_: [rows] maxima, then [rows] sums of exponentials, [rows]
+  // target logits (the rank that holds the target adds it, the others 0) and
+  // [rows] counts of maximal logits at indices below the target (the serial
+  // argmax takes the first maximum, so the row is correct only when the
+  // target is maximal and this count is 0; small integers are exact in f32).
+  row_stats_.resize({4 * rows}, DType::kF32);
   float* max = row_stats_.f32();
   float* sum = max + rows;
   float* target = sum + rows;
+  float* before = target + rows;
   for (int64_t r = 0; r < rows; ++r) max[r] = row_max(x + r * v, v);
   tp_->all_reduce(max, max, size_t(rows), DType::kF32, ReduceOp::kMax);
   probs_.resize(logits.shape(), DType::kF32);
@@ -65,8 +70,12 @@ double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     sum[r] = row_exp(x + r * v, p + r * v, v, max[r]);
     int64_t local = int64_t(t[r]) - v0_;
     target[r] = local >= 0 && local < v ? x[r * v + local] : 0.0f;
+    const int64_t below = std::min<int64_t>(std::max<int64_t>(local, 0), v);
+    int64_t ties = 0;
+    for (int64_t j = 0; j < below; ++j) ties += x[r * v + j] == max[r];
+    before[r] = float(ties);
   }
-  tp_->all_reduce(sum, sum, size_t(2 * rows), DType::kF32, ReduceOp::kSum);
+  tp_->all_reduce(sum, sum, size_t(3 * rows), DType::kF32, ReduceOp::kSum);
   double loss = 0;
   int64_t correct = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -74,7 +83,7 @@ double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     for (int64_t j = 0; j < v; ++j) p[r * v + j] *= inv;
     // −log p_y = log Σ exp(x − m) − (x_y − m), as the serial loss forms it.
     loss += double(std::log(sum[r])) - double(target[r] - max[r]);
-    correct += target[r] >= max[r];
+    correct += target[r] >= max[r] && before[r] == 0;
   }
   targets_ = &targets;
   correct_ = correct;
