@@ -4,14 +4,17 @@
 # one dpkg query. Usage: scripts/deps.sh [build|bench]
 set -euo pipefail
 
+# python3-torch, libtorch-dev, pybind11-dev, python3-dev: the braid_torch
+# extension (python/) and its tests; without them BRAID_TORCH turns off.
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
       libopenblas0-pthread
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-      nlohmann-json3-dev dataset-fashion-mnist python3)
+      nlohmann-json3-dev dataset-fashion-mnist python3
+      python3-torch libtorch-dev pybind11-dev python3-dev)
 if [[ "${1:-build}" == bench ]]; then
-  want+=(openmpi-bin libopenmpi-dev python3-torch libopenblas0-openmp)
+  want+=(openmpi-bin libopenmpi-dev libopenblas0-openmp)
 fi
 
 missing=()

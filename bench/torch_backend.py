@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""One rank's half of bench/torch_backend.sh: backend "braid" vs "gloo" from
+the same PyTorch code, only the backend name differing.
+
+  torch_backend.py ddp BACKEND       Fashion-MNIST MLP (784-512-512-10, SGD,
+                                     global batch 256) under DDP with its
+                                     defaults; prints {"samples_per_s": ...}
+  torch_backend.py allreduce BACKEND dist.all_reduce of float32, 8 B..64 MiB;
+                                     prints {"bytes": n, "us": t} per size
+
+Ranks come from the environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT); one
+thread each. Time is taken inside the ranks after warm-up, rank 0 prints.
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+
+def ddp(steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
+    import torch_train as tt  # Fashion-MNIST reader and MLP of compare_ddp.sh
+    xtr, ytr = tt.fashion("train")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(tt.make_mlp([784, 512, 512, 10]))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    batch = 256 // world
+    n = xtr.shape[0]
+    for s in range(warmup + steps):
+        if s == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
+        lo = (s * 256 + rank * batch) % (n - batch)
+        x, y = tt.standardise(xtr[lo:lo + batch]), ytr[lo:lo + batch]
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    dt = time.perf_counter() - t0
+    if rank == 0:
+        print(json.dumps({"samples_per_s": steps * 256 / dt, "loss": loss.item()}), flush=True)
+
+
+def allreduce():
+    for size in (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20):
+        t = torch.ones(max(1, size // 4))
+        iters = max(5, min(2000, (256 << 20) // (size * 8)))
+        for _ in range(3):
+            dist.all_reduce(t)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        us = (time.perf_counter() - t0) / iters * 1e6
+        dt = torch.tensor([us], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        if dist.get_rank() == 0:
+            print(json.dumps({"bytes": size, "us": dt.item()}), flush=True)
+
+
+def main():
+    mode, backend = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    if backend == "braid":
+        import braid_torch  # noqa: F401
+    dist.init_process_group(backend, init_method="env://")
+    {"ddp": ddp, "allreduce": allreduce}[mode]()
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # a gloo group can hang in its destructor (RIVALS.md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# PyTorch with backend "braid" beside "gloo", only the backend name changed:
+#   1. DDP on the Fashion-MNIST MLP at dp=2 x 1 thread: samples/s, median of
+#      REPS runs, the two backends alternating (odd reps braid first, even
+#      gloo first) so that drift favours neither; ratio braid/gloo;
+#   2. dist.all_reduce of float32 from Python, 8 B to 64 MiB: latency and
+#      busbw per backend, their ratio, and braid's binding overhead over
+#      `braid bench` at the same size (same ranks, same machine).
+# Both at their best (/work/shared/RIVALS.md): /usr/bin/python3, the OpenMP
+# OpenBLAS on LD_LIBRARY_PATH, OMP_NUM_THREADS=1.
+# Usage: bench/torch_backend.sh [BUILD_DIR]   env: REPS=3 DDP_STEPS=300
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$here/build}" && pwd)
+reps=${REPS:-3}
+py=/usr/bin/python3
+[[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
+export PYTHONPATH=$build/python OMP_NUM_THREADS=1
+if [[ -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]]; then
+  export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# run2 MODE BACKEND FILE: two ranks on a fresh port; rank 0's lines to FILE.
+run2() {
+  local port
+  port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2)
+  env "${env[@]}" RANK=1 $py "$here/bench/torch_backend.py" "$1" "$2" >/dev/null &
+  env "${env[@]}" RANK=0 $py "$here/bench/torch_backend.py" "$1" "$2" >"$3"
+  wait
+}
+
+for r in $(seq 1 "$reps"); do
+  order="braid gloo"; ((r % 2 == 0)) && order="gloo braid"
+  for b in $order; do run2 ddp "$b" "$out/ddp_${b}_$r.json"; done
+done
+for b in braid gloo; do run2 allreduce "$b" "$out/ar_$b.json"; done
+BRAID_BIN=$build/braid
+"$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench.txt"
+
+$py - "$out" "$reps" <<'PY'
+import glob, json, statistics, sys
+out, reps = sys.argv[1], int(sys.argv[2])
+def med(b):
+    return statistics.median(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{b}_*.json"))
+b, g = med("braid"), med("gloo")
+print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread (median of %d)\n" % reps)
+print("| backend | samples/s |\n|---|---|\n| braid | %.0f |\n| gloo | %.0f |\n| braid/gloo | %.2fx |\n" % (b, g, b / g))
+def lines(f):
+    return {d["bytes"]: d["us"] for d in map(json.loads, open(f))}
+ab, ag = lines(f"{out}/ar_braid.json"), lines(f"{out}/ar_gloo.json")
+native = {}
+for line in open(f"{out}/braid_bench.txt"):
+    p = line.split()
+    if len(p) >= 3 and p[0].isdigit():
+        native[int(p[0])] = float(p[3])  # bytes count type time_us ...
+print("## dist.all_reduce, 2 ranks, float32\n")
+print("| bytes | braid us | gloo us | gloo/braid | braid busbw GB/s | braid bench us | binding overhead |")
+print("|---|---|---|---|---|---|---|")
+for n in sorted(ab):
+    bus = n / (ab[n] * 1e-6) / 1e9  # 2(n-1)/n = 1 at 2 ranks
+    nat = native.get(n)
+    over = "%+.0f%%" % ((ab[n] / nat - 1) * 100) if nat else "-"
+    print("| %d | %.1f | %.1f | %.2fx | %.2f | %s | %s |" % (n, ab[n], ag.get(n, float("nan")),
+          ag.get(n, float("nan")) / ab[n], bus, "%.1f" % nat if nat else "-", over))
+PY

@@ -1,0 +1,228 @@
+// The collectives of ProcessGroupBraid that move blocks between ranks:
+// gathers, scatters, reduce-scatters and all-to-all.
+#include <numeric>
+#include <utility>
+
+#include "braid/error.h"
+#include "dtype_map.h"
+#include "process_group.h"
+
+namespace braid_torch {
+
+using c10d::OpType;
+using detail::dense;
+using detail::flatten_same;
+using detail::nbytes;
+using detail::ptr;
+using detail::require;
+using detail::single;
+
+namespace {
+constexpr braid::DType kBytes = braid::DType::kU8;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const at::Tensor& in = single(inputs, "allgather");
+  require(outputs.size() == 1 && outputs[0].size() == size_t(size_), "allgather",
+          "expected one list of " + std::to_string(size_) + " output tensors");
+  std::vector<at::Tensor> outs = outputs[0];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    check_cpu_tensor(outs[i], "allgather output " + std::to_string(i));
+    require(outs[i].scalar_type() == in.scalar_type() && outs[i].numel() == in.numel(), "allgather",
+            "output " + std::to_string(i) + " differs from the input in dtype or numel");
+  }
+  at::Tensor src = dense(in);
+  at::Tensor flat = at::empty({int64_t(size_) * in.numel()}, in.options());
+  auto w = comm_->all_gather_async(ptr(src), ptr(flat), nbytes(src), kBytes);
+  return enqueue(OpType::ALLGATHER, {w}, [flat, outs] { detail::unflatten_into(flat, outs); },
+                 {src, flat}, outs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& output,
+                                                                  at::Tensor& input,
+                                                                  const c10d::AllgatherOptions&) {
+  check_cpu_tensor(input, "_allgather_base input");
+  check_cpu_tensor(output, "_allgather_base output");
+  require(output.scalar_type() == input.scalar_type() && output.numel() == size_ * input.numel(),
+          "_allgather_base", "output must hold world_size x input's elements of its dtype");
+  std::function<void()> back;
+  at::Tensor src = dense(input), dst = detail::output_buffer(output, back);
+  auto w = comm_->all_gather_async(ptr(src), ptr(dst), nbytes(src), kBytes);
+  return enqueue(OpType::_ALLGATHER_BASE, {w}, back, {src, dst}, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  const at::Tensor& in = single(inputs, "gather");
+  const int root = int(opts.rootRank);
+  at::Tensor src = dense(in);
+  at::Tensor flat;
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    require(outputs.size() == 1 && outputs[0].size() == size_t(size_), "gather",
+            "the root needs one list of " + std::to_string(size_) + " output tensors");
+    outs = outputs[0];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      check_cpu_tensor(outs[i], "gather output " + std::to_string(i));
+      require(outs[i].scalar_type() == in.scalar_type() && outs[i].numel() == in.numel(), "gather",
+              "output " + std::to_string(i) + " differs from the input in dtype or numel");
+    }
+    flat = at::empty({int64_t(size_) * in.numel()}, in.options());
+  } else {
+    require(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "gather",
+            "only the root (rank " + std::to_string(root) + ") passes output tensors");
+  }
+  auto w = comm_->gather_async(ptr(src), flat.defined() ? ptr(flat) : nullptr, nbytes(src), kBytes, root);
+  std::function<void()> back;
+  if (flat.defined()) back = [flat, outs] { detail::unflatten_into(flat, outs); };
+  std::vector<at::Tensor> keep{src};
+  if (flat.defined()) keep.push_back(flat);
+  return enqueue(OpType::GATHER, {w}, back, keep, outs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "scatter");
+  const int root = int(opts.rootRank);
+  at::Tensor flat;
+  if (rank_ == root) {
+    require(inputs.size() == 1 && inputs[0].size() == size_t(size_), "scatter",
+            "the root needs one list of " + std::to_string(size_) + " input tensors");
+    flat = flatten_same(inputs[0], out, "scatter input");
+  } else {
+    require(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "scatter",
+            "only the root (rank " + std::to_string(root) + ") passes input tensors");
+  }
+  std::function<void()> back;
+  at::Tensor dst = detail::output_buffer(out, back);
+  auto w = comm_->scatter_async(flat.defined() ? ptr(flat) : nullptr, ptr(dst), nbytes(dst), kBytes, root);
+  std::vector<at::Tensor> keep{dst};
+  if (flat.defined()) keep.push_back(flat);
+  return enqueue(OpType::SCATTER, {w}, back, keep, outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "reduce_scatter");
+  require(inputs.size() == 1 && inputs[0].size() == size_t(size_), "reduce_scatter",
+          "expected one list of " + std::to_string(size_) + " input tensors");
+  Reduction r = map_reduction(out.scalar_type(), opts.reduceOp, "reduce_scatter");
+  at::Tensor flat = flatten_same(inputs[0], out, "reduce_scatter input");
+  std::function<void()> back;
+  at::Tensor dst = detail::output_buffer(out, back);
+  auto w = comm_->reduce_scatter_async(ptr(flat), ptr(dst), size_t(dst.numel()) * r.per_element,
+                                       r.dtype, r.op);
+  return enqueue(OpType::REDUCE_SCATTER, {w}, back, {flat, dst}, outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_cpu_tensor(input, "_reduce_scatter_base input");
+  check_cpu_tensor(output, "_reduce_scatter_base output");
+  require(output.scalar_type() == input.scalar_type() && input.numel() == size_ * output.numel(),
+          "_reduce_scatter_base", "input must hold world_size x output's elements of its dtype");
+  Reduction r = map_reduction(output.scalar_type(), opts.reduceOp, "_reduce_scatter_base");
+  at::Tensor src = dense(input);
+  std::function<void()> back;
+  at::Tensor dst = detail::output_buffer(output, back);
+  auto w = comm_->reduce_scatter_async(ptr(src), ptr(dst), size_t(dst.numel()) * r.per_element,
+                                       r.dtype, r.op);
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, {w}, back, {src, dst}, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoallv_bytes(
+    OpType type, const at::Tensor& in, const at::Tensor& out, const std::vector<size_t>& send_bytes,
+    const std::vector<size_t>& recv_bytes, std::function<void()> finish,
+    std::vector<at::Tensor> outputs) {
+  std::vector<size_t> sd(size_), rd(size_);
+  std::exclusive_scan(send_bytes.begin(), send_bytes.end(), sd.begin(), size_t(0));
+  std::exclusive_scan(recv_bytes.begin(), recv_bytes.end(), rd.begin(), size_t(0));
+  comm_->all_to_all_v(ptr(in), send_bytes, sd, ptr(out), recv_bytes, rd, kBytes);
+  auto w = c10::make_intrusive<BraidWork>(rank_, type, std::vector<braid::Work>{}, std::move(finish),
+                                          std::vector<at::Tensor>{}, std::move(outputs));
+  w->complete_blocking();
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {
+  check_cpu_tensor(input, "alltoall_base input");
+  check_cpu_tensor(output, "alltoall_base output");
+  require(output.scalar_type() == input.scalar_type(), "alltoall_base",
+          "input and output dtypes differ");
+  at::Tensor src = dense(input);
+  std::function<void()> back;
+  at::Tensor dst = detail::output_buffer(output, back);
+  if (output_splits.empty() && input_splits.empty()) {
+    require(input.numel() == output.numel() && input.numel() % size_ == 0, "alltoall_base",
+            "without split sizes, input and output need the same numel, a multiple of world_size");
+    auto w = comm_->all_to_all_async(ptr(src), ptr(dst), nbytes(src) / size_, kBytes);
+    return enqueue(OpType::ALLTOALL_BASE, {w}, back, {src, dst}, {output});
+  }
+  // Split sizes count rows (dim 0); a missing list means equal splits.
+  auto bytes_per = [&](const at::Tensor& t, std::vector<int64_t>& splits, const char* which) {
+    const int64_t rows = t.dim() ? t.size(0) : 1;
+    const size_t row_bytes = rows ? nbytes(t) / size_t(rows) : 0;
+    std::vector<size_t> b(size_);
+    if (splits.empty()) {
+      require(rows % size_ == 0, "alltoall_base",
+              std::string(which) + " has no split sizes and its rows do not divide by world_size");
+      for (auto& x : b) x = size_t(rows / size_) * row_bytes;
+      return b;
+    }
+    require(splits.size() == size_t(size_), "alltoall_base",
+            std::string(which) + "_split_sizes needs one entry per rank");
+    int64_t sum = 0;
+    for (int i = 0; i < size_; ++i) {
+      require(splits[i] >= 0, "alltoall_base", std::string(which) + "_split_sizes has a negative entry");
+      sum += splits[i];
+      b[i] = size_t(splits[i]) * row_bytes;
+    }
+    require(sum == rows, "alltoall_base",
+            std::string(which) + "_split_sizes add up to " + std::to_string(sum) + ", the tensor has " +
+                std::to_string(rows) + " rows");
+    return b;
+  };
+  auto sb = bytes_per(src, input_splits, "input");
+  auto rb = bytes_per(dst, output_splits, "output");
+  return alltoallv_bytes(OpType::ALLTOALL_BASE, src, dst, sb, rb, back, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions&) {
+  require(outputs.size() == size_t(size_) && inputs.size() == size_t(size_), "alltoall",
+          "expected " + std::to_string(size_) + " input and output tensors");
+  bool equal = true;
+  std::vector<size_t> sb(size_), rb(size_);
+  for (int i = 0; i < size_; ++i) {
+    check_cpu_tensor(inputs[i], "alltoall input " + std::to_string(i));
+    check_cpu_tensor(outputs[i], "alltoall output " + std::to_string(i));
+    require(inputs[i].scalar_type() == inputs[0].scalar_type() &&
+                outputs[i].scalar_type() == inputs[0].scalar_type(),
+            "alltoall", "all input and output tensors must share a dtype");
+    sb[i] = nbytes(inputs[i]);
+    rb[i] = nbytes(outputs[i]);
+    equal &= sb[i] == sb[0] && rb[i] == sb[0];
+  }
+  std::vector<at::Tensor> ins, outs = outputs;
+  for (auto& t : inputs) ins.push_back(t.reshape({-1}));
+  at::Tensor flat_in = at::cat(ins);
+  int64_t out_numel = 0;
+  for (auto& t : outputs) out_numel += t.numel();
+  at::Tensor flat_out = at::empty({out_numel}, inputs[0].options());
+  auto back = [flat_out, outs] { detail::unflatten_into(flat_out, outs); };
+  if (equal) {
+    auto w = comm_->all_to_all_async(ptr(flat_in), ptr(flat_out), sb[0], kBytes);
+    return enqueue(OpType::ALLTOALL, {w}, back, {flat_in, flat_out}, outputs);
+  }
+  return alltoallv_bytes(OpType::ALLTOALL, flat_in, flat_out, sb, rb, back, outputs);
+}
+
+}  // namespace braid_torch

@@ -1,0 +1,213 @@
+#include "process_group.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "braid/error.h"
+#include "dtype_map.h"
+#include "store_adapter.h"
+
+namespace braid_torch {
+
+using c10d::OpType;
+using detail::dense;
+using detail::nbytes;
+using detail::ptr;
+using detail::require;
+using detail::single;
+
+namespace detail {
+
+at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+at::Tensor output_buffer(const at::Tensor& out, std::function<void()>& back) {
+  if (out.is_contiguous()) return out;
+  at::Tensor buf = at::empty_like(out, at::MemoryFormat::Contiguous);
+  back = [out, buf]() mutable { out.copy_(buf); };
+  return buf;
+}
+
+void* ptr(const at::Tensor& t) {
+  // braid refuses null buffers, and an empty tensor may have none; no byte
+  // of it is touched for a zero count.
+  static char empty;
+  void* p = t.data_ptr();
+  return p ? p : &empty;
+}
+
+size_t nbytes(const at::Tensor& t) { return size_t(t.numel()) * t.element_size(); }
+
+void require(bool cond, const char* op, const std::string& msg) {
+  if (!cond) throw braid::Error(braid::Errc::kInvalidArgument, std::string("braid_torch ") + op + ": " + msg);
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* op) {
+  require(ts.size() == 1, op,
+          "expected one tensor per call (one CPU device), got " + std::to_string(ts.size()));
+  check_cpu_tensor(ts[0], std::string(op) + " tensor");
+  return ts[0];
+}
+
+at::Tensor flatten_same(const std::vector<at::Tensor>& ts, const at::Tensor& like, const std::string& what) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    check_cpu_tensor(ts[i], what + " " + std::to_string(i));
+    require(ts[i].scalar_type() == like.scalar_type() && ts[i].numel() == like.numel(), what.c_str(),
+            "tensor " + std::to_string(i) + " is " + c10::toString(ts[i].scalar_type()) + "[" +
+                std::to_string(ts[i].numel()) + "], expected " + c10::toString(like.scalar_type()) +
+                "[" + std::to_string(like.numel()) + "] like the others");
+  }
+  at::Tensor flat = at::empty({int64_t(ts.size()) * like.numel()}, like.options());
+  for (size_t i = 0; i < ts.size(); ++i)
+    flat.narrow(0, int64_t(i) * like.numel(), like.numel()).view(ts[i].sizes()).copy_(ts[i]);
+  return flat;
+}
+
+void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs) {
+  int64_t off = 0;
+  for (const auto& o : outs) {
+    o.copy_(flat.narrow(0, off, o.numel()).view(o.sizes()));
+    off += o.numel();
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string job_secret(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
+  if (const char* s = std::getenv("BRAID_SECRET"); s && *s) return s;
+  const std::string key = "braid_torch/secret";
+  if (rank == 0) {
+    std::string secret = braid::make_job_secret();
+    store->set(key, std::vector<uint8_t>(secret.begin(), secret.end()));
+    return secret;
+  }
+  auto v = store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+// Copies `buf` back into `t` when it is a staging copy.
+std::function<void()> copy_back(const at::Tensor& t, const at::Tensor& buf) {
+  if (buf.is_same(t)) return nullptr;
+  return [t, buf]() mutable { t.copy_(buf); };
+}
+
+}  // namespace
+
+ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                     int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size) {
+  braid::CommOptions opt;
+  opt.timeout = timeout;
+  try {
+    opt.secret = job_secret(store, rank);
+  } catch (const braid::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw braid::Error(braid::Errc::kTimeout,
+                       "braid_torch: rank " + std::to_string(rank) +
+                           " could not read the job secret rank 0 publishes in the c10d store: " +
+                           e.what());
+  }
+  comm_ = braid::Communicator::create(
+      rank, size, braid::make_prefix_store(adapt_store(store, timeout), "braid/"), opt);
+  collectives_ = std::make_unique<Completer>();
+  p2p_ = std::make_unique<Completer>();
+}
+
+ProcessGroupBraid::~ProcessGroupBraid() {
+  collectives_.reset();
+  p2p_.reset();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(OpType type, std::vector<braid::Work> works,
+                                                          std::function<void()> finish,
+                                                          std::vector<at::Tensor> keep,
+                                                          std::vector<at::Tensor> outputs, bool p2p) {
+  auto w = c10::make_intrusive<BraidWork>(rank_, type, std::move(works), std::move(finish),
+                                          std::move(keep), std::move(outputs));
+  (p2p ? p2p_ : collectives_)->push(w);
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  const at::Tensor& t = single(tensors, "broadcast");
+  require(opts.rootTensor == 0, "broadcast", "rootTensor must be 0 (one tensor per rank)");
+  at::Tensor buf = dense(t);
+  auto w = comm_->broadcast_async(ptr(buf), nbytes(buf), braid::DType::kU8, int(opts.rootRank));
+  return enqueue(OpType::BROADCAST, {w}, copy_back(t, buf), {buf}, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "allreduce");
+  Reduction r = map_reduction(t.scalar_type(), opts.reduceOp, "allreduce");
+  at::Tensor buf = dense(t);
+  auto w = comm_->all_reduce_async(ptr(buf), ptr(buf), size_t(buf.numel()) * r.per_element,
+                                   r.dtype, r.op);
+  return enqueue(OpType::ALLREDUCE, {w}, copy_back(t, buf), {buf}, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  require(!tensors.empty(), "allreduce_coalesced", "no tensors given");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_cpu_tensor(tensors[i], "allreduce_coalesced tensor " + std::to_string(i));
+    require(tensors[i].scalar_type() == tensors[0].scalar_type(), "allreduce_coalesced",
+            "tensor " + std::to_string(i) + " is " + c10::toString(tensors[i].scalar_type()) +
+                ", tensor 0 " + c10::toString(tensors[0].scalar_type()) + ": all must share a dtype");
+  }
+  Reduction r = map_reduction(tensors[0].scalar_type(), opts.reduceOp, "allreduce_coalesced");
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
+  at::Tensor flat = at::cat(flat_parts);
+  auto w = comm_->all_reduce_async(ptr(flat), ptr(flat), size_t(flat.numel()) * r.per_element,
+                                   r.dtype, r.op);
+  std::vector<at::Tensor> outs = tensors;
+  return enqueue(OpType::ALLREDUCE_COALESCED, {w},
+                 [flat, outs] { detail::unflatten_into(flat, outs); }, {flat}, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "reduce");
+  require(opts.rootTensor == 0, "reduce", "rootTensor must be 0 (one tensor per rank)");
+  Reduction r = map_reduction(t.scalar_type(), opts.reduceOp, "reduce");
+  at::Tensor buf = dense(t);
+  const int root = int(opts.rootRank);
+  auto w = comm_->reduce_async(ptr(buf), ptr(buf), size_t(buf.numel()) * r.per_element, r.dtype,
+                               r.op, root);
+  return enqueue(OpType::REDUCE, {w}, root == rank_ ? copy_back(t, buf) : nullptr, {buf}, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dst,
+                                                       int tag) {
+  const at::Tensor& t = single(tensors, "send");
+  require(tag >= 0, "send", "tag " + std::to_string(tag) + " is negative");
+  at::Tensor buf = dense(t);
+  auto w = comm_->send_async(ptr(buf), nbytes(buf), braid::DType::kU8, dst, uint32_t(tag));
+  return enqueue(OpType::SEND, {w}, nullptr, {buf}, tensors, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
+                                                       int tag) {
+  const at::Tensor& t = single(tensors, "recv");
+  require(tag >= 0, "recv", "tag " + std::to_string(tag) + " is negative");
+  std::function<void()> back;
+  at::Tensor buf = detail::output_buffer(t, back);
+  auto w = comm_->recv_async(ptr(buf), nbytes(buf), braid::DType::kU8, src, uint32_t(tag));
+  return enqueue(OpType::RECV, {w}, back, {buf}, tensors, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>&, int) {
+  throw braid::Error(braid::Errc::kNotSupported,
+                     "braid_torch recv: receiving from any source is not supported (braid matches "
+                     "messages per sender); pass src=");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions&) {
+  return enqueue(OpType::BARRIER, {comm_->barrier_async()}, nullptr, {}, {});
+}
+
+}  // namespace braid_torch

@@ -1,0 +1,122 @@
+// ProcessGroupBraid: torch.distributed's process group over one
+// braid::Communicator.
+//
+// Rendezvous: the communicator is built from the c10d store the group is
+// given (adapt_store), under the key prefix "braid/". The job secret that
+// braid's TCP handshakes prove: BRAID_SECRET when every rank has it in its
+// environment (`braid run` sets it); otherwise rank 0 draws a fresh one
+// (braid::make_job_secret) and publishes it in the c10d store under
+// "braid_torch/secret", where the other ranks read it. The secret is then
+// as private as the c10d store itself, which torch.distributed does not
+// authenticate: anyone who can reach that store can join the job anyway.
+//
+// Every operation is issued on the calling thread (the order every rank
+// must match) and returns at once with a BraidWork; collectives complete in
+// issue order, send/recv on a queue of their own (braid keeps them apart),
+// each with its Completer. Tensors that are not contiguous, and lists of
+// tensors, are staged through one contiguous buffer and copied back when
+// the operation completes.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "braid/comm.h"
+#include "work.h"
+
+namespace braid_torch {
+
+class ProcessGroupBraid : public c10d::ProcessGroup {
+ public:
+  ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout);
+  ~ProcessGroupBraid() override;
+
+  const std::string getBackendName() const override { return "braid"; }
+  braid::Communicator& communicator() { return *comm_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  // Wraps the issued braid operations in a BraidWork and queues it.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<braid::Work> works,
+                                         std::function<void()> finish,
+                                         std::vector<at::Tensor> keep,
+                                         std::vector<at::Tensor> outputs, bool p2p = false);
+  // all_to_all with per-peer byte counts (braid has no _async form of
+  // all_to_all_v: it runs here, blocking, and the work returned is done).
+  c10::intrusive_ptr<c10d::Work> alltoallv_bytes(c10d::OpType type, const at::Tensor& in,
+                                                 const at::Tensor& out,
+                                                 const std::vector<size_t>& send_bytes,
+                                                 const std::vector<size_t>& recv_bytes,
+                                                 std::function<void()> finish,
+                                                 std::vector<at::Tensor> outputs);
+
+  std::shared_ptr<braid::Communicator> comm_;
+  // Declared after comm_: destroyed first, so every queued work has ended
+  // before the communicator goes.
+  std::unique_ptr<Completer> collectives_;
+  std::unique_ptr<Completer> p2p_;
+};
+
+// Helpers shared by the two files of operations.
+namespace detail {
+// t itself when contiguous, else a contiguous copy.
+at::Tensor dense(const at::Tensor& t);
+// A contiguous buffer the operation writes `out` through: `out` itself, or
+// a fresh one, and then `back` copies it into `out` on completion.
+at::Tensor output_buffer(const at::Tensor& out, std::function<void()>& back);
+// Data pointer usable for a zero-length operation too.
+void* ptr(const at::Tensor& t);
+size_t nbytes(const at::Tensor& t);
+// One contiguous 1-D tensor holding `ts` in order (all of `like`'s dtype and
+// numel); throws naming `what` when one differs.
+at::Tensor flatten_same(const std::vector<at::Tensor>& ts, const at::Tensor& like, const std::string& what);
+// Copies consecutive numel-sized pieces of `flat` into `outs`.
+void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs);
+// Throws braid::Error(kInvalidArgument) "braid_torch <op>: <msg>" when !cond.
+void require(bool cond, const char* op, const std::string& msg);
+// The one tensor of a single-device call.
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* op);
+}  // namespace detail
+
+}  // namespace braid_torch

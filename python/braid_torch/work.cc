@@ -1,0 +1,158 @@
+#include "work.h"
+
+#include <string>
+#include <utility>
+
+#include "braid/error.h"
+
+namespace braid_torch {
+
+BraidWork::BraidWork(int rank, c10d::OpType type, std::vector<braid::Work> works,
+                     std::function<void()> finish, std::vector<at::Tensor> keep,
+                     std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      works_(std::move(works)),
+      finish_(std::move(finish)),
+      keep_(std::move(keep)),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+BraidWork::~BraidWork() = default;
+
+void BraidWork::settle(std::exception_ptr e) {
+  std::lock_guard<std::mutex> once(settle_mu_);
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    if (completed_) return;
+  }
+  if (!e && finish_) {
+    try {
+      finish_();
+    } catch (...) {
+      e = std::current_exception();
+    }
+  }
+  // keep_ stays: a failed work's other operations may still be using it
+  // until the Completer has seen them end.
+  finish_ = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    completed_ = true;
+    exception_ = e;
+  }
+  cv_.notify_all();
+  // Outside Work's mutex: the future's callbacks may call back into this work.
+  if (e)
+    future_->setError(e);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+void BraidWork::complete_blocking() {
+  std::exception_ptr e;
+  for (auto& w : works_) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!e) e = std::current_exception();
+    }
+  }
+  settle(e);
+}
+
+bool BraidWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    if (completed_) return true;
+  }
+  std::exception_ptr e;
+  for (auto& w : works_) {
+    try {
+      if (!w.test()) return false;
+    } catch (...) {
+      e = std::current_exception();
+      break;
+    }
+  }
+  settle(e);
+  return true;
+}
+
+bool BraidWork::isSuccess() const {
+  std::lock_guard<std::mutex> l(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr BraidWork::exception() const {
+  std::lock_guard<std::mutex> l(mutex_);
+  return exception_;
+}
+
+std::vector<at::Tensor> BraidWork::result() { return outputs_; }
+
+bool BraidWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) {
+    complete_blocking();
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::exception_ptr e;
+    for (auto& w : works_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      bool done = false;
+      try {
+        done = w.wait_for(std::max(left, std::chrono::milliseconds(0)));
+      } catch (...) {
+        e = std::current_exception();
+        break;
+      }
+      if (!done)
+        throw braid::Error(braid::Errc::kTimeout,
+                           "braid_torch: rank " + std::to_string(rank_) + " " +
+                               c10d::opTypeToString(retrieveOpType()) +
+                               " not complete after wait(timeout=" +
+                               std::to_string(timeout.count()) + " ms); it keeps running");
+    }
+    settle(e);
+  }
+  std::lock_guard<std::mutex> l(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() { return future_; }
+
+Completer::Completer() : th_([this] { run(); }) {}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  th_.join();
+}
+
+void Completer::push(c10::intrusive_ptr<BraidWork> w) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    q_.push_back(std::move(w));
+  }
+  cv_.notify_one();
+}
+
+void Completer::run() {
+  for (;;) {
+    c10::intrusive_ptr<BraidWork> w;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;
+      w = std::move(q_.front());
+      q_.pop_front();
+    }
+    w->complete_blocking();
+  }
+}
+
+}  // namespace braid_torch

@@ -1,0 +1,78 @@
+"""Runs a test script's ranks as real processes and checks what they report.
+
+A script calls `main(worker, worlds)` when run without arguments: for each
+world size it starts that many copies of itself (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT in their environment, like torchrun) and fails
+unless every rank exits 0. A rank reports values with `report(key, value)`;
+the driver gets them back as {rank: {key: value}} from `spawn`.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+PYTHON = sys.executable
+REPORT = "BRAID_TORCH_REPORT "
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(script, world, args=(), env=None, timeout=240, expect_ok=True):
+    """Starts `world` ranks of `script`; returns [(rc, reports, stderr)] by rank."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        e = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        e.update(env or {})
+        procs.append(subprocess.Popen([PYTHON, script, "--worker", *map(str, args)], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            so, se = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            so, se = p.communicate()
+            se += "\n[harness: killed after %d s]" % timeout
+        reports = {}
+        for line in so.splitlines():
+            if line.startswith(REPORT):
+                k, v = json.loads(line[len(REPORT):])
+                reports[k] = v
+        out.append((p.returncode, reports, se))
+    if expect_ok:
+        for rank, (rc, _, se) in enumerate(out):
+            if rc != 0:
+                raise AssertionError("%s rank %d of %d exited %s:\n%s" % (script, rank, world, rc, se[-4000:]))
+    return out
+
+
+def report(key, value):
+    print(REPORT + json.dumps([key, value]), flush=True)
+
+
+def finish():
+    """Ends a rank: a barrier, then _exit (a gloo group can hang in its destructor)."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def is_worker():
+    return len(sys.argv) > 1 and sys.argv[1] == "--worker"
+
+
+def worker_args():
+    return sys.argv[2:]

@@ -1,0 +1,131 @@
+"""Failures and launchers of backend "braid": a rank killed mid-job makes the
+survivors raise a RuntimeError naming it (not hang, not time out); a
+wait(timeout) that passes raises and the operation still completes later;
+init_process_group(timeout=...) reaches braid; torchrun launches it."""
+import datetime
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+TIMEOUT_S = 120
+
+
+def worker_kill():
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("braid", init_method="env://", timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+            dist.barrier()
+        harness.report("error", None)
+    except RuntimeError as e:
+        harness.report("error", str(e))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def worker_wait_timeout():
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("braid", init_method="env://")
+    t = torch.zeros(4)
+    if rank == 0:
+        w = dist.irecv(t, src=1, tag=5)
+        try:
+            w.wait(timeout=datetime.timedelta(milliseconds=200))
+            harness.report("timeout_error", None)
+        except RuntimeError as e:
+            harness.report("timeout_error", str(e))
+        assert not w.is_completed()
+        dist.send(torch.ones(1), dst=1, tag=6)  # now let rank 1 send
+        w.wait()
+        assert torch.all(t == 7), t
+    else:
+        dist.recv(torch.zeros(1), src=0, tag=6)
+        dist.send(torch.full((4,), 7.0), dst=0, tag=5)
+    harness.report("done", True)
+    harness.finish()
+
+
+def worker_group_timeout():
+    # Rank 1 never joins the all_reduce; rank 0's fails at the group's
+    # timeout (2 s, not the 300 s default) and names what it waited for.
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("braid", init_method="env://", timeout=datetime.timedelta(seconds=2))
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(8))
+            harness.report("error", None)
+        except RuntimeError as e:
+            harness.report("error", str(e))
+        store.set("rank0_done", "1")
+        store.wait(["rank1_done"], datetime.timedelta(seconds=120))  # rank 0 hosts the store
+    else:
+        store.wait(["rank0_done"], datetime.timedelta(seconds=120))
+        store.set("rank1_done", "1")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def worker_torchrun():
+    dist.init_process_group("braid")
+    t = torch.full((3,), float(dist.get_rank() + 1))
+    dist.all_reduce(t)
+    print("torchrun rank %d of %d: %s" % (dist.get_rank(), dist.get_world_size(), t.tolist()), flush=True)
+    harness.finish()
+
+
+def main():
+    res = harness.spawn(__file__, 3, ["kill"], expect_ok=False)
+    assert res[2][0] == -signal.SIGKILL, "rank 2 was meant to die by SIGKILL: %s" % (res[2][0],)
+    for rank in (0, 1):
+        rc, rep, se = res[rank]
+        assert rc == 0, "survivor %d exited %s:\n%s" % (rank, rc, se[-3000:])
+        msg = rep.get("error")
+        assert msg, "survivor %d saw no error after rank 2 died" % rank
+        assert "rank 2" in msg and "timed out" not in msg.lower(), "survivor %d: %s" % (rank, msg)
+        print("survivor %d raised: %s" % (rank, msg.splitlines()[0][:200]))
+
+    res = harness.spawn(__file__, 2, ["wait_timeout"])
+    msg = res[0][1]["timeout_error"]
+    assert msg and "not complete after wait(timeout=200 ms)" in msg, msg
+    assert all(r[1]["done"] for r in res)
+    print("wait(timeout) raised, then completed: %s" % msg)
+
+    res = harness.spawn(__file__, 2, ["group_timeout"])
+    msg = res[0][1]["error"]
+    assert msg and "after 2.0000 s timed out" in msg and "rank 1" in msg, msg
+    print("init_process_group(timeout=2 s) reached braid: %s" % msg.splitlines()[0][:200])
+
+    # torchrun (torch.distributed.run); its agent crashes on Python 3.11
+    # unless --redirects/--tee name a rank (9) that does not exist.
+    port = harness.free_port()
+    cmd = [harness.PYTHON, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port, "--redirects", "9:0", "--tee", "9:0",
+           __file__, "--worker", "torchrun"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, "torchrun exited %d:\n%s\n%s" % (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    for r in range(2):
+        line = "torchrun rank %d of 2: [3.0, 3.0, 3.0]" % r
+        assert line in p.stdout, "missing %r in torchrun's output:\n%s" % (line, p.stdout)
+    print("torchrun: both ranks all_reduced")
+
+
+if __name__ == "__main__":
+    import braid_torch  # noqa: F401
+    if harness.is_worker():
+        {"kill": worker_kill, "wait_timeout": worker_wait_timeout,
+         "group_timeout": worker_group_timeout, "torchrun": worker_torchrun}[harness.worker_args()[0]]()
+    else:
+        main()
