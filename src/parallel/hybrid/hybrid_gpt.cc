@@ -72,11 +72,19 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     topts.modules.push_back({bounds[v], bounds[v + 1]});
   }
   m.model = std::make_unique<tp::TpGpt>(cfg, seed, mesh_.tp(), topts);
-  std::vector<std::vector<nn::Module*>> chunks;
-  for (const tp::ModuleRange& r : topts.modules) {
-    chunks.emplace_back();
-    for (size_t i = r.begin; i < r.end; ++i) chunks.back().push_back(&m.model->module(i));
-  }
+  auto chunks_of = [ranges = topts.modules](const tp::TpGpt& model) {
+    std::vector<std::vector<nn::Module*>> chunks;
+    for (const tp::ModuleRange& r : ranges) {
+      chunks.emplace_back();
+      for (size_t i = r.begin; i < r.end; ++i) chunks.back().push_back(&model.module(i));
+    }
+    return chunks;
+  };
+  // The executor's activation slots run copies of this rank's stages.
+  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), topts, chunks_of]() {
+    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, topts);
+    return ChunkCopy{chunks_of(*model), model};
+  };
   m.params = m.model->parameters();
 
   PipelineOptions popts;
@@ -128,8 +136,8 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     popts.optimizer_step = [this](nn::Optimizer& opt, const std::vector<nn::Parameter*>&,
                                   float lr) { impl_->step_comm_s += impl_->zero1->step(opt, lr); };
   }
-  m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), std::move(chunks), std::move(sched),
-                                              std::move(popts));
+  m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), chunks_of(*m.model), std::move(copy),
+                                              std::move(sched), std::move(popts));
 }
 
 HybridGpt::~HybridGpt() = default;
