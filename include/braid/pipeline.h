@@ -222,6 +222,12 @@ struct PipelineOptions {
   std::function<void(nn::Optimizer&, const std::vector<nn::Parameter*>&, float)> optimizer_step;
   // Called after each action of a step with its index (progress, tests).
   std::function<void(int action)> after_action;
+  // Set as nn::Context::grad_ready on each chunk's last backward of a step,
+  // so it is called once per parameter of this rank (the model's, never a
+  // slot copy's) as soon as its gradient for the step is final: where data
+  // parallelism starts reducing buckets (DataParallel::hook()) while the
+  // rest of that backward runs. Empty: none.
+  nn::GradReadyHook grad_ready;
   // Micro-batches whose activations a chunk keeps at once (its activation
   // slots; see the executor). 0: as many as the schedule keeps live on
   // that chunk, so no forward runs twice. Fewer (at least 1) is activation

@@ -9,7 +9,8 @@
 // executor's slot accounting shows 1F1B holding at most min(p, M)/M of
 // GPipe's activation bytes. Also: the executor refuses a schedule the
 // checker rejects and copies unlike the model, the Chrome trace of a real
-// step, and a stage killed mid-step is named by the others' errors.
+// step, and a stage killed mid-step is named by the others' errors. The
+// grad-ready hook fires once per parameter of the model per step.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -146,6 +147,10 @@ int64_t run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace&
   opts.seed = kSeed;
   opts.clip = s.clip;
   opts.activation_slots = c.slots;
+  // The grad-ready hook: once per parameter of this rank per step, always
+  // with the model's parameter (never a slot copy's).
+  std::map<const nn::Parameter*, int> ready;
+  opts.grad_ready = [&](nn::Parameter& p) { ++ready[&p]; };
   PipelineExecutor ex(comm, *s.model, copies_of(c.kind), bounds, sched, opts);
   nn::Sampler sampler(s.data->size(), kBatch, kSeed);
   std::vector<int64_t> idx;
@@ -154,7 +159,12 @@ int64_t run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace&
   for (int step = 0; step < kSteps; ++step) {
     sampler.global(step, idx);
     s.data->gather(idx.data(), kBatch, x, y);
+    ready.clear();
     const double loss = ex.step(x, y, *s.opt, s.lr.at(step));
+    EXPECT_EQ(ready.size(), ex.parameters().size()) << what << " step " << step;
+    for (const nn::Parameter* p : ex.parameters()) {
+      EXPECT_EQ(ready[p], 1) << what << " step " << step << " " << p->name;
+    }
     EXPECT_LE(std::abs(loss - ref.losses[size_t(step)]), 1e-5 * std::abs(ref.losses[size_t(step)]))
         << what << " step " << step << ": " << loss << " vs " << ref.losses[size_t(step)];
     // The norm over all stages, which clipping used.

@@ -33,6 +33,7 @@ void ActivationSlots::share(const std::vector<nn::Module*>& modules) {
     // all a copy ever uses; its own buffers are freed here.
     p.data = Tensor::view(q.data.raw(), q.data.shape());
     p.grad = Tensor::view(q.grad.raw(), q.grad.shape());
+    model_of_[&p] = &q;
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "braid/module.h"
@@ -39,6 +40,12 @@ class ActivationSlots {
   // without adding a slot: a copy this chunk does not need.
   void share(const std::vector<nn::Module*>& modules);
   int size() const { return int(slots_.size()); }
+  // The model's parameter that `p` (a parameter of any slot's modules)
+  // stands for: p itself in the first slot.
+  nn::Parameter& model_parameter(nn::Parameter& p) const {
+    auto it = model_of_.find(&p);
+    return it == model_of_.end() ? p : *it->second;
+  }
   const std::vector<nn::Module*>& modules(int slot) const { return slots_[size_t(slot)].modules; }
 
   // The slot holding mb's activations, or -1.
@@ -68,6 +75,7 @@ class ActivationSlots {
   std::vector<int> slot_of_;  // [micro-batch]
   std::vector<Slot> slots_;
   std::vector<nn::Parameter*> first_params_;
+  std::unordered_map<const nn::Parameter*, nn::Parameter*> model_of_;  // copies' parameters
 };
 
 }  // namespace braid::parallel::pp_detail

@@ -116,6 +116,8 @@ void PipelineExecutor::backward(int mb, int chunk) {
   ctx.seed = opts_.seed;
   ctx.step = step_;
   ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
+  if (opts_.grad_ready && mb == st.last_backward)
+    ctx.grad_ready = [&](nn::Parameter& p) { opts_.grad_ready(st.slots.model_parameter(p)); };
   const Tensor* dy = &st.grad_in[size_t(mb)];
   for (auto it = modules.rbegin(); it != modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
   if (st.stage > 0) keep_copy(st.grad_out[size_t(mb)], *dy);

@@ -141,6 +141,8 @@ void PipelineExecutor::init(std::vector<std::vector<nn::Module*>> chunks,
                         std::to_string(rank_) + ", chunk " + std::to_string(c) + ") has no modules");
     for (auto* m : chunks[size_t(c)]) m->collect_parameters(params_);
     st->slots.add(std::move(chunks[size_t(c)]));
+    const auto& at = backward_at[size_t(c)];
+    st->last_backward = int(std::max_element(at.begin(), at.end()) - at.begin());
     st->in.resize(size_t(M));
     st->act_out.resize(size_t(M));
     st->grad_in.resize(size_t(M));

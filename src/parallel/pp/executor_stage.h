@@ -18,6 +18,7 @@ struct PipelineExecutor::Stage {
   DType in_dtype = DType::kF32;
   std::vector<Tensor> in, act_out, grad_in, grad_out;  // [micro-batch]
   pp_detail::ActivationSlots slots;
+  int last_backward = -1;  // the micro-batch whose backward is the chunk's last
 };
 
 }  // namespace braid::parallel
