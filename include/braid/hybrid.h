@@ -14,16 +14,20 @@
 //
 // One step (step()): each pipeline copy d takes rows [d·B/dp, (d+1)·B/dp)
 // of the global batch and runs the schedule (PipelineExecutor) over its
-// micro-batches. At the schedule's reduce-gradients action: under sequence
-// parallelism the partial gradients are summed over tp, then every
-// gradient is SUMMED over dp (each is its replica's share of the global
-// mean, so the sum is the mean; one all_reduce of the stage's gradients).
-// The GPT ties no weights (make_gpt's lm_head is its own), so no gradient
-// is shared between stages. Clipping uses the global norm over every
-// element once (all_reduce over tp, then over pp); then the optimizer (on
-// this rank's shards; under ZeRO-1 on this dp rank's 1/dp of them, then an
-// all_gather over dp). Equal, within rounding, to nn::Trainer on
-// nn::make_gpt with the same config, seed, global batches and optimizer.
+// micro-batches. Gradients are SUMMED over dp by a DataParallel over the
+// mesh's dp group (data_parallel.h; each is its replica's share of the
+// global mean, so the sum is the mean): the executor's last backward of
+// each chunk sets its grad-ready hook, so a bucket's all_reduce starts as
+// soon as that backward has made its gradients final; the schedule's
+// reduce-gradients action waits for them all, then under sequence
+// parallelism sums the partial gradients over tp. The GPT ties no weights
+// (make_gpt's lm_head is its own), so no gradient is shared between
+// stages. Clipping uses the global norm over every element once
+// (all_reduce over tp, then over pp); then DataParallel's update of this
+// rank's shards (under ZeRO-1 of its chunk of each bucket, then an
+// all_gather over dp that step() waits for before it returns). Equal,
+// within rounding, to nn::Trainer on nn::make_gpt with the same config,
+// seed, global batches and optimizer.
 //
 // Collective: the constructor, step(), save() and load() must be called by
 // every rank of the mesh's world at the same point.
@@ -57,8 +61,11 @@ struct HybridOptions {
 // One rank's record of its last step. The split of step_s:
 //   compute_s   forward, backward and the optimizer update (the tensor-
 //               parallel collectives inside the layers count here);
-//   comm_s      gradient reductions over tp (sequence parallel) and dp, the
-//               clipping norm's all_reduces, ZeRO's all_gather, the loss sum;
+//   comm_s      waiting for the dp gradient reductions after the last
+//               backward (a reduction that runs inline inside that backward,
+//               where no core is spare for overlap, counts in compute_s), the
+//               tp sums (sequence parallel), the clipping norm's
+//               all_reduces, waiting for ZeRO-1's all_gather, the loss sum;
 //   bubble_s    the schedule's communication actions: waiting for the
 //               neighbouring stages plus the activation transfers;
 //   the remainder is bookkeeping (shape exchange, the loss broadcast).
@@ -99,7 +106,8 @@ class HybridGpt {
   std::vector<nn::Parameter*> parameters() const;
   // Bytes of parameters this rank holds.
   int64_t parameter_bytes() const;
-  // Bytes of optimizer state this rank holds.
+  // Bytes of optimizer state this rank holds (what the optimizer has
+  // allocated: 0 before its first step).
   int64_t optimizer_bytes(const nn::Optimizer& opt) const;
   int64_t next_step() const;
   void set_next_step(int64_t s);
@@ -108,7 +116,7 @@ class HybridGpt {
   // "optim/<name>/<slot>" at the serial model's full shapes, meta "step",
   // "seed", "optim/kind", "optim/steps" — what nn::Trainer writes, so a
   // run saved at any (dp, tp, pp) resumes at any other or in one process.
-  // save gathers (optimizer state over dp under ZeRO-1, then everything
+  // save gathers (optimizer state over dp, then everything
   // over tp, then to world rank 0, which writes `path`);
   // load reads it on every rank and keeps this rank's slices. Errors:
   // checkpoint.h's (kIo, kCorrupt naming the missing tensor).

@@ -222,7 +222,34 @@ struct PipelineOptions {
   std::function<void(nn::Optimizer&, const std::vector<nn::Parameter*>&, float)> optimizer_step;
   // Called after each action of a step with its index (progress, tests).
   std::function<void(int action)> after_action;
+  // Set as nn::Context::grad_ready on each chunk's last backward of a step,
+  // so it is called once per parameter of this rank (the model's, never a
+  // slot copy's) as soon as its gradient for the step is final: where data
+  // parallelism starts reducing buckets (DataParallel::hook()) while the
+  // rest of that backward runs. Empty: none.
+  nn::GradReadyHook grad_ready;
+  // Micro-batches whose activations a chunk keeps at once (its activation
+  // slots; see the executor). 0: as many as the schedule keeps live on
+  // that chunk, so no forward runs twice. Fewer (at least 1) is activation
+  // recomputation: memory for the activations of that many micro-batches,
+  // paid for by running again the forward of a micro-batch whose
+  // activations were given up before its backward.
+  int activation_slots = 0;
 };
+
+// Another copy of this rank's chunks of the model, for the executor's
+// activation slots: chunks[c] is chunk c's modules in forward order;
+// `owner` keeps them alive as long as the executor needs them.
+struct ChunkCopy {
+  std::vector<std::vector<nn::Module*>> chunks;
+  std::shared_ptr<void> owner;
+};
+// Builds a ChunkCopy: the same module types, parameter names and shapes as
+// the chunks given to the executor (parameter values do not matter: the
+// executor points a copy's parameters at the original's).
+using ChunkFactory = std::function<ChunkCopy()>;
+// Builds another whole model like the one given to the executor.
+using ModelFactory = std::function<std::unique_ptr<nn::Sequential>()>;
 
 // Runs `schedule` on this rank's stages of `model`. Every rank builds the
 // same full model (same seed) and keeps only its chunks' modules busy;
@@ -231,26 +258,35 @@ struct PipelineOptions {
 // stages' modules. The loss (PipelineOptions::loss, by default softmax
 // cross-entropy) is averaged over the global batch.
 //
-// The modules hold one micro-batch's activations at a time, so the executor
-// keeps every in-flight micro-batch's stage input and, when a backward is
-// not for the micro-batch the modules last ran forward, runs that forward
-// again first (activation recomputation; same dropout keys, so the same
-// gradients). The last stage's backward of the micro-batch it just ran
-// forward, as in 1F1B's steady state, runs without it.
+// Activation slots. A module holds the activations of the last batch it
+// ran forward, so a chunk keeps, besides the model's own modules, copies
+// of them built by `copy`: slot k runs copy k. Every copy's parameters are
+// views of the model's data and gradients (one set of weights and
+// gradients; parameters() and the optimizer see the model's). A forward
+// of micro-batch m takes a free slot and m's backward frees it, so a
+// chunk needs as many slots as the schedule keeps micro-batches live on
+// it (check_schedule's peak_live per rank: ≤ ranks for 1F1B, M for
+// GPipe), or PipelineOptions::activation_slots where that is smaller
+// (recomputation). Memory: that many micro-batches' activations per
+// chunk; the copies' own parameters are freed.
 class PipelineExecutor {
  public:
   // Checks the schedule first (check_schedule) and throws its error; also
   // Error(kInvalidArgument) when the communicator's size is not
-  // schedule.ranks or the bounds do not fit the model.
-  PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
+  // schedule.ranks, the bounds do not fit the model, a copy's parameters
+  // differ from the model's (naming the first that does), or copies are
+  // needed (more than one slot) and `copy` is empty. Calls `copy` once per
+  // slot beyond the first.
+  PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model, ModelFactory copy,
                    std::vector<size_t> bounds, Schedule schedule, PipelineOptions opts = {});
   // The same over modules this rank built for its own stages only:
   // chunks[c] is its chunk c's modules in forward order (the stage
   // schedule.stage_of(rank, c)). Error(kInvalidArgument) when the chunk
-  // count is not schedule.chunks or a chunk is empty.
+  // count is not schedule.chunks (the model's or a copy's) or a chunk is
+  // empty.
   PipelineExecutor(std::shared_ptr<Communicator> comm,
-                   std::vector<std::vector<nn::Module*>> chunks, Schedule schedule,
-                   PipelineOptions opts = {});
+                   std::vector<std::vector<nn::Module*>> chunks, ChunkFactory copy,
+                   Schedule schedule, PipelineOptions opts = {});
 
   // One optimizer step over the global batch: input [B, …] (needed on the
   // rank of stage 0; f32 or i32 tokens), target i32 [B] or [B, T] (needed
@@ -270,13 +306,24 @@ class PipelineExecutor {
   const ScheduleReport& report() const { return report_; }
   // Start and end of each of this rank's actions in the last step.
   const std::vector<ActionTiming>& timings() const { return timings_; }
-  // Forwards run again for a backward in the last step (see above).
+  // Forwards run again for a backward in the last step: 0 unless
+  // PipelineOptions::activation_slots is below what the schedule keeps live.
   int recomputed() const { return recomputed_; }
-  // The most bytes of micro-batch activations and gradients this rank kept
-  // between actions in the last step: stage inputs awaiting their backward
-  // (stage 0's are views of the caller's batch and not counted), outputs
-  // and gradients awaiting their send, incoming gradients. The modules'
-  // own buffers for the micro-batch they hold come on top.
+  // Activation slots of each chunk of this rank (see above).
+  std::vector<int> slots() const;
+  // Accounting of the last step, sampled between actions:
+  // peak_live: the most micro-batches whose activations this rank's slots
+  // held at once (check_schedule's peak_live for the rank unless
+  // recomputing). peak_activation_bytes: the most bytes those slots held at
+  // once, counted as the outputs of the chunk's modules for each held
+  // micro-batch (modules' internal caches, e.g. attention probabilities,
+  // come on top in the same proportion). peak_held_bytes: the most bytes of
+  // the slots plus the executor's own buffers at once — stage inputs
+  // awaiting their backward (stage 0's are views of the caller's batch and
+  // not counted), outputs and gradients awaiting their send, incoming
+  // gradients.
+  int peak_live() const { return peak_live_; }
+  int64_t peak_activation_bytes() const { return peak_activation_; }
   int64_t peak_held_bytes() const { return peak_held_; }
   // Global gradient norm before clipping in the last step (0 unless clip).
   double grad_norm() const { return grad_norm_; }
@@ -291,9 +338,9 @@ class PipelineExecutor {
   void forward(int mb, int chunk, bool for_backward);
   void backward(int mb, int chunk);
   void communicate(const Action& a);
-  void init(std::vector<std::vector<nn::Module*>> chunks);
+  void init(std::vector<std::vector<nn::Module*>> chunks, const ChunkFactory& copy);
   void clip_gradients();
-  int64_t held_bytes() const;
+  void account();
 
   std::shared_ptr<Communicator> comm_;
   Schedule sched_;
@@ -301,6 +348,7 @@ class PipelineExecutor {
   PipelineOptions opts_;
   int rank_;
   std::vector<std::shared_ptr<Stage>> stages_;  // [chunk]
+  std::vector<std::shared_ptr<void>> copies_;   // owners of the slots' modules
   std::vector<nn::Parameter*> params_;
   std::shared_ptr<StageLoss> loss_;
   std::vector<ActionTiming> timings_;
@@ -314,7 +362,8 @@ class PipelineExecutor {
   double loss_sum_ = 0;
   int recomputed_ = 0;
   double grad_norm_ = 0;
-  int64_t peak_held_ = 0;
+  int64_t peak_held_ = 0, peak_activation_ = 0;
+  int peak_live_ = 0;
 };
 
 // ---- Traces ---------------------------------------------------------------

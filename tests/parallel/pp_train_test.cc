@@ -2,9 +2,15 @@
 // small GPT, 10 steps at pp = 2 (GPipe, 1F1B, interleaved with 2 chunks per
 // rank) and pp = 4 (GPipe, 1F1B), real processes, one job per world size:
 // every step's loss and the final parameters of every stage match
-// nn::Trainer on the same global batch within 1e-5 relative. Also: the
-// executor refuses a schedule the checker rejects, the Chrome trace of a
-// real step, and a stage killed mid-step is named by the others' errors.
+// nn::Trainer on the same global batch within 1e-5 relative. Every stage
+// keeps one activation slot per live micro-batch, so no forward runs twice
+// (recomputed() == 0) and the slots in use peak at check_schedule's
+// peak_live; with fewer slots (recomputation) the result is the same. The
+// executor's slot accounting shows 1F1B holding at most min(p, M)/M of
+// GPipe's activation bytes. Also: the executor refuses a schedule the
+// checker rejects and copies unlike the model, the Chrome trace of a real
+// step, and a stage killed mid-step is named by the others' errors. The
+// grad-ready hook fires once per parameter of the model per step.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -54,21 +60,30 @@ struct Job {
   double clip = 0;
 };
 
-// "mlp": 7 top-level modules, SGD with momentum. "gpt": 4 blocks (7
-// modules), AdamW with warm-up, dropout (its masks must not depend on the
-// micro-batch split or on recomputation).
+// "mlp": 7 top-level modules. "gpt": 4 blocks (7 modules) with dropout (its
+// masks must not depend on the micro-batch split, the slot or on
+// recomputation).
+std::unique_ptr<nn::Sequential> make_model(const std::string& kind) {
+  if (kind == "mlp") return nn::make_mlp({12, 32, 24, 16, 4}, kSeed);
+  return nn::make_gpt(
+      nn::GptConfig{.vocab = 256, .context = 8, .layers = 4, .dim = 16, .heads = 2, .dropout = 0.1f},
+      kSeed);
+}
+
+ModelFactory copies_of(const std::string& kind) {
+  return [kind] { return make_model(kind); };
+}
+
+// "mlp": SGD with momentum. "gpt": AdamW with warm-up and clipping.
 Job make_setup(const std::string& kind) {
   set_num_threads(1);
   Job s;
+  s.model = make_model(kind);
   if (kind == "mlp") {
-    s.model = nn::make_mlp({12, 32, 24, 16, 4}, kSeed);
     s.data = std::make_unique<Classes>();
     s.opt = std::make_unique<nn::Sgd>(0.9f, 1e-4f);
     s.lr.base = 0.05f;
   } else {
-    s.model = nn::make_gpt(
-        nn::GptConfig{.vocab = 256, .context = 8, .layers = 4, .dim = 16, .heads = 2, .dropout = 0.1f},
-        kSeed);
     std::string text;
     for (int i = 0; i < 400; ++i) text += "pipeline stage " + std::to_string(i % 13) + ". ";
     s.data = std::make_unique<nn::ByteText>(std::vector<uint8_t>(text.begin(), text.end()), 8, "t");
@@ -110,16 +125,19 @@ const Trace& reference(const std::string& kind) {
 struct Case {
   std::string kind, schedule;
   int micro_batches, chunks;
+  int slots = 0;  // PipelineOptions::activation_slots
 };
 
 std::string describe(const Case& c, int pp) {
   return c.kind + " " + c.schedule + " pp=" + std::to_string(pp) + " M=" +
-         std::to_string(c.micro_batches) + (c.chunks > 1 ? " v=" + std::to_string(c.chunks) : "");
+         std::to_string(c.micro_batches) + (c.chunks > 1 ? " v=" + std::to_string(c.chunks) : "") +
+         (c.slots > 0 ? " slots=" + std::to_string(c.slots) : "");
 }
 
 // Trains one case on this rank and compares it with the reference.
-void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& ref,
-              const std::string& trace_path = "") {
+// Returns the executor's peak activation bytes of the last step.
+int64_t run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& ref,
+                 const std::string& trace_path = "") {
   const int pp = comm->size();
   const std::string what = describe(c, pp);
   Job s = make_setup(c.kind);
@@ -128,7 +146,12 @@ void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& re
   PipelineOptions opts;
   opts.seed = kSeed;
   opts.clip = s.clip;
-  PipelineExecutor ex(comm, *s.model, bounds, sched, opts);
+  opts.activation_slots = c.slots;
+  // The grad-ready hook: once per parameter of this rank per step, always
+  // with the model's parameter (never a slot copy's).
+  std::map<const nn::Parameter*, int> ready;
+  opts.grad_ready = [&](nn::Parameter& p) { ++ready[&p]; };
+  PipelineExecutor ex(comm, *s.model, copies_of(c.kind), bounds, sched, opts);
   nn::Sampler sampler(s.data->size(), kBatch, kSeed);
   std::vector<int64_t> idx;
   Tensor x, y;
@@ -136,7 +159,12 @@ void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& re
   for (int step = 0; step < kSteps; ++step) {
     sampler.global(step, idx);
     s.data->gather(idx.data(), kBatch, x, y);
+    ready.clear();
     const double loss = ex.step(x, y, *s.opt, s.lr.at(step));
+    EXPECT_EQ(ready.size(), ex.parameters().size()) << what << " step " << step;
+    for (const nn::Parameter* p : ex.parameters()) {
+      EXPECT_EQ(ready[p], 1) << what << " step " << step << " " << p->name;
+    }
     EXPECT_LE(std::abs(loss - ref.losses[size_t(step)]), 1e-5 * std::abs(ref.losses[size_t(step)]))
         << what << " step " << step << ": " << loss << " vs " << ref.losses[size_t(step)];
     // The norm over all stages, which clipping used.
@@ -147,14 +175,29 @@ void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& re
   if (s.clip > 0) {
     EXPECT_GT(clipped, 0) << what << ": clipping never applied";
   }
-  // 1F1B's last stage runs each backward right after its forward.
-  if (c.schedule == "1f1b" && comm->rank() == pp - 1) {
+  // One slot per live micro-batch: no forward runs twice. With one slot
+  // per chunk, GPipe recomputes every micro-batch but the last of each
+  // chunk.
+  const int peak = ex.report().peak_live[size_t(comm->rank())];
+  if (c.slots == 0) {
     EXPECT_EQ(ex.recomputed(), 0) << what;
+    EXPECT_EQ(ex.peak_live(), peak) << what;
+  } else {
+    EXPECT_LE(ex.peak_live(), c.slots * c.chunks) << what;
+    for (int n : ex.slots()) EXPECT_LE(n, c.slots) << what;
+    if (c.schedule == "gpipe" && c.slots == 1) {
+      EXPECT_EQ(ex.recomputed(), c.micro_batches - 1) << what;
+    }
   }
-  ASSERT_FALSE(ex.parameters().empty()) << what;
+  EXPECT_GT(ex.peak_activation_bytes(), 0) << what;
+  EXPECT_GE(ex.peak_held_bytes(), ex.peak_activation_bytes()) << what;
+  EXPECT_FALSE(ex.parameters().empty()) << what;
   for (auto* p : ex.parameters()) {
     const auto& want = ref.params.at(p->name);
-    ASSERT_EQ(size_t(p->size()), want.size()) << what << " " << p->name;
+    if (size_t(p->size()) != want.size()) {
+      ADD_FAILURE() << what << " " << p->name << ": " << p->size() << " elements vs " << want.size();
+      continue;
+    }
     double scale = 1e-2, worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       scale = std::max(scale, double(std::abs(want[i])));
@@ -163,6 +206,7 @@ void run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace& re
     EXPECT_LE(worst, 1e-5 * scale) << what << " rank " << comm->rank() << " " << p->name;
   }
   if (!trace_path.empty()) write_pipeline_trace(*comm, sched, ex.timings(), trace_path);
+  return ex.peak_activation_bytes();
 }
 
 void equivalence(int pp, const std::vector<Case>& cases, const std::string& trace_path) {
@@ -176,11 +220,35 @@ void equivalence(int pp, const std::vector<Case>& cases, const std::string& trac
     broken.actions[1].erase(broken.actions[1].begin());
     Job s = make_setup("mlp");
     try {
-      PipelineExecutor ex(comm, *s.model, partition_layers(std::vector<double>(7, 1.0), n), broken);
+      PipelineExecutor ex(comm, *s.model, copies_of("mlp"),
+                          partition_layers(std::vector<double>(7, 1.0), n), broken);
       ADD_FAILURE() << "the executor accepted a rejected schedule";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("schedule 'gpipe' rejected: rank 1, action 0 (F m0)"),
                 std::string::npos)
+          << e.what();
+    }
+    // GPipe keeps 4 micro-batches live: without copies of the model (and
+    // without asking for recomputation) there is nowhere to keep them.
+    try {
+      PipelineExecutor ex(comm, *s.model, nullptr, partition_layers(std::vector<double>(7, 1.0), n),
+                          gpipe_schedule(n, 4));
+      ADD_FAILURE() << "the executor ran GPipe without copies of the model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keeps 4 micro-batches live on a chunk of rank " +
+                                           std::to_string(rank)),
+                std::string::npos)
+          << e.what();
+    }
+    // A copy whose parameters are not the model's (every layer wider) is
+    // refused by name.
+    try {
+      PipelineExecutor ex(
+          comm, *s.model, [] { return nn::make_mlp({12, 33, 25, 17, 5}, kSeed); },
+          partition_layers(std::vector<double>(7, 1.0), n), gpipe_schedule(n, 4));
+      ADD_FAILURE() << "the executor accepted a copy unlike the model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("copy of its modules has parameter"), std::string::npos)
           << e.what();
     }
   }, std::chrono::seconds(600));
@@ -208,11 +276,34 @@ TEST(PipelineTrain, MatchesSingleProcessAtPp2) {
                {"mlp", "1f1b", 4, 1},
                {"mlp", "1f1b", 8, 1},
                {"mlp", "interleaved", 4, 2},
+               {"mlp", "interleaved", 8, 2},
+               {"mlp", "gpipe", 4, 1, 1},
+               {"mlp", "1f1b", 8, 1, 1},
                {"gpt", "gpipe", 4, 1},
                {"gpt", "1f1b", 4, 1},
-               {"gpt", "interleaved", 4, 2}},
+               {"gpt", "interleaved", 4, 2},
+               {"gpt", "interleaved", 8, 2},
+               {"gpt", "gpipe", 4, 1, 1},
+               {"gpt", "interleaved", 8, 2, 2}},
               trace);
   expect_trace(trace, gpipe_schedule(2, 4));
+}
+
+// The memory goal from the executor's own accounting (bytes held
+// in activation slots): 1F1B's peak on every stage is at most min(p, M)/M
+// of GPipe's, plus 10%.
+TEST(PipelineTrain, OneFOneBHoldsAFractionOfGPipesActivations) {
+  constexpr int kMicro = 8;
+  reference("gpt");
+  testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto comm = testing::make_comm(rank, n, store, 60);
+    const int64_t gpipe = run_case(comm, {"gpt", "gpipe", kMicro, 1}, reference("gpt"));
+    const int64_t ofob = run_case(comm, {"gpt", "1f1b", kMicro, 1}, reference("gpt"));
+    const double bound = double(std::min(n, kMicro)) / kMicro * 1.1;
+    ASSERT_GT(gpipe, 0);
+    EXPECT_LE(double(ofob) / double(gpipe), bound)
+        << "rank " << rank << ": 1F1B holds " << ofob << " bytes of activations, GPipe " << gpipe;
+  }, std::chrono::seconds(300));
 }
 
 TEST(PipelineTrain, MatchesSingleProcessAtPp4) {
@@ -234,7 +325,8 @@ TEST(PipelineTrain, AKilledStageIsNamedByTheOthers) {
     opts.after_action = [&](int action) {
       if (rank == 1 && step == 1 && action == 2) ::kill(::getpid(), SIGKILL);
     };
-    PipelineExecutor ex(comm, *s.model, partition_layers(std::vector<double>(7, 1.0), n),
+    PipelineExecutor ex(comm, *s.model, copies_of("mlp"),
+                        partition_layers(std::vector<double>(7, 1.0), n),
                         one_f_one_b_schedule(n, 8), opts);
     nn::Sampler sampler(s.data->size(), kBatch, kSeed);
     std::vector<int64_t> idx;

@@ -61,7 +61,7 @@ void settle(MpFlags& f) {
     reject("--tp/--pp/--schedule train the gpt model only, not model " + f.model);
   if (f.accum != 1) reject("--accum is not supported with --tp/--pp: use --micro-batches");
   if (f.recompute)
-    reject("--recompute is not supported with --tp/--pp (the pipeline recomputes itself)");
+    reject("--recompute is not supported with --tp/--pp");
   if (!f.init_from.empty()) reject("--init-from is not supported with --tp/--pp: use --resume");
   if (!f.save_init.empty()) reject("--save-init is not supported with --tp/--pp");
   if (f.virtual_stages == 0) f.virtual_stages = f.schedule == "interleaved" ? 2 : 1;

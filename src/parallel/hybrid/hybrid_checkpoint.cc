@@ -1,5 +1,6 @@
-// HybridGpt checkpoints in the serial format. Saving: under ZeRO-1 the
-// optimizer state is first gathered over dp; then on pipeline copy 0 each
+// HybridGpt checkpoints in the serial format. Saving: DataParallel gathers
+// the optimizer state over dp (under ZeRO-1 from the chunks of its
+// buckets) onto pipeline copy 0; then there each
 // stage gathers its shards (and their optimizer state) over tp, then
 // tp rank 0 of every stage sends its full tensors to world rank 0 over the
 // pp group of (dp 0, tp 0), which writes the file. Loading: every rank
@@ -87,12 +88,10 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 void HybridGpt::save(const std::string& path, const nn::Optimizer& opt) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
-  // Optimizer state per whole parameter (under ZeRO-1 gathered over dp).
+  // Optimizer state per whole parameter of this rank, complete on dp rank 0
+  // (collective over dp).
   Checkpoint local;
-  if (m.zero1)
-    local = m.zero1->gather_state(opt);
-  else if (c.dp == 0)
-    opt.save_state(local);
+  m.dp->add_state(local, opt);
   if (c.dp == 0) {
     // Full tensors of this stage, in shard order; the same keys on every
     // tp rank, so the gathers pair up.
@@ -142,14 +141,13 @@ void HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
                                         shape_str(s.full));
       return tp::slice_shard(it->second, s.spec, r, n);
     };
-    s.param->data.copy_from(slice("model/" + s.param->name));
+    local.tensors.insert_or_assign("model/" + s.param->name, slice("model/" + s.param->name));
     for (const std::string& key : optim_keys(ck, s.param->name))
       local.tensors.insert_or_assign(key, slice(key));
   }
-  if (m.zero1)
-    m.zero1->load_state(local, opt);
-  else
-    opt.load_state(local, m.params);
+  // This rank's tensors at their full (tp-sliced) shapes: DataParallel
+  // keeps what it holds of them.
+  m.dp->load_state(local, opt);
   set_next_step(resume_step(ck, m.seed, path));
 }
 

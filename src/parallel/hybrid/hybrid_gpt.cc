@@ -1,11 +1,12 @@
 // HybridGpt: a tensor-parallel GPT cut into pipeline stages, replicated
 // over data parallelism. The pipeline executor runs the schedule over the
 // mesh's pp group; what makes it hybrid lives in the executor's hooks:
-// the vocabulary-parallel loss, the gradient sums over tp and dp at the
-// reduce-gradients action, and a clipping norm that counts every element
-// of the model once whichever ranks hold it.
-#include <chrono>
-
+// the vocabulary-parallel loss, DataParallel over the dp group (its
+// buckets reduced as the last backward makes them final, ZeRO-1's sharded
+// update), the sequence-parallel gradient sums over tp, and a clipping
+// norm that counts every element of the model once whichever ranks hold
+// it.
+#include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "parallel/hybrid/impl.h"
@@ -13,10 +14,6 @@
 namespace braid::parallel {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 class VocabParallelLoss : public StageLoss {
  public:
@@ -72,12 +69,24 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     topts.modules.push_back({bounds[v], bounds[v + 1]});
   }
   m.model = std::make_unique<tp::TpGpt>(cfg, seed, mesh_.tp(), topts);
-  std::vector<std::vector<nn::Module*>> chunks;
-  for (const tp::ModuleRange& r : topts.modules) {
-    chunks.emplace_back();
-    for (size_t i = r.begin; i < r.end; ++i) chunks.back().push_back(&m.model->module(i));
-  }
+  auto chunks_of = [ranges = topts.modules](const tp::TpGpt& model) {
+    std::vector<std::vector<nn::Module*>> chunks;
+    for (const tp::ModuleRange& r : ranges) {
+      chunks.emplace_back();
+      for (size_t i = r.begin; i < r.end; ++i) chunks.back().push_back(&model.module(i));
+    }
+    return chunks;
+  };
+  // The executor's activation slots run copies of this rank's stages.
+  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), topts, chunks_of]() {
+    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, topts);
+    return ChunkCopy{chunks_of(*model), model};
+  };
   m.params = m.model->parameters();
+  // Before the executor: its slot copies view the buckets' buffers.
+  DpOptions dopts;
+  dopts.zero = o.zero;
+  m.dp = std::make_unique<DataParallel>(mesh_.dp(), *m.model, dopts);
 
   PipelineOptions popts;
   popts.seed = seed;
@@ -85,28 +94,16 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
   popts.replica = mesh_.coord().dp;
   popts.replicas = mesh_.dp_size();
   popts.clip = o.clip;
-  popts.reduce_gradients = [this](const std::vector<nn::Parameter*>&) {
+  popts.grad_ready = m.dp->hook();
+  popts.reduce_gradients = [this](const std::vector<nn::Parameter*>& params) {
+    // The dp sums (buckets the last backward did not finish, then waiting
+    // for all) before the tp sums of sequence parallelism's partial
+    // gradients: both are sums, so their order does not matter, but the
+    // tp all_reduce must not read a bucket still being reduced.
     Impl& m = *impl_;
     const double t0 = now_s();
+    m.dp->before_optimizer_step(params);
     tp::reduce_partial_grads(m.model->shards(), *mesh_.tp(), m.partial);
-    if (mesh_.dp_size() > 1) {
-      // One all_reduce of every gradient of the stage, packed.
-      int64_t total = 0;
-      for (const nn::Parameter* p : m.params) total += p->size();
-      m.flat.resize({total}, DType::kF32);
-      float* buf = m.flat.f32();
-      int64_t at = 0;
-      for (const nn::Parameter* p : m.params) {
-        std::copy_n(p->grad.f32(), p->size(), buf + at);
-        at += p->size();
-      }
-      mesh_.dp()->all_reduce(buf, buf, size_t(total), DType::kF32, ReduceOp::kSum);
-      at = 0;
-      for (nn::Parameter* p : m.params) {
-        std::copy_n(buf + at, p->size(), p->grad.f32());
-        at += p->size();
-      }
-    }
     m.reduce_comm_s += now_s() - t0;
   };
   popts.grad_square_sum = [this](const std::vector<nn::Parameter*>&) {
@@ -123,13 +120,14 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     impl_->step_comm_s += now_s() - t0;
     return sq;
   };
-  if (o.zero == 1) {
-    m.zero1 = std::make_unique<Zero1>(m.params, mesh_.dp());
-    popts.optimizer_step = [this](nn::Optimizer& opt, const std::vector<nn::Parameter*>&,
-                                  float lr) { impl_->step_comm_s += impl_->zero1->step(opt, lr); };
-  }
-  m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), std::move(chunks), std::move(sched),
-                                              std::move(popts));
+  // Every dp rank holds the full summed gradients (ZeRO 0 and 1 all_reduce
+  // them), so clipping above is unchanged; the update is DataParallel's:
+  // all parameters, or under ZeRO-1 this rank's chunk of each bucket and
+  // then an all_gather (waited for at the end of step()).
+  popts.optimizer_step = [this](nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
+                                float lr) { impl_->dp->optimizer_step(opt, params, lr); };
+  m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), chunks_of(*m.model), std::move(copy),
+                                              std::move(sched), std::move(popts));
 }
 
 HybridGpt::~HybridGpt() = default;
@@ -145,9 +143,7 @@ int64_t HybridGpt::parameter_bytes() const {
 }
 
 int64_t HybridGpt::optimizer_bytes(const nn::Optimizer& opt) const {
-  const int64_t held = impl_->zero1 ? impl_->zero1->owned_elements()
-                                    : nn::count_parameters(impl_->params);
-  return int64_t(opt.state_per_param()) * held * int64_t(sizeof(float));
+  return impl_->dp->memory(opt).optim_bytes;
 }
 
 double HybridGpt::step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, float lr) {
@@ -171,8 +167,12 @@ double HybridGpt::step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, flo
   record_.step = m.exec->next_step();
   m.reduce_comm_s = m.step_comm_s = 0;
   const double t0 = now_s();
+  m.dp->begin_step(record_.step, m.params);
   double loss = m.exec->step(xs, ys, opt, lr);
-  const double t_loss = now_s();
+  // ZeRO-1's all_gather of the updated chunks ends here, so parameters()
+  // are current between steps.
+  const double t_gather = now_s();
+  m.dp->gather_all_params();
   // Every copy's batch has the same number of targets: the global mean is
   // the mean of the copies' means.
   if (dp > 1) {
@@ -198,7 +198,7 @@ double HybridGpt::step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, flo
     }
   }
   record_.compute_s += step_action_s - m.step_comm_s;
-  record_.comm_s = m.reduce_comm_s + m.step_comm_s + (t1 - t_loss);
+  record_.comm_s = m.reduce_comm_s + m.step_comm_s + (t1 - t_gather);
   return loss;
 }
 

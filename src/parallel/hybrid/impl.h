@@ -1,12 +1,12 @@
-// HybridGpt's state, shared by its step (hybrid_gpt.cc), its checkpoints
-// (hybrid_checkpoint.cc) and its ZeRO-1 optimizer (zero1.cc).
+// HybridGpt's state, shared by its step (hybrid_gpt.cc) and its
+// checkpoints (hybrid_checkpoint.cc).
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "braid/data_parallel.h"
 #include "braid/hybrid.h"
-#include "parallel/hybrid/zero1.h"
 
 namespace braid::parallel {
 
@@ -15,12 +15,15 @@ struct HybridGpt::Impl {
   uint64_t seed = 0;
   HybridOptions opts;
   std::unique_ptr<tp::TpGpt> model;
+  // Over the mesh's dp group: the stage's gradient buckets (every
+  // parameter's data and grad are views into them) and the ZeRO stage.
+  // Built before the executor, whose slot copies view those buffers.
+  std::unique_ptr<DataParallel> dp;
   std::unique_ptr<PipelineExecutor> exec;
   std::vector<nn::Parameter*> params;
-  std::unique_ptr<Zero1> zero1;  // HybridOptions::zero == 1
-  Tensor flat, partial;  // gradient reduction scratch
+  Tensor partial;  // sequence-parallel gradient reduction scratch
   // Communication time spent inside the executor's reduce-gradients and
-  // optimizer-step actions during the current step.
+  // optimizer-step actions, and waiting for ZeRO-1's gathers, this step.
   double reduce_comm_s = 0, step_comm_s = 0;
 };
 

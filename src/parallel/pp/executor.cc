@@ -6,7 +6,8 @@
 // on stage 0) until the backward, the output copy until its send, the
 // incoming gradient from its receive (or the loss) until the backward, the
 // outgoing gradient until its send. So the executor's memory follows the
-// schedule's live activations (check_schedule's peak_live), not M.
+// schedule's live activations (check_schedule's peak_live), not M. The
+// modules' own activations live in the chunk's slots (activation_slots.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,18 +15,9 @@
 
 #include "braid/comm.h"
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "parallel/pp/executor_stage.h"
 
 namespace braid::parallel {
-
-struct PipelineExecutor::Stage {
-  int chunk = 0, stage = 0;
-  std::vector<nn::Module*> modules;
-  Shape in_shape, out_shape;  // one micro-batch's
-  DType in_dtype = DType::kF32;
-  std::vector<Tensor> in, act_out, grad_in, grad_out;  // [micro-batch]
-  int held = -1;  // the micro-batch whose activations the modules hold
-};
 
 namespace {
 
@@ -52,92 +44,7 @@ void keep_copy(Tensor& dst, const Tensor& src) {
   dst.copy_from(src);
 }
 
-class SoftmaxLoss : public StageLoss {
- public:
-  double forward(const Tensor& logits, const Tensor& target) override {
-    return loss_.forward(logits, target);
-  }
-  const Tensor& backward(float scale) override { return loss_.backward(scale); }
-
- private:
-  nn::SoftmaxCrossEntropy loss_;
-};
-
 }  // namespace
-
-PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm, nn::Sequential& model,
-                                   std::vector<size_t> bounds, Schedule schedule,
-                                   PipelineOptions opts)
-    : comm_(std::move(comm)), sched_(std::move(schedule)), opts_(std::move(opts)) {
-  const int S = sched_.stages();
-  bool ok = int(bounds.size()) == S + 1 && bounds.front() == 0 && bounds.back() == model.size();
-  for (size_t i = 1; ok && i < bounds.size(); ++i) ok = bounds[i - 1] < bounds[i];
-  std::string got;
-  for (size_t b : bounds) got += (got.empty() ? "" : ", ") + std::to_string(b);
-  BRAID_CHECK_ARG(ok, "pipeline: stage bounds [" + got + "] do not cut the model's " +
-                          std::to_string(model.size()) + " modules into " + std::to_string(S) +
-                          " non-empty stages (want " + std::to_string(S + 1) +
-                          " increasing bounds from 0 to " + std::to_string(model.size()) + ")");
-  // The communicator's size is checked by init; a rank outside the
-  // schedule owns no stage here.
-  const int rank = comm_ ? comm_->rank() : 0;
-  std::vector<std::vector<nn::Module*>> chunks(size_t(sched_.chunks));
-  for (int c = 0; c < sched_.chunks && rank < sched_.ranks; ++c) {
-    const size_t s = size_t(sched_.stage_of(rank, c));
-    for (size_t i = bounds[s]; i < bounds[s + 1]; ++i) chunks[size_t(c)].push_back(&model.child(i));
-  }
-  init(std::move(chunks));
-}
-
-PipelineExecutor::PipelineExecutor(std::shared_ptr<Communicator> comm,
-                                   std::vector<std::vector<nn::Module*>> chunks,
-                                   Schedule schedule, PipelineOptions opts)
-    : comm_(std::move(comm)), sched_(std::move(schedule)), opts_(std::move(opts)) {
-  init(std::move(chunks));
-}
-
-void PipelineExecutor::init(std::vector<std::vector<nn::Module*>> chunks) {
-  report_ = check_schedule(sched_);  // refuses what the checker rejects
-  BRAID_CHECK_ARG(comm_ && comm_->size() == sched_.ranks,
-                  "pipeline: schedule '" + sched_.name + "' is for " + std::to_string(sched_.ranks) +
-                      " ranks, the communicator has " + std::to_string(comm_ ? comm_->size() : 0));
-  BRAID_CHECK_ARG(int(chunks.size()) == sched_.chunks,
-                  "pipeline: " + std::to_string(chunks.size()) + " chunks of modules for schedule '" +
-                      sched_.name + "' with " + std::to_string(sched_.chunks) + " per rank");
-  BRAID_CHECK_ARG(opts_.replicas >= 1 && opts_.replica >= 0 && opts_.replica < opts_.replicas,
-                  "pipeline: replica " + std::to_string(opts_.replica) + " of " +
-                      std::to_string(opts_.replicas));
-  if (!opts_.loss) opts_.loss = std::make_shared<SoftmaxLoss>();
-  loss_ = opts_.loss;
-  rank_ = comm_->rank();
-  for (int c = 0; c < sched_.chunks; ++c) {
-    auto st = std::make_shared<Stage>();
-    st->chunk = c;
-    st->stage = sched_.stage_of(rank_, c);
-    st->modules = std::move(chunks[size_t(c)]);
-    BRAID_CHECK_ARG(!st->modules.empty(), "pipeline: stage " + std::to_string(st->stage) +
-                                              " (rank " + std::to_string(rank_) + ", chunk " +
-                                              std::to_string(c) + ") has no modules");
-    if (st->stage > 0) st->modules.front()->set_input_grad(true);  // its gradient is sent back
-    for (auto* m : st->modules) m->collect_parameters(params_);
-    const size_t M = size_t(sched_.micro_batches);
-    st->in.resize(M);
-    st->act_out.resize(M);
-    st->grad_in.resize(M);
-    st->grad_out.resize(M);
-    stages_.push_back(st);
-  }
-}
-
-int64_t PipelineExecutor::held_bytes() const {
-  int64_t n = 0;
-  for (const auto& st : stages_)
-    for (size_t m = 0; m < st->in.size(); ++m) {
-      if (st->stage > 0) n += int64_t(st->in[m].nbytes());
-      n += int64_t(st->act_out[m].nbytes() + st->grad_in[m].nbytes() + st->grad_out[m].nbytes());
-    }
-  return n;
-}
 
 void PipelineExecutor::learn_shapes(const Shape& mb_shape, DType mb_dtype) {
   // Stage by stage, in order: each runs its modules once on zeros to learn
@@ -158,9 +65,8 @@ void PipelineExecutor::learn_shapes(const Shape& mb_shape, DType mb_dtype) {
     nn::Context ctx;
     ctx.training = false;
     const Tensor* y = &x;
-    for (auto* m : st.modules) y = &m->forward(*y, ctx);
+    for (auto* m : st.slots.modules(0)) y = &m->forward(*y, ctx);
     st.out_shape = y->shape();
-    st.held = -1;
     if (s + 1 == sched_.stages()) continue;
     BRAID_CHECK_ARG(y->dtype() == DType::kF32 && y->ndim() <= kMaxDims,
                     "pipeline: stage " + std::to_string(s) + " outputs " + dtype_name(y->dtype()) +
@@ -179,9 +85,16 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   ctx.step = step_;
   ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
   if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
+  // The slot's modules keep pointers to their inputs until mb's backward:
+  // st.in[mb] and their own outputs, all of which stay put until then.
+  const int slot = st.slots.take(mb);
   const Tensor* y = &st.in[size_t(mb)];
-  for (auto* m : st.modules) y = &m->forward(*y, ctx);
-  st.held = mb;
+  int64_t bytes = 0;
+  for (auto* m : st.slots.modules(slot)) {
+    y = &m->forward(*y, ctx);
+    bytes += int64_t(y->nbytes());
+  }
+  st.slots.set_bytes(slot, bytes);
   if (for_backward) return;
   if (st.stage + 1 < sched_.stages()) {
     keep_copy(st.act_out[size_t(mb)], *y);
@@ -194,18 +107,21 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
 
 void PipelineExecutor::backward(int mb, int chunk) {
   Stage& st = *stages_[size_t(chunk)];
-  if (st.held != mb) {
+  if (st.slots.find(mb) < 0) {  // its activations were given up (recomputation)
     forward(mb, chunk, true);
     ++recomputed_;
   }
+  const auto& modules = st.slots.modules(st.slots.find(mb));
   nn::Context ctx;
   ctx.seed = opts_.seed;
   ctx.step = step_;
   ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
+  if (opts_.grad_ready && mb == st.last_backward)
+    ctx.grad_ready = [&](nn::Parameter& p) { opts_.grad_ready(st.slots.model_parameter(p)); };
   const Tensor* dy = &st.grad_in[size_t(mb)];
-  for (auto it = st.modules.rbegin(); it != st.modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
+  for (auto it = modules.rbegin(); it != modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
   if (st.stage > 0) keep_copy(st.grad_out[size_t(mb)], *dy);
-  st.held = -1;
+  st.slots.free(mb);
   st.in[size_t(mb)].release();
   st.grad_in[size_t(mb)].release();
 }
@@ -299,8 +215,9 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
   loss_sum_ = 0;
   recomputed_ = 0;
   grad_norm_ = 0;
-  peak_held_ = 0;
-  for (auto& st : stages_) st->held = -1;
+  peak_held_ = peak_activation_ = 0;
+  peak_live_ = 0;
+  for (auto& st : stages_) st->slots.clear();
   nn::zero_grad(params_);
   const auto& list = sched_.actions[size_t(rank_)];
   timings_.assign(list.size(), {});
@@ -323,7 +240,7 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
         break;
     }
     timings_[i].end = now_s();
-    peak_held_ = std::max(peak_held_, held_bytes());
+    account();
     if (opts_.after_action) opts_.after_action(int(i));
   }
   double loss = rank_ == last ? loss_sum_ / double(target.numel()) : 0.0;
