@@ -113,7 +113,10 @@ TEST_P(EmbeddingBagGrad, DenseAndSparseGradientsMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, EmbeddingBagGrad,
-                         ::testing::Values(EmbeddingBag::Mode::kSum, EmbeddingBag::Mode::kMean));
+                         ::testing::Values(EmbeddingBag::Mode::kSum, EmbeddingBag::Mode::kMean),
+                         [](const auto& i) {
+                           return i.param == EmbeddingBag::Mode::kSum ? "Sum" : "Mean";
+                         });
 
 TEST(EmbeddingBag, MeanDividesByTheRealIdsOfEachBag) {
   EmbeddingBag e("emb", 6, 2, EmbeddingBag::Mode::kMean);
@@ -229,7 +232,10 @@ TEST_P(DlrmGrad, EveryParameterMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Interactions, DlrmGrad,
                          ::testing::Values(DlrmConfig::Interaction::kDot,
-                                           DlrmConfig::Interaction::kCat));
+                                           DlrmConfig::Interaction::kCat),
+                         [](const auto& i) {
+                           return i.param == DlrmConfig::Interaction::kDot ? "Dot" : "Cat";
+                         });
 
 TEST(Dlrm, RefusesBadConfigAndInput) {
   DlrmConfig c;
