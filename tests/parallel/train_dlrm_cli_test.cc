@@ -48,7 +48,8 @@ TEST(TrainDlrm, DataParallelEqualsSerialStepByStep) {
   EXPECT_LT(double(sd["test_log_loss"]), double(serial.front()["loss"]))
       << "24 steps should improve on the first batch's loss";
 
-  for (const char* layout : {" --dp 2", " --dp 3 --zero 1", " --dp 2 --zero 3", " --dp 2 --plain"}) {
+  for (const char* layout :
+       {" --dp 2", " --dp 3 --zero 1", " --dp 2 --zero 3", " --dp 2 --plain"}) {
     const auto dp = train(layout, dir);
     ASSERT_EQ(dp.size(), kSteps + 1) << layout;
     for (size_t i = 0; i < kSteps; ++i) {
