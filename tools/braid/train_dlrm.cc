@@ -39,8 +39,8 @@ DlrmSetup build_dlrm(const DlrmFlags& f, uint64_t seed) {
   s.train = std::make_unique<nn::ClickData>(c, "train");
   s.test = std::make_unique<nn::ClickData>(c, "test");
   nn::DlrmConfig m = nn::dlrm_config_for(c, f.dim);
-  m.interaction =
-      f.interaction == "cat" ? nn::DlrmConfig::Interaction::kCat : nn::DlrmConfig::Interaction::kDot;
+  using Interaction = nn::DlrmConfig::Interaction;
+  m.interaction = f.interaction == "cat" ? Interaction::kCat : Interaction::kDot;
   s.model = nn::make_dlrm(m, seed);
   s.loss = std::make_unique<nn::BinaryCrossEntropyWithLogits>();
   return s;
