@@ -77,6 +77,73 @@ class ByteText : public Dataset {
   std::string name_;
 };
 
+// Synthetic click data drawn from a known "teacher" model, so the best
+// reachable log loss is known. Sample i (train: i in [0, samples); test:
+// the next test_samples indices) is a pure function of (seed, i):
+//   dense x_d ~ N(0, 1), d < dense;
+//   for each feature f < features, `bag` ids drawn from Zipf(zipf) over
+//     [0, rows): P(k) ∝ (k+1)^−zipf, so id 0 is the most popular;
+//   logit* = bias + Σ_f mean_j w_f[id_fj] + Σ_d v_d x_d with teacher weights
+//     w_f[k] ~ N(0, id_std²) and v_d ~ N(0, dense_std² / dense), drawn once
+//     from the seed;
+//   label ~ Bernoulli(σ(logit*)).
+// gather writes x f32 [n, dense + features·bag] in nn::Dlrm's input layout
+// (dense values, then each feature's ids as exact f32 values) and y i32 [n]
+// labels. Generation is O(N·(dense + features·bag·log rows)) at
+// construction; the set is kept in memory (4·(dense + features·bag) + 5
+// bytes per sample).
+struct ClickConfig {
+  int64_t samples = 262144;     // training samples
+  int64_t test_samples = 16384;
+  int64_t dense = 4;
+  int64_t features = 8;
+  int64_t rows = 1000;          // cardinality of every feature (≤ 2^24)
+  int64_t bag = 1;
+  double zipf = 1.1;            // α ≥ 0 (0: uniform)
+  double id_std = 0.6;
+  double dense_std = 1.0;
+  double bias = -0.5;
+  uint64_t seed = 1;
+};
+
+class ClickData : public Dataset {
+ public:
+  // split "train" or "test". Throws Error(kInvalidArgument) naming the
+  // field for samples, test_samples, dense, features or bag < 1, rows
+  // outside [1, 2^24], a negative zipf or std, or another split.
+  ClickData(const ClickConfig& cfg, const std::string& split);
+  int64_t size() const override { return n_; }
+  int64_t targets_per_sample() const override { return 1; }
+  void gather(const int64_t* idx, int64_t n, Tensor& x, Tensor& y) const override;
+
+  const ClickConfig& config() const { return cfg_; }
+  int64_t width() const { return cfg_.dense + cfg_.features * cfg_.bag; }
+  // The entropy floor: the mean over this split's samples of the binary
+  // entropy of σ(logit*), i.e. the expected log loss of the teacher's own
+  // probabilities (no model can expect less on these features). Exact over
+  // the generated set (double sums).
+  double best_log_loss() const { return best_log_loss_; }
+  // The log loss of a constant prediction at this split's click rate.
+  double base_log_loss() const;
+  double teacher_probability(int64_t i) const { return prob_[size_t(i)]; }
+  int label(int64_t i) const { return label_[size_t(i)]; }
+  int32_t id(int64_t i, int64_t feature, int64_t j = 0) const {
+    return ids_[size_t((i * cfg_.features + feature) * cfg_.bag + j)];
+  }
+  const float* dense(int64_t i) const { return dense_.data() + i * cfg_.dense; }
+  // P(id = k) under Zipf(alpha) over [0, rows).
+  static double zipf_probability(int64_t rows, double alpha, int64_t k);
+
+ private:
+  ClickConfig cfg_;
+  int64_t n_ = 0;
+  std::vector<float> dense_;
+  std::vector<int32_t> ids_;
+  std::vector<uint8_t> label_;
+  std::vector<double> prob_;
+  double best_log_loss_ = 0;
+};
+
 // Deterministic batches: epoch e is a permutation of [0, size) drawn from
 // (seed, e) (or the identity when !shuffle); global batch `step` is
 // positions [b·B, (b+1)·B) of epoch step / steps_per_epoch, with

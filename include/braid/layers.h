@@ -95,6 +95,54 @@ class Embedding : public Module {
   Tensor y_, empty_;
 };
 
+// A bag of table rows per sample, pooled: ids i32 [B, bag] → f32 [B, dim],
+// y[b] = Σ_j W[ids[b, j]] (kSum), or that sum over the bag's count of real
+// ids (kMean; a bag of padding only gives zeros). An id of −1 is padding,
+// so bags of different lengths share one fixed width. Any other id outside
+// [0, rows) throws Error(kInvalidArgument) naming the layer and the id. No
+// input gradient. W: [rows, dim], `decay` false (a sparse update cannot
+// decay the rows a batch did not touch, so no optimizer should).
+//
+// Backward gives dL/dW in two forms:
+//  - sparse, always: touched_rows() are the distinct ids of the last
+//    forward, ascending, and row_grads() is f32 [touched_rows().size(),
+//    dim] whose row i is the gradient of table row touched_rows()[i]
+//    (every occurrence in the batch summed). Overwritten by each backward,
+//    not accumulated. This is what a parameter-server worker pushes: keys
+//    touched_rows(), values row_grads(), nothing for rows the batch missed.
+//  - dense, when dense_grad() (the default): the same rows also added (+=)
+//    into weight().grad, so the table trains like any parameter (data
+//    parallel all-reduces the whole table). A PS worker turns it off.
+// Cost: forward O(B·bag·dim); backward O(B·bag·(dim + log U)) with U the
+// touched rows, plus a sort of the batch's ids.
+class EmbeddingBag : public Module {
+ public:
+  enum class Mode { kSum, kMean };
+  EmbeddingBag(std::string name, int64_t rows, int64_t dim, Mode mode = Mode::kSum);
+  const Tensor& forward(const Tensor& x, Context& ctx) override;
+  const Tensor& backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void release_activations() override;
+  Parameter& weight() { return w_; }
+  int64_t rows() const { return rows_; }
+  int64_t dim() const { return dim_; }
+  Mode mode() const { return mode_; }
+  void set_dense_grad(bool on) { dense_grad_ = on; }
+  bool dense_grad() const { return dense_grad_; }
+  const std::vector<int64_t>& touched_rows() const { return touched_; }
+  const Tensor& row_grads() const { return row_grads_; }
+
+ private:
+  int64_t rows_, dim_;
+  Mode mode_;
+  bool dense_grad_ = true;
+  Parameter w_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, empty_;
+  std::vector<int64_t> touched_;
+  Tensor row_grads_;
+};
+
 // Inverted dropout with a counter-based mask: element e of global sample s
 // is kept iff uniform(seed, step, s, key·2^40 + e) ≥ p, where key is this
 // layer's id. Rows of dim 0 are samples (row r is sample ctx.sample_offset

@@ -1,4 +1,5 @@
-// Softmax cross-entropy over rows of logits, forward and backward fused.
+// Losses over rows of logits, forward and backward fused: softmax
+// cross-entropy (classes) and binary cross-entropy with logits (clicks).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,20 @@
 
 namespace braid::nn {
 
-class SoftmaxCrossEntropy {
+// What the training loop needs of a loss: forward returns the SUM over rows
+// (in double) so that a mean over a global batch split across micro-batches
+// and ranks can be formed; backward(scale) returns scale · dL/dlogits in a
+// buffer the loss owns; correct() counts the rows of the last forward that
+// the logits classify right.
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual double forward(const Tensor& logits, const Tensor& targets) = 0;
+  virtual const Tensor& backward(float scale) = 0;
+  virtual int64_t correct() const = 0;
+};
+
+class SoftmaxCrossEntropy : public Loss {
  public:
   // logits: f32 [..., V] (rows = numel / V); targets: i32 with one entry
   // per row, each in [0, V). Returns the SUM over rows of −log p[target]
@@ -15,12 +29,32 @@ class SoftmaxCrossEntropy {
   // is split across micro-batches and ranks. Keeps the probabilities.
   // Throws naming both shapes when the row counts differ, and naming the
   // value when a target is out of range.
-  double forward(const Tensor& logits, const Tensor& targets);
+  double forward(const Tensor& logits, const Tensor& targets) override;
   // dL/dlogits = scale · (p − onehot(target)). For the mean over a global
   // batch of N rows pass scale = 1/N. Returns a buffer this object owns.
-  const Tensor& backward(float scale);
+  const Tensor& backward(float scale) override;
   // Rows of the last forward whose argmax equals the target.
-  int64_t correct() const { return correct_; }
+  int64_t correct() const override { return correct_; }
+
+ private:
+  Tensor probs_, dlogits_;
+  const Tensor* targets_ = nullptr;
+  int64_t correct_ = 0;
+};
+
+// Binary cross-entropy with logits: one logit z per row (logits f32 of any
+// shape; rows = numel), targets i32 0 or 1, one per row. The loss of a row
+// is −[y log σ(z) + (1−y) log(1−σ(z))], computed as
+// max(z, 0) − z·y + log1p(exp(−|z|)), which neither overflows nor loses
+// the tail for large |z|. forward returns the SUM over rows (double) and
+// keeps σ(z); backward(scale) = scale · (σ(z) − y). correct() counts rows
+// with (z > 0) == y. Throws naming both shapes when the counts differ and
+// naming the value when a target is not 0 or 1. O(rows).
+class BinaryCrossEntropyWithLogits : public Loss {
+ public:
+  double forward(const Tensor& logits, const Tensor& targets) override;
+  const Tensor& backward(float scale) override;
+  int64_t correct() const override { return correct_; }
 
  private:
   Tensor probs_, dlogits_;

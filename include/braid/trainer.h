@@ -135,6 +135,9 @@ class Trainer {
   // Runs `h` (not owned; it must outlive its use) in place of the built-in set.
   void set_hooks(StepHooks& h) { hooks_ = &h; }
   Sampler& sampler() { return sampler_; }
+  // Trains and evaluates with `loss` (not owned; it must outlive its use)
+  // in place of the default softmax cross-entropy.
+  void set_loss(Loss& loss) { loss_ = &loss; }
   const std::vector<Parameter*>& parameters() const { return params_; }
   const TrainOptions& options() const { return opts_; }
   int64_t next_step() const { return step_; }
@@ -179,7 +182,8 @@ class Trainer {
   StepHooks* hooks_ = &builtin_;
   std::vector<Parameter*> params_;
   std::vector<Module*> units_;
-  SoftmaxCrossEntropy loss_;
+  SoftmaxCrossEntropy softmax_;
+  Loss* loss_ = &softmax_;
   int64_t step_ = 0;
   std::vector<int64_t> shard_;
   Tensor x_, y_;

@@ -1,4 +1,4 @@
-// braid train mlp|gpt — single-process training with a progress bar, a
+// braid train mlp|gpt|dlrm — single-process training with a progress bar, a
 // JSON-lines log and checkpoints. The loop itself is nn::Trainer; this file
 // only parses flags, builds the model and data, and reports.
 #include <unistd.h>
@@ -56,6 +56,7 @@ int train_main(int argc, char** argv) {
   const nn::TrainOptions& opts = setup.opts;
   const int64_t steps = setup.steps;
   nn::Trainer trainer(*model, *train, *setup.opt, setup.sched, opts);
+  if (setup.loss) trainer.set_loss(*setup.loss);
   if (!f.resume.empty()) trainer.load(f.resume);
 
   // Reporting (rank 0 only once data parallelism exists).
@@ -87,12 +88,15 @@ int train_main(int argc, char** argv) {
     acc = trainer.evaluate(*test, f.batch).accuracy;
     done["test_accuracy"] = acc;
   }
+  const std::string dlrm =
+      f.model == "dlrm" ? dlrm_summary(*test, trainer.evaluate(*test, f.batch), done) : "";
   done["peak_rss_bytes"] = peak_rss_bytes();
   if (is_logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps, final loss %.4f, %s %s", f.model.c_str(), (long long)steps,
                 last_loss, human(throughput).c_str(), report.unit());
     if (mlp) std::printf(", test accuracy %.4f", acc);
+    std::printf("%s", dlrm.c_str());
     std::printf(", peak RSS %.1f MiB, %.1fs\n", double(peak_rss_bytes()) / 1048576.0,
                 report.seconds());
   }

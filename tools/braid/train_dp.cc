@@ -71,6 +71,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   dpo.bf16_grads = f.bf16_grads;
   dpo.shared_buckets = !f.private_buckets;
   parallel::DpTrainer trainer(comm, *model, *train, *setup.opt, setup.sched, setup.opts, dpo);
+  if (setup.loss) trainer.trainer().set_loss(*setup.loss);
   if (!f.resume.empty()) trainer.load(f.resume);
 
   const bool logger = rank == 0;
@@ -149,6 +150,8 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
     acc = trainer.evaluate(*test, 1000).accuracy;
     done["test_accuracy"] = acc;
   }
+  const std::string dlrm =
+      f.model == "dlrm" ? dlrm_summary(*test, trainer.evaluate(*test, 1000), done) : "";
   done["peak_rss_bytes"] = peak_rss_bytes();
   if (logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
@@ -156,6 +159,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                 f.model.c_str(), (long long)steps, world, world > 1 ? "s" : "", f.zero, last_loss,
                 human(throughput).c_str(), report.unit());
     if (mlp) std::printf(", test accuracy %.4f", acc);
+    std::printf("%s", dlrm.c_str());
     std::printf(", exposed comm %.1f%%", 100.0 * frac_max);
     if (f.ref_throughput > 0)
       std::printf(", speed-up %.2fx over 1 rank (scaling factor %.2f)",

@@ -27,6 +27,7 @@
 #include "braid/optim.h"
 #include "braid/threads.h"
 #include "braid/trainer.h"
+#include "train_dlrm.h"
 
 namespace braid::tool {
 
@@ -51,19 +52,21 @@ struct TrainFlags {
   bool recompute = false;
   int64_t log_every = 0;
   bool quiet = false;
+  DlrmFlags dlrm;
 };
 
 // Registers the shared flags; `dp` words the help for a multi-rank job.
 inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
-  app.add_option("model", f.model, "mlp (784-512-512-10 on Fashion-MNIST) or gpt (byte-level)")
+  app.add_option("model", f.model,
+                 "mlp (784-512-512-10 on Fashion-MNIST), gpt (byte-level) or dlrm (click data)")
       ->required()
-      ->check(CLI::IsMember({"mlp", "gpt"}));
+      ->check(CLI::IsMember({"mlp", "gpt", "dlrm"}));
   app.add_option("--steps", f.steps, "optimizer steps (overrides --epochs)");
-  app.add_option("--epochs", f.epochs, "passes over the training set (mlp default 2)");
+  app.add_option("--epochs", f.epochs, "passes over the training set (mlp default 2, dlrm 1)");
   app.add_option("--batch", f.batch,
-                 dp ? "GLOBAL batch in samples, split across ranks (mlp 256, gpt 16)"
-                    : "global batch in samples (mlp 256, gpt 16)");
-  app.add_option("--lr", f.lr, "peak learning rate (mlp 0.05, gpt 1e-3)");
+                 dp ? "GLOBAL batch in samples, split across ranks (mlp and dlrm 256, gpt 16)"
+                    : "global batch in samples (mlp and dlrm 256, gpt 16)");
+  app.add_option("--lr", f.lr, "peak learning rate (mlp 0.05, gpt 1e-3, dlrm 0.1)");
   app.add_option("--seed", f.seed, "seed for initialisation, data order and dropout");
   app.add_option("--threads", f.threads,
                  std::string(dp ? "compute threads per rank" : "compute threads (OpenMP and the BLAS)") +
@@ -73,7 +76,7 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--json-log", f.json_log,
                  dp ? "rank 0 writes one JSON object per step to FILE"
                     : "write one JSON object per step to FILE");
-  app.add_option("--optimizer", f.optimizer, "sgd or adamw (mlp sgd, gpt adamw)")
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw (mlp and dlrm sgd, gpt adamw)")
       ->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--momentum", f.momentum, "SGD momentum (0.9)");
   app.add_option("--weight-decay", f.weight_decay, "weight decay (sgd 0, adamw 0.01)");
@@ -102,6 +105,7 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
   app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
   app.add_flag("-q,--quiet", f.quiet, "only the summary line");
+  add_dlrm_options(app, f.dlrm);
 }
 
 // Settles the compute thread count (--threads, else the environment, else
@@ -136,10 +140,10 @@ inline std::string eta_str(double s) {
 // Fills in what depends on the model: batch, lr, optimizer, weight decay.
 template <class Flags>
 void apply_model_defaults(Flags& f) {
-  const bool mlp = f.model == "mlp";
-  if (f.batch <= 0) f.batch = mlp ? 256 : 16;
-  if (f.lr < 0) f.lr = mlp ? 0.05 : 1e-3;
-  if (f.optimizer.empty()) f.optimizer = mlp ? "sgd" : "adamw";
+  const bool mlp = f.model == "mlp", gpt = f.model == "gpt";
+  if (f.batch <= 0) f.batch = gpt ? 16 : 256;
+  if (f.lr < 0) f.lr = mlp ? 0.05 : gpt ? 1e-3 : 0.1;
+  if (f.optimizer.empty()) f.optimizer = gpt ? "adamw" : "sgd";
   if (f.weight_decay < 0) f.weight_decay = f.optimizer == "adamw" ? 0.01 : 0.0;
 }
 
@@ -152,6 +156,7 @@ struct TrainSetup {
   int64_t steps = 0;
   nn::LrSchedule sched;
   std::unique_ptr<nn::Optimizer> opt;
+  std::unique_ptr<nn::Loss> loss;  // null: the trainer's softmax cross-entropy
 };
 
 // The GPT the flags describe.
@@ -178,7 +183,8 @@ void set_recipe(const Flags& f, TrainSetup& s) {
   nn::Sampler probe(s.train->size(), f.batch, f.seed);
   s.steps = f.steps;
   if (s.steps <= 0)
-    s.steps = (f.epochs > 0 ? f.epochs : (f.model == "mlp" ? 2 : 0)) * probe.steps_per_epoch();
+    s.steps = (f.epochs > 0 ? f.epochs : (f.model == "mlp" ? 2 : f.model == "dlrm" ? 1 : 0)) *
+              probe.steps_per_epoch();
   if (s.steps <= 0) s.steps = 200;  // gpt default
   s.sched.base = float(f.lr);
   s.sched.warmup = f.warmup;
@@ -208,6 +214,12 @@ TrainSetup build_setup(const Flags& f, bool write_init) {
     s.train = std::make_unique<nn::FashionMnist>("train", dir);
     s.test = std::make_unique<nn::FashionMnist>("test", dir);
     s.model = nn::make_mlp({784, 512, 512, 10}, f.seed);
+  } else if (f.model == "dlrm") {
+    DlrmSetup d = build_dlrm(f.dlrm, f.seed);
+    s.train = std::move(d.train);
+    s.test = std::move(d.test);
+    s.model = std::move(d.model);
+    s.loss = std::move(d.loss);
   } else {
     s.train = gpt_text(f);
     s.model = nn::make_gpt(gpt_config(f), f.seed);
@@ -259,8 +271,8 @@ class StepReporter {
       : first_(first),
         steps_(steps),
         warm_(warm),
-        units_per_step_(f.batch * (f.model == "mlp" ? 1 : f.context)),
-        unit_(f.model == "mlp" ? "samples/s" : "tokens/s"),
+        units_per_step_(f.batch * (f.model == "gpt" ? f.context : 1)),
+        unit_(f.model == "gpt" ? "tokens/s" : "samples/s"),
         show_(show && !f.quiet),
         tty_(show_ && ::isatty(STDERR_FILENO)),
         log_every_(f.log_every > 0 ? f.log_every : std::max<int64_t>(1, steps / 20)),
@@ -352,7 +364,7 @@ inline nlohmann::json done_record(const TrainFlags& f, int64_t steps, double fin
                    {"train_seconds", seconds}, {"threads", f.threads},
                    {"blas_core", blas_core()},
                    {"blas_threading", blas_threading_name(blas_info().threading)}};
-  d[f.model == "mlp" ? "samples_per_s" : "tokens_per_s"] = throughput;
+  d[f.model == "gpt" ? "tokens_per_s" : "samples_per_s"] = throughput;
   return d;
 }
 
