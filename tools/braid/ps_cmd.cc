@@ -197,8 +197,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     const double throughput = report.finish();
     // The final parameters: every round applied (SSP: s rounds may be open).
     const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
-    if (mode != ps::Consistency::kAsp) worker.pull(pull_all, mode == ps::Consistency::kSsp ? setup.steps : last);
-    else worker.pull(pull_all, last);
+    worker.pull(pull_all, last);
     std::vector<ps::ServerStats> all;
     for (int s = 0; s < f.servers; ++s) all.push_back(worker.stats(s));
     nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
