@@ -1,0 +1,258 @@
+// Parameter server: servers own key ranges and the optimizer state of those
+// ranges; workers push gradients and pull parameters.
+//
+// Keys. A Layout lists the job's keys, the same on every process:
+//  - dense tensors, registered by name and size, each cut into S contiguous
+//    slices, slice s on server s (slice s of n elements is
+//    [n·s/S, n·(s+1)/S)); a key smaller than S leaves some servers empty;
+//  - sparse tables of fixed-width rows (embeddings), a row's server chosen
+//    by a mixing hash of its row id, so Zipf-hot rows spread over servers.
+// Keys are numbered in registration order (KeyId); a push or pull names
+// keys by id.
+//
+// Connections. Servers listen on TCP and publish "host:port" in the job's
+// store under "ps/server/<s>"; every worker connects to every server. Each
+// connection proves the job secret (comm/store/auth.h) before any frame is
+// read, then says which worker it is (a worker id is taken once). One dead
+// or misbehaving connection ends only itself: the server keeps serving the
+// others. Frames (src/ps/wire.h) carry one key range each; every length is
+// checked against the server's own shapes before anything is allocated or
+// read; a bad frame gets an error reply (when the socket still takes one)
+// and the connection is dropped.
+//
+// Consistency (one option for the whole job). A worker's clock is the round
+// it is computing. Pushes of round c go to round c's buffer; a worker's last
+// push of a round on a server carries the clock flag (Worker::push with
+// clock = true), which counts it into that round.
+//  - kBsp: round c closes when all W workers clocked it; the server then
+//    applies the MEAN of the W pushes in worker order as one optimizer step
+//    (= all-reduce data parallel, which sums each rank's share of the global
+//    mean). A pull for clock c waits until rounds < c are applied.
+//  - kSsp (staleness s): rounds close as in BSP; a pull for clock c waits
+//    only while the slowest worker's clock is below c − s. s = 0 is BSP.
+//  - kAsp: every push is applied on arrival as its own optimizer step;
+//    pulls never wait.
+//  - kRoundK (k-of-n): a round closes when K workers clocked it, applying
+//    the mean of what arrived. A push for a closed round is late: dropped,
+//    or folded into the open round (LatePolicy), and counted. A pull answers
+//    with the open round, which the worker takes as its next clock, so a
+//    straggler rejoins the current round.
+// Rounds are per server: each server closes its own rounds from the pushes
+// it receives.
+//
+// Extending to replication (not built yet): a key range's state lives in one
+// ps::ShardState (src/ps/shard_state.h) that applies frames in arrival order
+// and knows nothing of sockets, so a chain is a server that, as head,
+// forwards each accepted write frame unchanged to its successor and replies
+// only when the tail's ack comes back; reads go to the tail. Frames carry a
+// configuration epoch (0 today) so a worker re-routed after a fail-over
+// cannot have a stale write applied, and request ids are per connection and
+// increasing, so a replica can drop a duplicate. Read replicas of hot keys
+// are further ShardStates fed the same way, selected per key by the worker.
+// Co-located servers talk TCP over loopback today; a shared-memory path
+// without staging copies is not built.
+//
+// Errors: braid::Error. kInvalidArgument for bad calls (unknown key, wrong
+// length), kTimeout when a wait passes its deadline, kPeerDied when a server
+// closed the connection, kAuth for a failed proof, kProtocol for a malformed
+// frame; messages name the worker, the server and the operation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/optim.h"
+#include "braid/store.h"
+
+namespace braid::ps {
+
+using KeyId = uint32_t;
+
+enum class Consistency { kBsp, kAsp, kSsp, kRoundK };
+enum class LatePolicy { kDrop, kFold };
+// "bsp" | "asp" | "ssp" | "kofn"; throws Error(kInvalidArgument) otherwise.
+Consistency parse_consistency(const std::string& s);
+const char* consistency_name(Consistency c);
+
+// Server-side update rule. Formulas equal braid::nn's optimizers (optim.h):
+//  kSgd:     g' = g + wd·w; buf = μ·buf + g'; w −= lr·buf   (μ = 0: w −= lr·g')
+//  kAdagrad: g' = g + wd·w; h += g'²; w −= lr·g' / (√h + eps)   (PyTorch)
+//  kAdamW:   w ·= 1 − lr·wd; m, v moving averages; bias-corrected step
+//            (wd = 0 is Adam).
+// Weight decay applies only to keys registered with decay = true.
+struct UpdateRule {
+  enum Kind { kSgd, kAdagrad, kAdamW } kind = kSgd;
+  float momentum = 0, weight_decay = 0;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  // State floats kept per parameter element: 0/1 (sgd), 1 (adagrad), 2 (adamw).
+  int slots() const;
+};
+// "sgd" | "adagrad" | "adam" | "adamw"; throws Error(kInvalidArgument).
+UpdateRule::Kind parse_update_rule(const std::string& s);
+
+struct KeySpec {
+  std::string name;
+  bool sparse = false;
+  int64_t size = 0;   // dense: elements
+  int64_t rows = 0;   // sparse: rows, each `width` floats
+  int64_t width = 0;
+  bool decay = true;  // weight decay applies
+};
+
+// The job's keys and their placement over `servers` servers.
+class Layout {
+ public:
+  explicit Layout(int servers);
+  // Registration order gives the ids. Throws kInvalidArgument for an empty
+  // or duplicate name or a non-positive size.
+  KeyId add_dense(const std::string& name, int64_t size, bool decay = true);
+  KeyId add_sparse(const std::string& name, int64_t rows, int64_t width, bool decay = true);
+
+  int servers() const { return servers_; }
+  size_t size() const { return keys_.size(); }
+  // Throws kInvalidArgument naming the id when unknown.
+  const KeySpec& key(KeyId k) const;
+  // Dense: server s's slice [begin, end) of key k (may be empty).
+  int64_t slice_begin(KeyId k, int s) const;
+  int64_t slice_end(KeyId k, int s) const { return slice_begin(k, s + 1); }
+  // Sparse: the server that owns `row` (no range check).
+  int row_server(int64_t row) const;
+  // Elements per server over all dense keys (load balance of the layout).
+  std::vector<int64_t> dense_elements_per_server() const;
+
+ private:
+  int servers_;
+  std::vector<KeySpec> keys_;
+};
+
+struct ServerOptions {
+  int rank = 0;                 // this server's index, 0 ≤ rank < layout.servers()
+  int workers = 1;              // W
+  Consistency consistency = Consistency::kBsp;
+  int staleness = 0;            // kSsp
+  int round_k = 0;              // kRoundK: K, 1 ≤ K ≤ W
+  LatePolicy late = LatePolicy::kDrop;
+  UpdateRule rule;
+  nn::LrSchedule lr;            // round r (ASP: update u) uses lr.at(r)
+  std::string secret;           // the job secret every connection proves
+  std::string bind_host = "127.0.0.1";  // address to listen on and publish
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+};
+
+// Counters of one server (Server::stats, Worker::stats).
+struct ServerStats {
+  int rank = 0;
+  int64_t pushes_accepted = 0, pushes_late = 0, pushes_dropped = 0, pushes_folded = 0;
+  int64_t rounds_closed = 0, updates_applied = 0;
+  int64_t requests = 0, bytes_in = 0, bytes_out = 0;
+  int64_t rejected = 0;  // frames answered with an error (bad client input)
+  std::vector<int64_t> clocks;  // per worker: 1 + the last round it clocked
+  // Per worker: rounds that closed with this worker's push counted in
+  // (not late). A straggler under k-of-n has fewer than rounds_closed.
+  std::vector<int64_t> contributed;
+  // Worker reports (Worker::report) summed for the round asked about.
+  double report_loss = 0, report_rows = 0, report_correct = 0;
+  int report_workers = 0;
+};
+
+class Server {
+ public:
+  // Initial values: dense keys from `init` (one vector per key id, the
+  // key's full size; empty for sparse keys), sparse rows zero unless
+  // `init_sparse` fills them. Starts listening and publishes its address in
+  // `store`. Throws kInvalidArgument for bad options or shapes.
+  Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<Store> store,
+         const std::vector<std::vector<float>>& init,
+         std::function<void(KeyId, int64_t row, float* out)> init_sparse = {});
+  ~Server();  // stops serving; open connections are closed
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const;
+  ServerStats stats() const;
+  // Blocks until every worker has said goodbye (Worker::finish) or
+  // `timeout` passes (Error(kTimeout) naming the missing workers).
+  void wait_finished(std::chrono::milliseconds timeout);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct WorkerOptions {
+  int rank = 0;     // this worker's id, 0 ≤ rank < W
+  std::string secret;
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+};
+
+// A request in flight. wait() rethrows the request's error.
+class Handle {
+ public:
+  Handle() = default;
+  void wait();
+  bool test();  // true once done (wait() then returns at once)
+  struct State;
+  explicit Handle(std::shared_ptr<State> s) : s_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+// One key range of a push or pull: dense key k (all of it), or the listed
+// rows of sparse key k. `data` holds size (dense) or rows.size()·width
+// floats.
+struct KeyData {
+  KeyId key = 0;
+  std::vector<int64_t> rows;  // sparse only
+  float* data = nullptr;
+};
+
+// The client side: one authenticated connection per server. Calls on one
+// Worker run in the order made; the async forms return at once and run on
+// the worker's I/O thread; requests to different servers are in flight
+// together. Not for concurrent use from several threads.
+class Worker {
+ public:
+  // Waits for every server's address in `store`, connects, authenticates
+  // and says hello. Throws kTimeout / kAuth / kInvalidArgument.
+  Worker(const Layout& layout, const WorkerOptions& opt, std::shared_ptr<Store> store);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Pushes gradients of round `clock`; with `advance`, this worker has
+  // finished round `clock` on every server (servers not named get a bare
+  // clock frame). Gradient lengths must match the keys.
+  void push(const std::vector<KeyData>& grads, int64_t clock, bool advance);
+  // Pulls parameters as the consistency allows for a worker at `clock`.
+  // Returns the clock the servers assign (kRoundK: the open round; else
+  // `clock`); with several servers, the smallest.
+  int64_t pull(const std::vector<KeyData>& out, int64_t clock);
+  // push (advancing the clock), then pull for clock + 1.
+  int64_t push_pull(const std::vector<KeyData>& grads, const std::vector<KeyData>& out,
+                    int64_t clock);
+  Handle push_async(std::vector<KeyData> grads, int64_t clock, bool advance);
+  Handle pull_async(std::vector<KeyData> out, int64_t clock, int64_t* assigned = nullptr);
+
+  // Sends this round's training sums (loss sum, rows, correct) to server 0,
+  // which adds them up per round for the log.
+  void report(int64_t clock, double loss_sum, double rows, double correct);
+  // Server `s`'s counters; with wait_round ≥ 0 (not kAsp) it first waits
+  // until that round closed there, and the report sums are that round's.
+  ServerStats stats(int s, int64_t round = -1, bool wait_round = false);
+  // Says goodbye to every server (they count the workers still attached).
+  void finish();
+
+  int rank() const;
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace braid::ps

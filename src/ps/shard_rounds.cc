@@ -1,0 +1,222 @@
+// A server's rounds: pushes buffered per round and worker, clocks, closing a
+// round (BSP: all W; SSP: all W; k-of-n: K), late pushes, waiting pulls.
+// ASP applies each push as it comes. Rules in include/braid/ps.h.
+#include <algorithm>
+#include <cstring>
+
+#include "braid/env.h"
+#include "ps/shard_state.h"
+
+namespace braid::ps {
+
+using wire::Header;
+
+void ShardState::apply_now(const Header& h, const uint8_t* payload) {
+  Contribution c;
+  add_push(c, h, payload);
+  apply(c, 1, h.clock);  // lr of the pushing worker's clock
+  st_.pushes_accepted += 1;
+}
+
+void ShardState::late(Contribution&& c, int64_t into) {
+  st_.pushes_late += 1;
+  if (opt_.late == LatePolicy::kDrop || c.empty()) {
+    st_.pushes_dropped += 1;
+    return;
+  }
+  st_.pushes_folded += 1;
+  round(into).folded.push_back(std::move(c));
+}
+
+void ShardState::push(const Header& h, const uint8_t* payload) {
+  const int64_t r = h.clock;
+  const int w = int(h.worker);
+  const int64_t ahead = opt_.consistency == Consistency::kSsp ? opt_.staleness : 0;
+  if (r < closed_) {
+    if (opt_.consistency != Consistency::kRoundK)
+      throw Error(Errc::kInvalidArgument, where(h) + ": round " + std::to_string(r) +
+                                              " already closed (" + std::to_string(closed_) +
+                                              " rounds applied)");
+    Contribution c;
+    add_push(c, h, payload);
+    late(std::move(c), closed_);
+    return;
+  }
+  if (r > closed_ + ahead)
+    throw Error(Errc::kInvalidArgument,
+                where(h) + ": push for round " + std::to_string(r) + " while round " +
+                    std::to_string(closed_) + " is open (a worker pushes only after its pull)");
+  Round& rd = round(r);
+  if (rd.clocked[size_t(w)])
+    throw Error(Errc::kInvalidArgument,
+                where(h) + ": push after this worker clocked round " + std::to_string(r));
+  add_push(rd.by_worker[size_t(w)], h, payload);
+  st_.pushes_accepted += 1;
+}
+
+void ShardState::clock(int w, int64_t r) {
+  if (r < closed_) {  // k-of-n: a straggler finishing a closed round
+    clocks_[size_t(w)] = std::max(clocks_[size_t(w)], r + 1);
+    return;
+  }
+  Round& rd = round(r);
+  if (rd.clocked[size_t(w)])
+    throw Error(Errc::kInvalidArgument, "parameter server " + std::to_string(opt_.rank) +
+                                            ": worker " + std::to_string(w) +
+                                            " clocked round " + std::to_string(r) + " twice");
+  rd.clocked[size_t(w)] = true;
+  rd.n_clocked += 1;
+  clocks_[size_t(w)] = std::max(clocks_[size_t(w)], r + 1);
+  try_close();
+}
+
+void ShardState::try_close() {
+  const int need = opt_.consistency == Consistency::kRoundK ? opt_.round_k : W_;
+  for (;;) {
+    auto it = rounds_.find(closed_);
+    if (it == rounds_.end() || it->second.n_clocked < need) return;
+    Round rd = std::move(it->second);
+    rounds_.erase(it);
+    // The sum in worker order, then the folded late pushes: a round's
+    // result does not depend on the order pushes arrived in.
+    Contribution sum;
+    int contributors = 0;
+    auto add = [&](const Contribution& c) {
+      for (const auto& [k, g] : c.dense) {
+        auto& acc = sum.dense[k];
+        if (acc.empty()) acc.assign(g.size(), 0.0f);
+        for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+      }
+      for (const auto& [k, rows] : c.sparse)
+        for (const auto& [row, g] : rows) {
+          auto& acc = sum.sparse[k][row];
+          if (acc.empty()) acc.assign(g.size(), 0.0f);
+          for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+        }
+    };
+    for (int w = 0; w < W_; ++w) {
+      if (rd.clocked[size_t(w)]) {
+        add(rd.by_worker[size_t(w)]);
+        ++contributors;
+        ++contributed_[size_t(w)];
+      } else if (!rd.by_worker[size_t(w)].empty()) {
+        // Pushed but not clocked when K others closed the round: late,
+        // folded (if so) into the next round.
+        late(std::move(rd.by_worker[size_t(w)]), closed_ + 1);
+      }
+    }
+    for (const Contribution& c : rd.folded) {
+      add(c);
+      ++contributors;
+    }
+    apply(sum, contributors, closed_);
+    ++closed_;
+    st_.rounds_closed = closed_;
+    cv_.notify_all();
+  }
+}
+
+void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
+                      std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                      int64_t deadline_ns) {
+  const int64_t c = h.clock;
+  int64_t need = 0;  // rounds that must be applied first
+  switch (opt_.consistency) {
+    case Consistency::kAsp: need = 0; break;
+    case Consistency::kBsp:
+    case Consistency::kRoundK: need = c; break;
+    case Consistency::kSsp: need = c - opt_.staleness; break;
+  }
+  wait_until(lk, deadline_ns, [&] { return closed_ >= need; },
+             where(h) + " for clock " + std::to_string(c) + ": waited for round " +
+                 std::to_string(need - 1) + " to close (" + std::to_string(closed_) +
+                 " closed; worker clocks " + [&] {
+                   std::string s;
+                   for (int64_t v : clocks_) s += (s.empty() ? "" : ",") + std::to_string(v);
+                   return s;
+                 }() + ")");
+  reply.clock = opt_.consistency == Consistency::kRoundK ? std::max(c, closed_) : c;
+  const KeySpec& spec = layout_.key(h.key);
+  if (!spec.sparse) {
+    const Dense& d = dense_[h.key];
+    out.resize(h.count * 4);
+    std::memcpy(out.data(), d.w.data() + (h.offset - uint64_t(d.begin)), h.count * 4);
+    return;
+  }
+  std::vector<int64_t> rows(h.count);
+  std::memcpy(rows.data(), payload, h.count * 8);
+  for (int64_t r : rows)
+    if (r < 0 || r >= spec.rows || layout_.row_server(r) != opt_.rank)
+      throw Error(Errc::kInvalidArgument, where(h) + ": row " + std::to_string(r) +
+                                              " of key '" + spec.name +
+                                              "' is not on this server");
+  out.resize(h.count * uint64_t(spec.width) * 4);
+  float* o = reinterpret_cast<float*>(out.data());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t pos = sparse_row(h.key, rows[i]);
+    std::memcpy(o + i * size_t(spec.width), sparse_[h.key].w.data() + pos * size_t(spec.width),
+                size_t(spec.width) * 4);
+  }
+}
+
+void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
+                        std::vector<uint8_t>& out, int64_t deadline_ns) {
+  std::unique_lock<std::mutex> lk(mu_);
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  out.clear();
+  const int w = int(h.worker);
+  switch (h.op) {
+    case wire::kHello: break;
+    case wire::kPush:
+      if (opt_.consistency == Consistency::kAsp) {
+        apply_now(h, payload);
+        if (h.flags & wire::kAdvance) clocks_[size_t(w)] = std::max(clocks_[size_t(w)], h.clock + 1);
+        break;
+      }
+      push(h, payload);
+      if (h.flags & wire::kAdvance) clock(w, h.clock);
+      break;
+    case wire::kClock:
+      if (opt_.consistency == Consistency::kAsp)
+        clocks_[size_t(w)] = std::max(clocks_[size_t(w)], h.clock + 1);
+      else
+        clock(w, h.clock);
+      break;
+    case wire::kPull: pull(h, payload, reply, out, lk, deadline_ns); break;
+    case wire::kReport: {
+      double v[3];
+      std::memcpy(v, payload, sizeof v);
+      Report& r = reports_[h.clock];
+      for (int i = 0; i < 3; ++i) r.sums[i] += v[i];
+      r.workers += 1;
+      while (reports_.size() > 4096) reports_.erase(reports_.begin());
+      break;
+    }
+    case wire::kStats: {
+      if ((h.flags & wire::kWaitRound) && opt_.consistency != Consistency::kAsp)
+        wait_until(lk, deadline_ns, [&] { return closed_ > h.clock; },
+                   where(h) + ": waited for round " + std::to_string(h.clock) + " to close");
+      ServerStats s = snapshot_locked();
+      auto it = reports_.find(h.clock);
+      if (it != reports_.end()) {
+        s.report_loss = it->second.sums[0];
+        s.report_rows = it->second.sums[1];
+        s.report_correct = it->second.sums[2];
+        s.report_workers = it->second.workers;
+      }
+      wire::encode_stats(s, out);
+      break;
+    }
+    case wire::kBye:
+      finished_[size_t(w)] = true;
+      cv_.notify_all();
+      break;
+    default:
+      throw Error(Errc::kProtocol, where(h) + ": unknown op");
+  }
+  reply.payload = out.size();
+}
+
+}  // namespace braid::ps

@@ -1,0 +1,116 @@
+// One server's keys, optimizer state, rounds, clocks and counters, behind
+// one mutex. Private to src/ps. Knows frames (wire.h) but not sockets: the
+// server's connection threads validate a frame's shape here, read its
+// payload, then hand it over; a pull that must wait for a round parks on
+// the condition variable with the frame's deadline.
+//
+// Invariants:
+//  - closed_ rounds have been applied, in order; round closed_ is open.
+//    BSP/SSP/k-of-n pushes are buffered per round and per worker and folded
+//    in worker order (then folded late pushes in arrival order), so a
+//    round's result does not depend on arrival order;
+//  - a push is accepted only for a round in [closed_, closed_ + ahead], where
+//    ahead is 0 (BSP, k-of-n) or s (SSP): a worker cannot push past its pull,
+//    and a bad client cannot make the server buffer unbounded rounds;
+//  - clocks_[w] only grows; in BSP/SSP closed_ == min over workers.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "braid/ps.h"
+#include "ps/wire.h"
+
+namespace braid::ps {
+
+class ShardState {
+ public:
+  ShardState(const Layout& layout, const ServerOptions& opt,
+             const std::vector<std::vector<float>>& init,
+             std::function<void(KeyId, int64_t, float*)> init_sparse);
+
+  // The payload length frame h must carry from worker `w` (-1: not attached
+  // yet, only hello is allowed). Throws kInvalidArgument / kProtocol naming
+  // what is wrong, before anything is read or allocated.
+  uint64_t expected_payload(const wire::Header& h, int w) const;
+  // Runs a validated frame; fills the reply's payload (and header clock).
+  // May wait until `deadline_ns`. Throws as expected_payload, or kTimeout.
+  void handle(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
+              std::vector<uint8_t>& out, int64_t deadline_ns);
+
+  // Connection bookkeeping: hello takes a worker id, a closed connection
+  // gives it back.
+  void attach(int w);
+  void detach(int w);
+  void stop();  // wakes every waiter with an error
+  ServerStats stats() const;
+  void count_traffic(uint64_t in, uint64_t out, bool rejected);
+  void wait_finished(std::chrono::milliseconds timeout);
+
+ private:
+  struct Dense {
+    int64_t begin = 0, end = 0;
+    std::vector<float> w, state;
+    int64_t t = 0;
+  };
+  struct Sparse {
+    std::unordered_map<int64_t, size_t> index;  // row -> position
+    std::vector<float> w, state;                // by position
+    int64_t t = 0;
+  };
+  // One contribution: gradients by key (dense: the slice; sparse: by row).
+  struct Contribution {
+    std::map<KeyId, std::vector<float>> dense;
+    std::map<KeyId, std::map<int64_t, std::vector<float>>> sparse;
+    bool empty() const { return dense.empty() && sparse.empty(); }
+  };
+  struct Round {
+    std::vector<Contribution> by_worker;
+    std::vector<bool> clocked;
+    int n_clocked = 0;
+    std::vector<Contribution> folded;
+  };
+
+  std::string where(const wire::Header& h) const;
+  ServerStats snapshot_locked() const;
+  size_t sparse_row(KeyId k, int64_t row);  // creates on first touch
+  Round& round(int64_t r);
+  void add_push(Contribution& c, const wire::Header& h, const uint8_t* payload);
+  void apply_now(const wire::Header& h, const uint8_t* payload);  // ASP
+  void push(const wire::Header& h, const uint8_t* payload);
+  void clock(int w, int64_t r);
+  void late(Contribution&& c, int64_t into);  // counts; folds into round `into`
+  void try_close();
+  void apply(const Contribution& sum, int contributors, int64_t round);
+  void pull(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
+            std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
+  void wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_ns,
+                  const std::function<bool()>& ready, const std::string& what);
+
+  const Layout layout_;
+  const ServerOptions opt_;
+  const int W_;
+  std::function<void(KeyId, int64_t, float*)> init_sparse_;
+  std::vector<Dense> dense_;
+  std::vector<Sparse> sparse_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t closed_ = 0;
+  std::map<int64_t, Round> rounds_;
+  std::vector<int64_t> clocks_, contributed_;
+  std::vector<bool> attached_, finished_;
+  struct Report {
+    double sums[3] = {0, 0, 0};
+    int workers = 0;
+  };
+  std::map<int64_t, Report> reports_;
+  ServerStats st_;
+};
+
+}  // namespace braid::ps

@@ -1,0 +1,19 @@
+// TCP sockets for the parameter server. Private to src/ps.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace braid::ps {
+
+// A listening socket on host (IPv4 dotted or a name) and a free port.
+// Returns the fd; *port gets the port. Throws Error(kIo).
+int listen_tcp(const std::string& host, int* port);
+// Connects to host:port, retrying refused connections until `timeout`
+// (a server may not listen yet). Throws Error(kTimeout) naming `what`.
+int connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout,
+                const std::string& what);
+// Waits up to `ms` for fd to become readable (or closed). True if so.
+bool wait_readable(int fd, int ms);
+
+}  // namespace braid::ps

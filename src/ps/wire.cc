@@ -1,0 +1,139 @@
+// Frame I/O for the parameter server (layout and rules in wire.h).
+#include "ps/wire.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "braid/env.h"
+#include "comm/store/auth.h"
+
+namespace braid::ps::wire {
+
+const char* op_name(uint16_t op) {
+  switch (op & ~uint16_t(kReply)) {
+    case kHello: return "hello";
+    case kPush: return "push";
+    case kPull: return "pull";
+    case kClock: return "clock";
+    case kReport: return "report";
+    case kStats: return "stats";
+    case kBye: return "bye";
+    default: return "unknown op";
+  }
+}
+
+int64_t deadline_after(std::chrono::milliseconds t) {
+  return int64_t(now_ns()) + int64_t(t.count()) * 1000000;
+}
+
+void send_frame(int fd, const Header& h, const void* payload, int64_t deadline_ns,
+                const char* what) {
+  if (h.payload == 0) {
+    comm::write_full(fd, &h, sizeof h, deadline_ns, what);
+    return;
+  }
+  send_frame_parts(fd, h, {{payload, size_t(h.payload)}}, deadline_ns, what);
+}
+
+void send_frame_parts(int fd, const Header& h,
+                      const std::vector<std::pair<const void*, size_t>>& parts,
+                      int64_t deadline_ns, const char* what) {
+  size_t total = 0;
+  for (auto& p : parts) total += p.second;
+  if (total != h.payload)
+    throw Error(Errc::kInternal, std::string(what) + ": frame payload " +
+                                     std::to_string(h.payload) + " != parts " +
+                                     std::to_string(total));
+  comm::write_full(fd, &h, sizeof h, deadline_ns, what);
+  for (auto& p : parts)
+    if (p.second) comm::write_full(fd, p.first, p.second, deadline_ns, what);
+}
+
+Header recv_header(int fd, int64_t deadline_ns, const char* what) {
+  Header h;
+  comm::read_full(fd, &h, sizeof h, deadline_ns, what);
+  if (h.magic != kMagic)
+    throw Error(Errc::kProtocol, std::string(what) + ": not a parameter-server frame (magic " +
+                                     std::to_string(h.magic) + ")");
+  return h;
+}
+
+void recv_payload(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what) {
+  if (n) comm::read_full(fd, buf, n, deadline_ns, what);
+}
+
+Header error_reply(const Header& req, const Error& e, std::string* message) {
+  Header r = req;
+  r.magic = kMagic;
+  r.op = uint16_t(req.op | kReply);
+  r.status = uint32_t(e.code()) + 1;
+  *message = std::string(e.what()).substr(0, kMaxMessage);
+  r.payload = message->size();
+  return r;
+}
+
+void throw_reply(const Header& h, const std::string& message, const std::string& where) {
+  Errc c = h.status >= 1 && h.status <= uint32_t(Errc::kInternal) + 1 ? Errc(h.status - 1)
+                                                                       : Errc::kProtocol;
+  throw Error(c, where + ": " + message);
+}
+
+namespace {
+constexpr size_t kStatsInts = 12, kStatsDoubles = 3;
+}
+
+void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
+  const int64_t ints[kStatsInts] = {s.rank,          s.pushes_accepted, s.pushes_late,
+                                    s.pushes_dropped, s.pushes_folded,  s.rounds_closed,
+                                    s.updates_applied, s.requests,      s.bytes_in,
+                                    s.bytes_out,      s.rejected,       s.report_workers};
+  const double dbl[kStatsDoubles] = {s.report_loss, s.report_rows, s.report_correct};
+  const uint64_t n = s.clocks.size();
+  out.resize(8 + sizeof ints + sizeof dbl + n * 16);
+  uint8_t* p = out.data();
+  std::memcpy(p, &n, 8);
+  std::memcpy(p + 8, ints, sizeof ints);
+  std::memcpy(p + 8 + sizeof ints, dbl, sizeof dbl);
+  std::memcpy(p + 8 + sizeof ints + sizeof dbl, s.clocks.data(), n * 8);
+  std::vector<int64_t> contributed = s.contributed;
+  contributed.resize(n, 0);
+  std::memcpy(p + 8 + sizeof ints + sizeof dbl + n * 8, contributed.data(), n * 8);
+}
+
+ServerStats decode_stats(const std::vector<uint8_t>& in) {
+  constexpr size_t fixed = 8 + kStatsInts * 8 + kStatsDoubles * 8;
+  uint64_t n = 0;
+  if (in.size() >= 8) std::memcpy(&n, in.data(), 8);
+  if (in.size() < fixed || n > (kMaxStats - fixed) / 16 || in.size() != fixed + n * 16)
+    throw Error(Errc::kProtocol, "parameter-server stats reply of " +
+                                     std::to_string(in.size()) + " bytes is malformed");
+  int64_t ints[kStatsInts];
+  double dbl[kStatsDoubles];
+  std::memcpy(ints, in.data() + 8, sizeof ints);
+  std::memcpy(dbl, in.data() + 8 + sizeof ints, sizeof dbl);
+  ServerStats s;
+  s.rank = int(ints[0]);
+  s.pushes_accepted = ints[1];
+  s.pushes_late = ints[2];
+  s.pushes_dropped = ints[3];
+  s.pushes_folded = ints[4];
+  s.rounds_closed = ints[5];
+  s.updates_applied = ints[6];
+  s.requests = ints[7];
+  s.bytes_in = ints[8];
+  s.bytes_out = ints[9];
+  s.rejected = ints[10];
+  s.report_workers = int(ints[11]);
+  s.report_loss = dbl[0];
+  s.report_rows = dbl[1];
+  s.report_correct = dbl[2];
+  s.clocks.resize(n);
+  std::memcpy(s.clocks.data(), in.data() + fixed, n * 8);
+  s.contributed.resize(n);
+  std::memcpy(s.contributed.data(), in.data() + fixed + n * 8, n * 8);
+  return s;
+}
+
+}  // namespace braid::ps::wire

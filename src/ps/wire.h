@@ -1,0 +1,86 @@
+// The parameter server's frames. Private to src/ps.
+//
+// Every frame is a fixed 64-byte header followed by `payload` bytes. A
+// request names ONE key range: a dense key's [offset, offset + count), or
+// `count` rows of a sparse key (payload: count int64 row ids, then, for a
+// push, count·width floats). The reply echoes op | kReply, the request id
+// and the key fields; `status` is 0 or an Errc + 1, and a failed reply's
+// payload is the error message (at most kMaxMessage bytes).
+//
+// Both ends are processes of one job on one architecture, so integers are in
+// host byte order. Lengths are checked against the receiver's own shapes
+// (expected_payload) before any payload is read or allocated.
+//
+// `epoch` is the placement configuration a request was routed under (0 until
+// chains re-route; a server on another epoch will refuse it), and request ids
+// increase per connection, so a chain replica can detect a duplicate.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "braid/error.h"
+#include "braid/ps.h"
+
+namespace braid::ps::wire {
+
+constexpr uint32_t kMagic = 0x31535042;  // "BPS1"
+constexpr uint32_t kMaxMessage = 4096;
+constexpr uint64_t kMaxStats = 1 << 20;
+
+enum Op : uint16_t {
+  kHello = 1,   // worker id in `worker`; no payload
+  kPush = 2,    // gradients of round `clock`; flag kAdvance: last push of the round
+  kPull = 3,    // parameters for a worker at `clock`; reply's clock: the assigned one
+  kClock = 4,   // no key: the worker finished round `clock` on this server
+  kReport = 5,  // 3 doubles (loss sum, rows, correct) of round `clock`
+  kStats = 6,   // reply: stats; flag kWaitRound: first wait for round `clock`
+  kBye = 7,     // the worker is done
+  kReply = 0x80,
+};
+
+enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2 };
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t op = 0;
+  uint16_t flags = 0;
+  uint64_t req = 0;
+  uint32_t worker = 0;
+  uint32_t key = 0;
+  uint64_t offset = 0;  // dense: first element
+  uint64_t count = 0;   // dense: elements; sparse: rows
+  int64_t clock = 0;
+  uint32_t epoch = 0;
+  uint32_t status = 0;  // replies: 0 ok, else Errc + 1
+  uint64_t payload = 0;
+};
+static_assert(sizeof(Header) == 64, "the header is 64 bytes on the wire");
+
+const char* op_name(uint16_t op);
+
+// Full-frame I/O with a deadline (ns, steady clock). recv_header checks the
+// magic; the caller checks the rest before reading the payload.
+void send_frame(int fd, const Header& h, const void* payload, int64_t deadline_ns,
+                const char* what);
+// Sends header, then the parts in order; h.payload must equal their total.
+void send_frame_parts(int fd, const Header& h, const std::vector<std::pair<const void*, size_t>>& parts,
+                      int64_t deadline_ns, const char* what);
+Header recv_header(int fd, int64_t deadline_ns, const char* what);
+void recv_payload(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what);
+
+// A reply carrying `e` (message cut to kMaxMessage).
+Header error_reply(const Header& req, const Error& e, std::string* message);
+// Throws the Error a failed reply carries, prefixed by `where`.
+[[noreturn]] void throw_reply(const Header& h, const std::string& message, const std::string& where);
+
+// ServerStats as a stats reply's payload, and back (decode checks the
+// length against the worker count it carries; throws kProtocol).
+void encode_stats(const ServerStats& s, std::vector<uint8_t>& out);
+ServerStats decode_stats(const std::vector<uint8_t>& in);
+
+int64_t deadline_after(std::chrono::milliseconds t);
+
+}  // namespace braid::ps::wire

@@ -1,0 +1,202 @@
+// ps::Worker: one authenticated connection per server and an I/O thread
+// that runs the worker's requests in the order they were made. A request is
+// cut into frames, one per key range per server (dense keys by the layout's
+// slices, sparse rows grouped by their server); all frames go out to every
+// server before any reply is read, so the servers work on them together.
+// Replies are checked (op, request id, length) before they are read into
+// the caller's buffers. After a failed request the connection's framing is
+// unknown, so the worker refuses further requests with the first error.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "comm/store/auth.h"
+#include "ps/socket.h"
+#include "ps/worker_impl.h"
+
+namespace braid::ps {
+
+struct Handle::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr err;
+};
+
+void Handle::wait() {
+  BRAID_CHECK_ARG(s_ != nullptr, "wait() on an empty parameter-server handle");
+  std::unique_lock<std::mutex> lk(s_->mu);
+  s_->cv.wait(lk, [&] { return s_->done; });
+  if (s_->err) std::rethrow_exception(s_->err);
+}
+
+bool Handle::test() {
+  BRAID_CHECK_ARG(s_ != nullptr, "test() on an empty parameter-server handle");
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->done;
+}
+
+void Worker::Impl::io_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    cv.wait(lk, [&] { return stopping || !queue.empty(); });
+    if (queue.empty()) return;
+    auto work = std::move(queue.front());
+    queue.pop_front();
+    lk.unlock();
+    work();
+    lk.lock();
+  }
+}
+
+Handle Worker::Impl::submit(std::function<void()> work) {
+  auto st = std::make_shared<Handle::State>();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    queue.push_back([this, st, work = std::move(work)] {
+      std::exception_ptr err;
+      try {
+        if (!broken.empty())
+          throw Error(Errc::kPeerDied, "parameter-server worker " + std::to_string(opt.rank) +
+                                           " is unusable after an earlier error: " + broken);
+        work();
+      } catch (const Error& e) {
+        if (broken.empty()) broken = e.what();
+        err = std::current_exception();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> g(st->mu);
+      st->done = true;
+      st->err = err;
+      st->cv.notify_all();
+    });
+  }
+  cv.notify_all();
+  return Handle(st);
+}
+
+Worker::Worker(const Layout& layout, const WorkerOptions& opt, std::shared_ptr<Store> store)
+    : impl_(std::make_unique<Impl>(layout, opt)) {
+  BRAID_CHECK_ARG(store != nullptr, "a parameter-server worker needs the job's store");
+  Impl& m = *impl_;
+  const int64_t deadline = wire::deadline_after(opt.timeout);
+  try {
+    for (int s = 0; s < layout.servers(); ++s) {
+      const std::string key = "ps/server/" + std::to_string(s), what = m.who(s, wire::kHello);
+      store->wait({key}, opt.timeout);
+      const std::string addr = store->get_str(key);
+      const size_t colon = addr.rfind(':');
+      if (colon == std::string::npos)
+        throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
+      int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1),
+                           opt.timeout, what);
+      m.fds.push_back(fd);
+      comm::authenticate_connect(fd, opt.secret, opt.timeout);
+      Header h = m.header(wire::kHello, s);
+      wire::send_frame(fd, h, nullptr, deadline, what.c_str());
+      Header r = wire::recv_header(fd, deadline, what.c_str());
+      if (r.status != 0) {
+        std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
+        wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
+        wire::throw_reply(r, msg, what);
+      }
+    }
+  } catch (...) {
+    for (int fd : m.fds) ::close(fd);
+    throw;
+  }
+  m.io = std::thread([&m] { m.io_loop(); });
+}
+
+Worker::~Worker() {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->io.joinable()) impl_->io.join();
+  for (int fd : impl_->fds) ::close(fd);
+}
+
+int Worker::rank() const { return impl_->opt.rank; }
+
+Handle Worker::push_async(std::vector<KeyData> grads, int64_t clock, bool advance) {
+  auto frames = std::make_shared<std::vector<Frame>>(impl_->push_frames(grads, clock, advance));
+  return impl_->submit([this, frames] { impl_->exchange(*frames); });
+}
+
+Handle Worker::pull_async(std::vector<KeyData> out, int64_t clock, int64_t* assigned) {
+  auto a = std::make_shared<int64_t>(INT64_MAX);
+  auto frames = std::make_shared<std::vector<Frame>>(impl_->pull_frames(out, clock, a.get()));
+  return impl_->submit([this, frames, a, assigned, clock] {
+    impl_->exchange(*frames);
+    if (assigned) *assigned = *a == INT64_MAX ? clock : *a;
+  });
+}
+
+void Worker::push(const std::vector<KeyData>& grads, int64_t clock, bool advance) {
+  push_async(grads, clock, advance).wait();
+}
+
+int64_t Worker::pull(const std::vector<KeyData>& out, int64_t clock) {
+  int64_t assigned = clock;
+  pull_async(out, clock, &assigned).wait();
+  return assigned;
+}
+
+int64_t Worker::push_pull(const std::vector<KeyData>& grads, const std::vector<KeyData>& out,
+                          int64_t clock) {
+  // Both requests' frames go out before either's replies are read.
+  auto a = std::make_shared<int64_t>(INT64_MAX);
+  auto frames = std::make_shared<std::vector<Frame>>(impl_->push_frames(grads, clock, true));
+  for (Frame& f : impl_->pull_frames(out, clock + 1, a.get())) frames->push_back(std::move(f));
+  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  return *a == INT64_MAX ? clock + 1 : *a;
+}
+
+void Worker::report(int64_t clock, double loss_sum, double rows, double correct) {
+  auto frames = std::make_shared<std::vector<Frame>>(1);
+  Frame& f = frames->front();
+  f.h = impl_->header(wire::kReport, 0);
+  f.h.clock = clock;
+  const double v[3] = {loss_sum, rows, correct};
+  f.own.assign(reinterpret_cast<const uint8_t*>(v), reinterpret_cast<const uint8_t*>(v) + sizeof v);
+  f.h.payload = sizeof v;
+  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+}
+
+ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
+  BRAID_CHECK_ARG(s >= 0 && s < impl_->layout.servers(),
+                  "stats of server " + std::to_string(s) + " outside 0.." +
+                      std::to_string(impl_->layout.servers() - 1));
+  auto frames = std::make_shared<std::vector<Frame>>(1);
+  auto payload = std::make_shared<std::vector<uint8_t>>();
+  Frame& f = frames->front();
+  f.server = s;
+  f.h = impl_->header(wire::kStats, s);
+  f.h.clock = round;
+  if (wait_round && round >= 0) f.h.flags |= wire::kWaitRound;
+  f.reply_into = payload.get();
+  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  return wire::decode_stats(*payload);
+}
+
+void Worker::finish() {
+  auto frames = std::make_shared<std::vector<Frame>>();
+  for (int s = 0; s < impl_->layout.servers(); ++s) {
+    Frame f;
+    f.server = s;
+    f.h = impl_->header(wire::kBye, s);
+    frames->push_back(std::move(f));
+  }
+  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+}
+
+}  // namespace braid::ps

@@ -1,0 +1,72 @@
+// Worker::Impl, private to the worker's files: worker_io.cc (frames and
+// the exchange with the servers) and worker.cc (connecting, the I/O thread
+// and the public calls).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/ps.h"
+#include "ps/wire.h"
+
+namespace braid::ps {
+
+using wire::Header;
+
+// One frame of a request and where its reply goes.
+struct Frame {
+  int server = 0;
+  Header h;
+  std::vector<uint8_t> own;            // payload built here (sparse ids / rows)
+  const void* ext = nullptr;           // or the caller's floats (dense push)
+  float* dest = nullptr;               // dense pull: reply lands here
+  float* sparse_base = nullptr;        // sparse pull: rows scattered here
+  std::vector<size_t> sparse_pos;      //   at these row positions
+  int64_t width = 0;
+  uint64_t reply_bytes = 0;            // expected reply payload
+  std::vector<uint8_t>* reply_into = nullptr;  // stats: raw payload
+  int64_t* assigned = nullptr;         // pull: the clock the server assigns
+};
+struct Worker::Impl {
+  Layout layout;
+  WorkerOptions opt;
+  std::vector<int> fds;
+  uint64_t next_req = 1;
+  std::string broken;  // the first error; set once
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  std::thread io;
+
+  Impl(const Layout& l, const WorkerOptions& o) : layout(l), opt(o) {}
+
+  std::string who(int s, uint16_t op) const {
+    return "parameter-server worker " + std::to_string(opt.rank) + ", server " +
+           std::to_string(s) + ", " + wire::op_name(op);
+  }
+  Header header(uint16_t op, int s) {
+    Header h;
+    h.op = op;
+    h.req = next_req++;
+    h.worker = uint32_t(opt.rank);
+    (void)s;
+    return h;
+  }
+  void exchange(std::vector<Frame>& frames);
+  // One frame per server slice of dense key kd.key (header fields only).
+  std::vector<Frame> dense_frames(const KeyData& kd, uint16_t op);
+  std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);
+  std::vector<Frame> pull_frames(const std::vector<KeyData>& out, int64_t clock, int64_t* assigned);
+  Handle submit(std::function<void()> work);
+  void io_loop();
+};
+
+
+}  // namespace braid::ps

@@ -1,0 +1,139 @@
+// braid ps train mlp end to end with the real binary (BRAID_BIN), each
+// case one forked job of servers and workers: BSP equals braid train --dp
+// step by step and in its final weights, SSP with s = 0 equals BSP, SSP's
+// clock spread stays within s with a worker slowed, k-of-n closes every
+// round without the slowed worker and counts its late pushes, ASP trains.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "braid/checkpoint.h"
+#include "support/multiproc.h"
+#include "support/tool.h"
+
+namespace {
+
+using braid::testing::braid_bin;
+using braid::testing::read_json_lines;
+using braid::testing::run_command;
+using Log = std::vector<nlohmann::json>;
+
+const std::string kSmall = " mlp --steps 10 --batch 60 --threads 1 --quiet";
+constexpr size_t kSteps = 10;
+
+// Runs `args`, returning its log (and checkpoint at dir/name.ckpt).
+Log run(const std::string& dir, const std::string& name, const std::string& args) {
+  auto r = run_command(braid_bin() + args + " --json-log " + dir + "/" + name + ".jsonl" +
+                       " --checkpoint " + dir + "/" + name + ".ckpt");
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  return read_json_lines(dir + "/" + name + ".jsonl");
+}
+
+void expect_same_steps(const Log& a, const Log& b, const std::string& what) {
+  ASSERT_EQ(a.size(), kSteps + 1) << what;
+  ASSERT_EQ(b.size(), kSteps + 1) << what;
+  for (size_t i = 0; i < kSteps; ++i) {
+    double la = a[i]["loss"], lb = b[i]["loss"];
+    EXPECT_NEAR(lb, la, 1e-5 * la) << what << ", step " << i;
+  }
+  EXPECT_NEAR(double(b.back()["final_loss"]), double(a.back()["final_loss"]),
+              1e-5 * double(a.back()["final_loss"])) << what;
+}
+
+void expect_same_weights(const std::string& pa, const std::string& pb, const std::string& what) {
+  braid::Checkpoint a = braid::load_checkpoint(pa), b = braid::load_checkpoint(pb);
+  size_t compared = 0;
+  for (auto& [name, ta] : a.tensors) {
+    if (name.rfind("model/", 0) != 0) continue;
+    auto it = b.tensors.find(name);
+    ASSERT_NE(it, b.tensors.end()) << what << ": " << name;
+    ASSERT_EQ(it->second.numel(), ta.numel()) << what << ": " << name;
+    const float *x = ta.f32(), *y = it->second.f32();
+    double worst = 0;
+    for (int64_t i = 0; i < ta.numel(); ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+    EXPECT_LE(worst, 1e-5) << what << ": " << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6u) << what;  // 3 linear layers, weight and bias
+}
+
+TEST(PsTrain, BspEqualsDataParallelAndSspZeroEqualsBsp) {
+  const std::string dir = braid::testing::temp_dir("ps_bsp");
+  Log dp = run(dir, "dp", " train" + kSmall + " --dp 2");
+  Log bsp = run(dir, "bsp", " ps train" + kSmall + " --servers 2 --workers 2 --consistency bsp");
+  expect_same_steps(dp, bsp, "bsp vs dp");
+  expect_same_weights(dir + "/dp.ckpt", dir + "/bsp.ckpt", "bsp vs dp");
+  for (size_t i = 0; i < kSteps; ++i) EXPECT_EQ(bsp[i]["loss_workers"], 2) << "step " << i;
+  EXPECT_EQ(bsp.back()["rounds_closed"], nlohmann::json({10, 10}));
+  EXPECT_EQ(bsp.back()["pushes_late"], 0);
+  // Co-located servers and SSP with s = 0 are the same training.
+  Log ssp0 = run(dir, "ssp0", " ps train" + kSmall +
+                                  " --servers 2 --workers 2 --placement colocated "
+                                  "--consistency ssp --staleness 0");
+  expect_same_steps(bsp, ssp0, "ssp s=0 vs bsp");
+  expect_same_weights(dir + "/bsp.ckpt", dir + "/ssp0.ckpt", "ssp s=0 vs bsp");
+}
+
+TEST(PsTrain, SspSpreadStaysWithinStalenessWithASlowWorker) {
+  const std::string dir = braid::testing::temp_dir("ps_ssp");
+  const int s = 2;
+  Log log = run(dir, "ssp", " ps train" + kSmall + " --servers 1 --workers 2 --consistency ssp "
+                                "--staleness 2 --slow-worker 1:4");
+  ASSERT_EQ(log.size(), kSteps + 1);
+  int64_t widest = 0;
+  for (size_t i = 0; i < kSteps; ++i) {
+    const auto& c = log[i]["clocks"];
+    ASSERT_EQ(c.size(), 2u);
+    const int64_t spread = std::abs(int64_t(c[0]) - int64_t(c[1]));
+    EXPECT_LE(spread, s) << "step " << i << ": " << log[i].dump();
+    EXPECT_EQ(spread, int64_t(log[i]["clock_spread"]));
+    widest = std::max(widest, spread);
+  }
+  // The slowed worker is 4x slower, so the fast one runs ahead to the bound.
+  EXPECT_EQ(widest, s);
+  EXPECT_EQ(log.back()["rounds_closed"], nlohmann::json({10}));
+}
+
+TEST(PsTrain, KOfNClosesRoundsWithoutTheStragglerAndCountsLatePushes) {
+  const std::string dir = braid::testing::temp_dir("ps_kofn");
+  for (const std::string late : {"drop", "fold"}) {
+    Log log = run(dir, late, " ps train" + kSmall +
+                                 " --servers 2 --workers 3 --consistency kofn --round-k 2 "
+                                 "--slow-worker 2:4 --late " + late);
+    ASSERT_FALSE(log.empty());
+    const auto& done = log.back();
+    ASSERT_EQ(done["event"], "done") << late;
+    EXPECT_EQ(done["rounds_closed"], nlohmann::json({10, 10})) << late;
+    const int64_t slow = done["contributed"][2];
+    EXPECT_LT(slow, int64_t(kSteps)) << late << ": " << done.dump();
+    const int64_t n_late = done["pushes_late"];
+    EXPECT_GT(n_late, 0) << late << ": " << done.dump();
+    EXPECT_EQ(int64_t(done[late == "drop" ? "pushes_dropped" : "pushes_folded"]), n_late) << late;
+    EXPECT_EQ(int64_t(done[late == "drop" ? "pushes_folded" : "pushes_dropped"]), 0) << late;
+  }
+}
+
+TEST(PsTrain, AspTrainsToALowerLoss) {
+  const std::string dir = braid::testing::temp_dir("ps_asp");
+  Log log = run(dir, "asp", " ps train mlp --steps 30 --batch 60 --threads 1 --quiet --servers 2 "
+                            "--workers 2 --consistency asp");
+  ASSERT_EQ(log.size(), 31u);
+  const double first = log[0]["loss"], last = log.back()["final_loss"];
+  EXPECT_LT(last, 0.8 * first) << "initial " << first << ", final " << last;
+  EXPECT_GT(double(log.back()["test_accuracy"]), 0.5);
+}
+
+TEST(PsTrain, RejectsModelsAndFlagsItCannotRun) {
+  auto r = run_command(braid_bin() + " ps train dlrm --servers 1 --workers 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("model 'dlrm' is not available"), std::string::npos) << r.out;
+  r = run_command(braid_bin() + " ps train mlp --workers 2 --consistency kofn");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--round-k"), std::string::npos) << r.out;
+}
+
+}  // namespace

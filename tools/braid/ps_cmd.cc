@@ -1,0 +1,329 @@
+// braid ps train mlp --servers S --workers W --consistency bsp|asp|ssp|kofn
+// — the MLP trained through parameter servers.
+//
+// Processes: with --placement dedicated (default) the job has W + S ranks,
+// ranks 0..W-1 workers and W..W+S-1 servers; with --placement colocated it
+// has W ranks and workers 0..S-1 also run a server (S ≤ W; --servers 1 is
+// "rank 0 as server"). Started plainly it forks them under
+// launch::Supervisor, meeting through a private file store; under braid run
+// / torchrun / mpirun / srun it joins the job (whose size must match).
+//
+// A worker's step at clock c: pull every parameter for clock c (the server
+// decides how long that waits; under k-of-n it answers with the open round,
+// which becomes c), forward/backward its shard of global batch c, report
+// its loss sums to server 0, push its gradients (scaled by W: the trainer
+// gives each rank its share of the global mean, the server averages) with
+// the clock flag. The optimizer runs on the servers (ps.h).
+//
+// Worker 0 writes the JSON log: braid train's step fields, where `loss` is
+// over the global batch in BSP and k-of-n (the workers that made the round)
+// and over the reports in so far under ASP/SSP (`loss_workers` says how
+// many), plus `clock`, the server-0 `clocks` of every worker read right after
+// this worker's pull (`clock_spread` = max − min), pushes accepted / late /
+// dropped / folded over all servers, and each server's requests and bytes.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "braid/checkpoint.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/ps.h"
+#include "comm/setup/bootstrap.h"
+#include "launch/supervisor.h"
+#include "subcommands.h"
+#include "train_setup.h"
+
+namespace braid::tool {
+
+namespace {
+
+struct PsFlags : TrainFlags {
+  int servers = 1, workers = 1;
+  std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
+  int staleness = 0, round_k = 0;
+  double timeout_s = 300;
+};
+
+struct Job {
+  int rank = 0, size = 1;
+  std::shared_ptr<Store> store;
+  std::string secret;
+};
+
+// Every parameter of the model, as the keys of the layout (same order).
+std::vector<ps::KeyData> key_data(const std::vector<nn::Parameter*>& params, bool grads) {
+  std::vector<ps::KeyData> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    out.push_back({ps::KeyId(i), {}, grads ? params[i]->grad.f32() : params[i]->data.f32()});
+  return out;
+}
+
+// The worker's StepHooks: no local optimizer; after the step, report the
+// sums and push the gradients with the clock flag.
+struct PsHooks : nn::StepHooks {
+  ps::Worker* worker = nullptr;
+  int workers = 1;
+  int64_t clock = 0;
+  void optimizer_step(nn::Optimizer&, const std::vector<nn::Parameter*>&, float) override {}
+  void after_step(nn::StepState& st) override {
+    worker->report(clock, st.sums[0], st.sums[1], st.sums[2]);
+    for (nn::Parameter* p : params) {
+      float* g = p->grad.f32();
+      for (int64_t i = 0; i < p->size(); ++i) g[i] *= float(workers);
+    }
+    worker->push(key_data(params, true), clock, true);
+  }
+  std::vector<nn::Parameter*> params;
+};
+
+std::pair<int, double> parse_slow(const std::string& s) {
+  if (s.empty()) return {-1, 1.0};
+  const size_t colon = s.find(':');
+  char* end = nullptr;
+  const double factor = colon == std::string::npos ? 0 : std::strtod(s.c_str() + colon + 1, &end);
+  if (colon == std::string::npos || colon == 0 || !end || *end || factor < 1)
+    throw Error(Errc::kInvalidArgument,
+                "--slow-worker '" + s + "': expected RANK:FACTOR with FACTOR >= 1");
+  return {std::atoi(s.c_str()), factor};
+}
+
+ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int rank) {
+  ps::ServerOptions o;
+  o.rank = rank;
+  o.workers = f.workers;
+  o.consistency = ps::parse_consistency(f.consistency);
+  o.staleness = f.staleness;
+  o.round_k = f.round_k;
+  o.late = f.late == "fold" ? ps::LatePolicy::kFold : ps::LatePolicy::kDrop;
+  o.rule.kind = ps::parse_update_rule(f.rule.empty() ? f.optimizer : f.rule);
+  o.rule.momentum = o.rule.kind == ps::UpdateRule::kSgd ? float(f.momentum) : 0.0f;
+  o.rule.weight_decay = float(f.weight_decay);
+  if (o.rule.kind == ps::UpdateRule::kAdagrad) o.rule.eps = 1e-10f;
+  o.lr = setup.sched;
+  o.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  return o;
+}
+
+nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
+  nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array();
+  int64_t acc = 0, late = 0, drop = 0, fold = 0;
+  for (const auto& s : all) {
+    acc += s.pushes_accepted;
+    late += s.pushes_late;
+    drop += s.pushes_dropped;
+    fold += s.pushes_folded;
+    req.push_back(s.requests);
+    bytes.push_back(s.bytes_in + s.bytes_out);
+  }
+  return {{"pushes_accepted", acc}, {"pushes_late", late},   {"pushes_dropped", drop},
+          {"pushes_folded", fold},  {"server_requests", req}, {"server_bytes", bytes}};
+}
+
+int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout) {
+  const bool logger = w == 0;
+  const auto mode = ps::parse_consistency(f.consistency);
+  const auto [slow_rank, slow_factor] = parse_slow(f.slow);
+  ps::WorkerOptions wo;
+  wo.rank = w;
+  wo.secret = job.secret;
+  wo.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  ps::Worker worker(layout, wo, job.store);
+
+  setup.opts.rank = w;
+  setup.opts.world = f.workers;
+  nn::Trainer trainer(*setup.model, *setup.train, *setup.opt, setup.sched, setup.opts);
+  PsHooks hooks;
+  hooks.worker = &worker;
+  hooks.workers = f.workers;
+  hooks.params = trainer.parameters();
+  trainer.set_hooks(hooks);
+  const auto pull_all = key_data(hooks.params, false);
+
+  std::ofstream jlog = open_json_log(f, logger);
+  if (logger && !f.quiet)
+    std::fprintf(stderr,
+                 "braid ps train %s: %lld steps, global batch %lld, %s lr %g, %d worker%s, "
+                 "%d server%s (%s), %s%s\n",
+                 f.model.c_str(), (long long)setup.steps, (long long)f.batch,
+                 (f.rule.empty() ? f.optimizer : f.rule).c_str(), f.lr, f.workers,
+                 f.workers > 1 ? "s" : "", f.servers, f.servers > 1 ? "s" : "",
+                 f.placement.c_str(), f.consistency.c_str(),
+                 mode == ps::Consistency::kSsp ? (" s=" + std::to_string(f.staleness)).c_str() : "");
+  StepReporter report(f, 0, setup.steps, std::min<int64_t>(20, setup.steps / 5), logger);
+  double last_loss = 0;
+  int64_t clock = 0, taken = 0;
+  while (clock < setup.steps) {
+    clock = worker.pull(pull_all, clock);
+    if (clock >= setup.steps) break;
+    nlohmann::json rec;
+    if (jlog.is_open()) {
+      const ps::ServerStats s0 = worker.stats(0);
+      const auto [lo, hi] = std::minmax_element(s0.clocks.begin(), s0.clocks.end());
+      rec = {{"clock", clock}, {"clocks", s0.clocks}, {"clock_spread", *hi - *lo}};
+    }
+    const double t0 = now_s();
+    hooks.clock = clock;
+    trainer.set_next_step(clock);
+    nn::StepStats st = trainer.step();
+    ++taken;
+    if (w == slow_rank && slow_factor > 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * (now_s() - t0)));
+    if (logger) {
+      const bool wait = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
+      std::vector<ps::ServerStats> all;
+      for (int s = 0; s < f.servers; ++s) all.push_back(worker.stats(s, clock, wait && s == 0));
+      const nlohmann::json local = st.loss;
+      if (all[0].report_rows > 0) st.loss = all[0].report_loss / all[0].report_rows;
+      last_loss = st.loss;
+      report.after_step(clock, st);
+      if (jlog.is_open()) {
+        rec.update(step_record(st));
+        rec.update(load_fields(all));
+        rec["loss_workers"] = all[0].report_workers;
+        rec["worker_loss"] = local;
+        jlog << rec.dump() << '\n';
+      }
+    }
+    ++clock;
+  }
+  if (logger) {
+    const double throughput = report.finish();
+    // The final parameters: every round applied (SSP: s rounds may be open).
+    const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
+    worker.pull(pull_all, last);
+    std::vector<ps::ServerStats> all;
+    for (int s = 0; s < f.servers; ++s) all.push_back(worker.stats(s));
+    nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
+    done.update(load_fields(all));
+    done.update({{"workers", f.workers}, {"servers", f.servers}, {"placement", f.placement},
+                 {"consistency", f.consistency}, {"steps_taken", taken},
+                 {"clocks", all[0].clocks}, {"contributed", all[0].contributed}});
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const auto& s : all) rounds.push_back(s.rounds_closed);
+    done["rounds_closed"] = rounds;
+    const double acc = trainer.evaluate(*setup.test, 1000).accuracy;
+    done["test_accuracy"] = acc;
+    if (!f.checkpoint.empty()) {
+      Checkpoint ck;
+      add_parameters(ck, hooks.params);
+      save_checkpoint(f.checkpoint, ck);
+    }
+    if (jlog.is_open()) jlog << done.dump() << '\n';
+    std::printf("done: %s %lld steps on %d workers / %d servers (%s), final loss %.4f, test "
+                "accuracy %.4f, %.1fs\n",
+                f.model.c_str(), (long long)setup.steps, f.workers, f.servers,
+                f.consistency.c_str(), last_loss, acc, report.seconds());
+    std::fflush(stdout);
+  }
+  worker.finish();
+  return 0;
+}
+
+int run_rank(const Job& job, PsFlags f) {
+  const bool dedicated = f.placement == "dedicated";
+  const int world = dedicated ? f.workers + f.servers : f.workers;
+  if (job.size != world)
+    throw Error(Errc::kInvalidArgument,
+                "braid ps: " + std::to_string(f.workers) + " workers and " +
+                    std::to_string(f.servers) + " servers (" + f.placement + ") need " +
+                    std::to_string(world) + " ranks, the job has " + std::to_string(job.size));
+  const bool is_worker = job.rank < f.workers;
+  const int server = dedicated ? (is_worker ? -1 : job.rank - f.workers)
+                               : (job.rank < f.servers ? job.rank : -1);
+  apply_threads(f, world, job.rank == 0);
+  apply_model_defaults(f);
+  TrainSetup setup = build_setup(f, job.rank == 0);
+  ps::Layout layout(f.servers);
+  std::vector<std::vector<float>> init;
+  for (nn::Parameter* p : setup.model->parameters()) {
+    layout.add_dense(p->name, p->size(), p->decay);
+    init.emplace_back(p->data.f32(), p->data.f32() + p->size());
+  }
+  std::unique_ptr<ps::Server> srv;
+  if (server >= 0) {
+    ps::ServerOptions o = server_options(f, setup, server);
+    o.secret = job.secret;
+    srv = std::make_unique<ps::Server>(layout, o, job.store, init);
+  }
+  int rc = 0;
+  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout);
+  // A server lives until every worker has said goodbye; the job's
+  // supervisor or launcher ends it sooner when a rank fails.
+  if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
+  return rc;
+}
+
+void check_flags(const PsFlags& f) {
+  BRAID_CHECK_ARG(f.workers >= 1 && f.servers >= 1, "braid ps: --workers and --servers must be >= 1");
+  BRAID_CHECK_ARG(f.placement == "dedicated" || f.servers <= f.workers,
+                  "braid ps: --placement colocated hosts at most one server per worker (--servers " +
+                      std::to_string(f.servers) + " > --workers " + std::to_string(f.workers) + ")");
+  const auto mode = ps::parse_consistency(f.consistency);
+  BRAID_CHECK_ARG(mode != ps::Consistency::kRoundK || (f.round_k >= 1 && f.round_k <= f.workers),
+                  "braid ps: --consistency kofn needs --round-k K with 1 <= K <= --workers");
+  BRAID_CHECK_ARG(f.clip == 0, "braid ps: --clip needs the global gradient norm, which the "
+                               "servers do not compute; not supported");
+  BRAID_CHECK_ARG(f.resume.empty() && f.checkpoint_every == 0,
+                  "braid ps: --resume and --checkpoint-every are not supported (server "
+                  "checkpoints are not built yet); --checkpoint writes the final weights");
+  parse_slow(f.slow);
+}
+
+}  // namespace
+
+int ps_main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "train") != 0) {
+    std::fprintf(stderr, "usage: braid ps train mlp --servers S --workers W --consistency "
+                         "bsp|asp|ssp|kofn [options]\n");
+    return 2;
+  }
+  if (argc >= 3 && argv[2][0] != '-' && std::strcmp(argv[2], "mlp") != 0)
+    throw Error(Errc::kInvalidArgument, std::string("braid ps train: model '") + argv[2] +
+                                            "' is not available; only mlp is (dlrm comes with "
+                                            "the sparse workload)");
+  CLI::App app{"braid ps train: train a model through parameter servers", "braid ps train"};
+  PsFlags f;
+  add_train_options(app, f, true);
+  app.add_option("--servers", f.servers, "parameter servers (1)")->check(CLI::PositiveNumber);
+  app.add_option("--workers", f.workers, "workers (1)")->check(CLI::PositiveNumber);
+  app.add_option("--placement", f.placement,
+                 "dedicated (servers are ranks of their own) or colocated (workers 0..S-1 "
+                 "each run a server)")
+      ->check(CLI::IsMember({"dedicated", "colocated"}));
+  app.add_option("--consistency", f.consistency, "bsp, asp, ssp or kofn")
+      ->check(CLI::IsMember({"bsp", "asp", "ssp", "kofn"}));
+  app.add_option("--staleness", f.staleness, "ssp: clocks a worker may run ahead (0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--round-k", f.round_k, "kofn: pushes that close a round");
+  app.add_option("--late", f.late, "kofn: late pushes are dropped or folded into the next round")
+      ->check(CLI::IsMember({"drop", "fold"}));
+  app.add_option("--slow-worker", f.slow, "RANK:FACTOR: worker RANK takes FACTOR times as long");
+  app.add_option("--server-rule", f.rule, "server update rule: sgd, adagrad, adam, adamw "
+                                          "(default: --optimizer)")
+      ->check(CLI::IsMember({"sgd", "adagrad", "adam", "adamw"}));
+  app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  check_flags(f);
+  const int world = f.placement == "dedicated" ? f.workers + f.servers : f.workers;
+  if (job_world_from_env() > 1) {
+    comm::JobEnv env = comm::bootstrap_from_env(std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
+    return run_rank({env.rank, env.size, env.store, env.secret}, f);
+  }
+  return launch::run_forked("braid ps", world, [&](const launch::ForkedRank& r) {
+    return run_rank({r.rank, r.size, make_file_store(r.store_dir, r.size), r.secret}, f);
+  });
+}
+
+}  // namespace braid::tool
