@@ -127,14 +127,16 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
     case Consistency::kRoundK: need = c; break;
     case Consistency::kSsp: need = c - opt_.staleness; break;
   }
-  wait_until(lk, deadline_ns, [&] { return closed_ >= need; },
-             where(h) + " for clock " + std::to_string(c) + ": waited for round " +
-                 std::to_string(need - 1) + " to close (" + std::to_string(closed_) +
-                 " closed; worker clocks " + [&] {
-                   std::string s;
-                   for (int64_t v : clocks_) s += (s.empty() ? "" : ",") + std::to_string(v);
-                   return s;
-                 }() + ")");
+  wait_until(lk, deadline_ns, [&] { return closed_ >= need; }, [&] {
+    std::string clocks;
+    for (int64_t v : clocks_) {
+      if (!clocks.empty()) clocks += ',';
+      clocks += std::to_string(v);
+    }
+    return where(h) + " for clock " + std::to_string(c) + ": waited for round " +
+           std::to_string(need - 1) + " to close (" + std::to_string(closed_) +
+           " closed; worker clocks " + clocks + ")";
+  });
   reply.clock = opt_.consistency == Consistency::kRoundK ? std::max(c, closed_) : c;
   const KeySpec& spec = layout_.key(h.key);
   if (!spec.sparse) {
@@ -196,8 +198,9 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
     }
     case wire::kStats: {
       if ((h.flags & wire::kWaitRound) && opt_.consistency != Consistency::kAsp)
-        wait_until(lk, deadline_ns, [&] { return closed_ > h.clock; },
-                   where(h) + ": waited for round " + std::to_string(h.clock) + " to close");
+        wait_until(lk, deadline_ns, [&] { return closed_ > h.clock; }, [&] {
+          return where(h) + ": waited for round " + std::to_string(h.clock) + " to close";
+        });
       ServerStats s = snapshot_locked();
       auto it = reports_.find(h.clock);
       if (it != reports_.end()) {

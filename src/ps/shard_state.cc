@@ -152,11 +152,12 @@ ServerStats ShardState::stats() const {
 }
 
 void ShardState::wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_ns,
-                            const std::function<bool()>& ready, const std::string& what) {
+                            const std::function<bool()>& ready,
+                            const std::function<std::string()>& what) {
   while (!ready()) {
-    if (stopping_) throw Error(Errc::kPeerDied, what + ": the server is stopping");
+    if (stopping_) throw Error(Errc::kPeerDied, what() + ": the server is stopping");
     int64_t left = deadline_ns - int64_t(now_ns());
-    if (left <= 0) throw Error(Errc::kTimeout, what);
+    if (left <= 0) throw Error(Errc::kTimeout, what());
     cv_.wait_for(lk, std::chrono::nanoseconds(left));
   }
 }

@@ -89,7 +89,8 @@ class ShardState {
   void pull(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
             std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
   void wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_ns,
-                  const std::function<bool()>& ready, const std::string& what);
+                  const std::function<bool()>& ready,
+                  const std::function<std::string()>& what);  // built only on failure
 
   const Layout layout_;
   const ServerOptions opt_;
