@@ -1,5 +1,6 @@
 // nn::Trainer — the one training step loop. Single-process training runs it as
-// is; data parallelism (parallel::DataParallel) extends it through
+// is; data parallelism (parallel::DataParallel) and tensor parallelism
+// (parallel::tp::TpStepHooks, with its own StepLoss) extend it through
 // StepHooks; a pipeline schedule would override its forward_backward stage.
 //
 // One step (global batch B, this rank's shard of it, `accum` micro-batches):
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/data.h"
@@ -117,6 +119,36 @@ struct TrainerHooks : StepHooks {
   void after_step(StepState& st) override;
 };
 
+// The loss the loop takes of the model's output. forward returns the SUM
+// over rows (so that micro-batches and ranks add up to the global mean);
+// backward gives dL/dlogits times `scale`, in a buffer the loss owns;
+// correct counts the rows whose argmax is the target. SoftmaxCrossEntropy
+// unless set_loss names another (a model whose logits are split across
+// ranks needs a loss that knows the split).
+class StepLoss {
+ public:
+  virtual ~StepLoss() = default;
+  virtual double forward(const Tensor& logits, const Tensor& targets) = 0;
+  virtual const Tensor& backward(float scale) = 0;
+  virtual int64_t correct() const = 0;
+};
+
+// A StepLoss over any class with SoftmaxCrossEntropy's three calls.
+template <class L>
+class LossAdapter final : public StepLoss {
+ public:
+  template <class... A>
+  explicit LossAdapter(A&&... args) : loss_(std::forward<A>(args)...) {}
+  double forward(const Tensor& logits, const Tensor& targets) override {
+    return loss_.forward(logits, targets);
+  }
+  const Tensor& backward(float scale) override { return loss_.backward(scale); }
+  int64_t correct() const override { return loss_.correct(); }
+
+ private:
+  L loss_;
+};
+
 // The model's units: the children of a non-empty Sequential, else itself.
 std::vector<Module*> units_of(Module& model);
 
@@ -134,6 +166,9 @@ class Trainer {
   TrainerHooks& hooks() { return builtin_; }
   // Runs `h` (not owned; it must outlive its use) in place of the built-in set.
   void set_hooks(StepHooks& h) { hooks_ = &h; }
+  // Takes `l` (not owned; it must outlive its use) as the loss of training
+  // and evaluation in place of SoftmaxCrossEntropy.
+  void set_loss(StepLoss& l) { loss_ = &l; }
   Sampler& sampler() { return sampler_; }
   const std::vector<Parameter*>& parameters() const { return params_; }
   const TrainOptions& options() const { return opts_; }
@@ -179,7 +214,8 @@ class Trainer {
   StepHooks* hooks_ = &builtin_;
   std::vector<Parameter*> params_;
   std::vector<Module*> units_;
-  SoftmaxCrossEntropy loss_;
+  LossAdapter<SoftmaxCrossEntropy> builtin_loss_;
+  StepLoss* loss_ = &builtin_loss_;
   int64_t step_ = 0;
   std::vector<int64_t> shard_;
   Tensor x_, y_;

@@ -111,10 +111,10 @@ void Trainer::forward_backward(StepState& st) {
     // Gradients are final only after the last micro-batch (no_sync before).
     ctx.grad_ready = (m + 1 == opts_.accum) ? ready : GradReadyHook();
     const Tensor& logits = forward_units(x_, ctx);
-    st.sums[0] += loss_.forward(logits, y_);
+    st.sums[0] += loss_->forward(logits, y_);
     st.sums[1] += double(y_.numel());
-    st.sums[2] += double(loss_.correct());
-    backward_units(loss_.backward(scale), ctx);
+    st.sums[2] += double(loss_->correct());
+    backward_units(loss_->backward(scale), ctx);
   }
 }
 
@@ -158,8 +158,8 @@ EvalSums Trainer::eval_sums(const Dataset& data, int64_t batch, int64_t begin, i
     for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = s + i;
     data.gather(idx.data(), n, x_, y_);
     const Tensor& logits = model_.forward(x_, ctx);
-    sums.loss += loss_.forward(logits, y_);
-    sums.correct += loss_.correct();
+    sums.loss += loss_->forward(logits, y_);
+    sums.correct += loss_->correct();
     sums.rows += y_.numel();
   }
   return sums;
