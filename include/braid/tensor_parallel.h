@@ -301,13 +301,14 @@ class VocabParallelEmbedding : public nn::Module {
 // logits are never gathered. Same contract as nn::SoftmaxCrossEntropy:
 // forward returns the SUM over rows of −log p[target] (equal on every
 // rank), backward(scale) returns this rank's block of scale·(p − onehot).
-class VocabParallelCrossEntropy {
+class VocabParallelCrossEntropy : public nn::Loss {
  public:
   explicit VocabParallelCrossEntropy(std::shared_ptr<Communicator> tp);
-  double forward(const Tensor& logits, const Tensor& targets);
-  const Tensor& backward(float scale);
-  // Rows whose target logit is the largest of the row (ties count as hits).
-  int64_t correct() const { return correct_; }
+  double forward(const Tensor& logits, const Tensor& targets) override;
+  const Tensor& backward(float scale) override;
+  // Rows whose argmax over the whole vocabulary (the first maximum, as the
+  // serial loss takes it) is the target.
+  int64_t correct() const override { return correct_; }
 
  private:
   std::shared_ptr<Communicator> tp_;
@@ -419,39 +420,49 @@ void reduce_partial_grads(const std::vector<Sharded>& params, Communicator& tp, 
 // the norm before clipping; the same on every rank.
 double clip_grad_norm(const std::vector<Sharded>& params, double max_norm, Communicator& tp);
 
-// nn::Trainer's step for a TpGpt, optionally data parallel over `dp`
-// (null or size 1: none). Each dp rank takes its shard of every global
-// batch (opts.rank / opts.world are ignored: dp's rank and size are used);
-// the ranks of one tp group take the same shard. One step:
-//   zero grads; per micro-batch: forward, VocabParallelCrossEntropy,
-//   backward with dL/dlogits scaled by 1 / (global batch · targets per
-//   sample); model.reduce_partial_grads(); gradients SUMMED over dp (each
-//   rank's are its share of the global mean, so the sum is the mean);
-//   loss sums over dp; clipping by the tp-aware global norm; optimizer.
-// The optimizer updates this rank's shards (state per name, per shard).
-// Equal, within rounding, to nn::Trainer on nn::make_gpt with the same
-// config, seed, data, optimizer and options.
+// What tensor parallelism, optionally data parallel over `dp` (null or
+// size 1: none), changes in nn::Trainer's step (nn::StepHooks; the order is
+// trainer.h's). Nothing per unit or after backward: the tp layers run their
+// own all_reduces inside forward and backward.
+//   before_optimizer_step  model.reduce_partial_grads() (sequence
+//                          parallelism's replicated gradients, summed over
+//                          tp), then every gradient SUMMED over dp (each
+//                          rank's are its share of the global mean)
+//   clip_grad_norm         the tp-aware global norm (a shard counted once)
+//   after_step             the loss sums SUMMED over dp
+class TpStepHooks : public nn::StepHooks {
+ public:
+  TpStepHooks(TpGpt& model, std::shared_ptr<Communicator> dp);
+  void before_optimizer_step(const std::vector<nn::Parameter*>& params) override;
+  double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) override;
+  void after_step(nn::StepState& st) override;
+
+ private:
+  bool data_parallel() const { return dp_ && dp_->size() > 1; }
+  TpGpt& model_;
+  std::shared_ptr<Communicator> dp_;
+};
+
+// nn::Trainer for a TpGpt: TpStepHooks, and VocabParallelCrossEntropy as
+// the loss. Each dp rank takes its shard of every global batch
+// (opts.rank / opts.world are ignored: dp's rank and size are used); the
+// ranks of one tp group take the same shard. The optimizer updates this
+// rank's shards (state per name, per shard). Equal, within rounding, to
+// nn::Trainer on nn::make_gpt with the same config, seed, data, optimizer
+// and options.
 class TpTrainer {
  public:
   TpTrainer(TpGpt& model, std::shared_ptr<Communicator> dp, nn::Dataset& data,
             nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts);
-  nn::StepStats step();
-  int64_t next_step() const { return step_; }
-  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  nn::StepStats step() { return trainer_.step(); }
+  int64_t next_step() const { return trainer_.next_step(); }
+  const std::vector<nn::Parameter*>& parameters() const { return trainer_.parameters(); }
 
  private:
-  TpGpt& model_;
-  std::shared_ptr<Communicator> dp_;
-  nn::Dataset& data_;
-  nn::Optimizer& opt_;
-  nn::LrSchedule schedule_;
-  nn::TrainOptions opts_;
-  nn::Sampler sampler_;
+  // Declared before trainer_, which holds them by reference.
+  TpStepHooks hooks_;
   VocabParallelCrossEntropy loss_;
-  std::vector<nn::Parameter*> params_;
-  std::vector<int64_t> shard_;
-  Tensor x_, y_;
-  int64_t step_ = 0;
+  nn::Trainer trainer_;
 };
 
 }  // namespace braid::parallel::tp

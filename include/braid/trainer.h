@@ -1,5 +1,6 @@
 // nn::Trainer — the one training step loop. Single-process training runs it as
-// is; data parallelism (parallel::DataParallel) extends it through
+// is; data parallelism (parallel::DataParallel) and tensor parallelism
+// (parallel::tp::TpStepHooks, with its own loss) extend it through
 // StepHooks; a pipeline schedule would override its forward_backward stage.
 //
 // One step (global batch B, this rank's shard of it, `accum` micro-batches):
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/data.h"

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
@@ -511,6 +512,35 @@ TEST(Bootstrap, Torchrun) {
       EXPECT_EQ(env.server->port(), port + 1);
     }
     check_job(env, rank, size, "torchrun");
+  }, 60s);
+}
+
+// The store server rank 0 hosts for a job joined with from_env lives while
+// any communicator on that store does: a split keeps it after the
+// application drops the world (CommImpl's store_host).
+TEST(Bootstrap, SplitKeepsTheHostedStoreAfterTheWorldIsDropped) {
+  int port = free_port(/*pair=*/true);
+  braid::testing::expect_all_pass(3, [&](int rank, int size, std::shared_ptr<braid::Store>) {
+    clear_job_env();
+    put("RANK", std::to_string(rank));
+    put("WORLD_SIZE", std::to_string(size));
+    put("MASTER_ADDR", "127.0.0.1");
+    put("MASTER_PORT", std::to_string(port));
+    put("BRAID_SECRET", "store-host-test");
+    braid::CommOptions opt;
+    opt.timeout = 20s;
+    auto world = braid::Communicator::from_env(opt);
+    auto sub = world->split(0, rank);
+    world.reset();  // on rank 0, the last holder but `sub` of the server
+    // A split sets up its transport through the store: every rank needs
+    // rank 0's server still serving.
+    auto again = sub->split(0, -rank);
+    ASSERT_TRUE(again);
+    std::vector<int32_t> v(1000, rank + 1);
+    again->all_reduce(v.data(), v.data(), v.size(), braid::DType::kI32, braid::ReduceOp::kSum);
+    EXPECT_EQ(v[0], 6);
+    EXPECT_EQ(v[999], 6);
+    again->barrier();
   }, 60s);
 }
 

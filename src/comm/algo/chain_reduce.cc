@@ -110,11 +110,7 @@ class Chain {
   // the first rank to fail wins, so a rank passing on a peer's failure
   // changes nothing.
   void fail(const Error& e) {
-    uint32_t none = 0;
-    if (!hd_->claim.compare_exchange_strong(none, 1)) return;
-    std::snprintf(hd_->abort_msg, sizeof hd_->abort_msg, "%s", e.what());
-    hd_->abort_code = int32_t(e.code());
-    hd_->abort.store(uint32_t(c_.rank()) + 1, std::memory_order_release);
+    if (!hd_->abort.mark(c_.rank(), e.code(), e.what())) return;
     for (uint32_t s = 0; s < h_.nslots; ++s) {
       futex_wake_all(&slots_[s].adds);
       futex_wake_all(&slots_[s].reads);
@@ -122,11 +118,7 @@ class Chain {
   }
   // Throws this rank's share of a peer's failure, if one is marked.
   void check_abort() {
-    uint32_t a = hd_->abort.load(std::memory_order_acquire);
-    if (a == 0) return;
-    std::string msg(hd_->abort_msg, strnlen(hd_->abort_msg, sizeof hd_->abort_msg));
-    throw Error(Errc(hd_->abort_code), "stopped, because " + c_.peer_name(int(a) - 1) +
-                                           " failed: " + msg);
+    hd_->abort.check([&](int rank) { return c_.peer_name(rank); });
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "comm/algo/context.h"
 #include "comm/algo/host_ring.h"
+#include "comm/transport/shm/abort_mark.h"
 
 namespace braid::comm::algo {
 
@@ -27,10 +28,8 @@ struct Header {
   uint64_t slot_bytes;
   uint32_t nslots;
   uint32_t nranks;
-  std::atomic<uint32_t> claim;  // the first rank to fail takes it
-  std::atomic<uint32_t> abort;  // 0, or 1 + the failed rank once its message is written
-  int32_t abort_code;
-  char abort_msg[1020];
+  // Set by the first rank of all to fail; every rank's waits look at it.
+  shm::AbortMark abort;
 };
 struct alignas(64) RankCtl {
   std::atomic<uint64_t> added;   // chunks this rank has added / copied out

@@ -41,12 +41,12 @@ uint64_t next_family() {
 }  // namespace
 
 CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-                   const CommOptions& opt, std::shared_ptr<void> keepalive, Role role,
-                   const CommImpl* parent)
+                   const CommOptions& opt, Role role, const CommImpl* parent,
+                   std::shared_ptr<TcpStoreServer> store_host)
     : rank_(rank), size_(size), world_rank_(parent ? parent->world_rank_ : rank),
-      family_(parent ? parent->family_ : next_family()), store_(std::move(store)),
-      prefix_(std::move(prefix)), opt_(opt),
-      keepalive_(std::move(keepalive)) {
+      family_(parent ? parent->family_ : next_family()),
+      store_host_(parent ? parent->store_host_ : std::move(store_host)), store_(std::move(store)),
+      prefix_(std::move(prefix)), opt_(opt) {
   BRAID_CHECK_ARG(size >= 1, "communicator size must be >= 1, got " + std::to_string(size));
   BRAID_CHECK_ARG(rank >= 0 && rank < size, "rank " + std::to_string(rank) +
                                                 " out of range for size " + std::to_string(size));
@@ -98,7 +98,7 @@ CommImpl::CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string
     make_selector(sel_hosts, max_local, any_tcp, all_shm, cores);
   if (hier) build_hierarchy();
   if (role == Role::kUser)
-    p2p_ = std::make_unique<CommImpl>(rank_, size_, store_, prefix_ + "p2p/", opt_, nullptr,
+    p2p_ = std::make_unique<CommImpl>(rank_, size_, store_, prefix_ + "p2p/", opt_,
                                       Role::kPointToPoint, this);
   host_ring_.peers_on_shm = all_shm && size_ > 1;
   std::lock_guard<std::mutex> l(g_registry_mu);
@@ -205,7 +205,7 @@ std::unique_ptr<CommImpl> CommImpl::split(int color, int key) {
       prefix_ + "s" + std::to_string(split_seq) + "c" + std::to_string(color) + "/";
   CommOptions o = opt_;
   o.timeout = timeout_;
-  return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o, nullptr,
+  return std::make_unique<CommImpl>(new_rank, int(members.size()), store_, prefix, o,
                                     Role::kUser, this);
 }
 

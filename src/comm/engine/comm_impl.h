@@ -74,10 +74,15 @@ class CommImpl {
   // `parent`: the communicator a sub-communicator comes from; it takes the
   // parent's tuning text (without one the ranks take rank 0's tuning file,
   // and probe the links it has no figures for, comm/probe.h), its world
-  // rank and its family.
+  // rank, its family and its store host.
+  // `store_host`: the store server this process runs for the job (from_env
+  // on the rank that hosts the store), or null. Every rank's communicators
+  // reach the store through it, so each communicator on that store holds
+  // it — a sub-communicator its parent's — and the server lives while any
+  // of them does, whichever the application drops first.
   CommImpl(int rank, int size, std::shared_ptr<Store> store, std::string prefix,
-           const CommOptions& opt, std::shared_ptr<void> keepalive = nullptr,
-           Role role = Role::kUser, const CommImpl* parent = nullptr);
+           const CommOptions& opt, Role role = Role::kUser, const CommImpl* parent = nullptr,
+           std::shared_ptr<TcpStoreServer> store_host = nullptr);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -226,6 +231,8 @@ class CommImpl {
   // tensor-parallel group (PyTorch's error handling tears down the whole
   // process for the same reason).
   uint64_t family_;
+  // Declared before everything that uses the store, so destroyed after it.
+  std::shared_ptr<TcpStoreServer> store_host_;
   std::shared_ptr<Store> store_;
   std::string prefix_;
   CommOptions opt_;
@@ -252,7 +259,6 @@ class CommImpl {
   } last_choice_;
   uint64_t seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
-  std::shared_ptr<void> keepalive_;  // e.g. a store server hosted by this rank
   // Disagreements no header shows, and the first failure (through the store).
   std::unique_ptr<Desync> desync_;
 

@@ -137,11 +137,10 @@ void CommImpl::build_hierarchy() {
   o.timeout = timeout_;
   local_ = std::make_unique<CommImpl>(local_rank, local_size, store_,
                                       prefix_ + "local" + std::to_string(host_idx) + "/", o,
-                                      nullptr, Role::kHierarchy, this);
+                                      Role::kHierarchy, this);
   if (local_rank == 0)
     leaders_ = std::make_unique<CommImpl>(host_idx, int(order.size()), store_,
-                                          prefix_ + "leaders/", o, nullptr, Role::kHierarchy,
-                                          this);
+                                          prefix_ + "leaders/", o, Role::kHierarchy, this);
 }
 
 }  // namespace braid::comm

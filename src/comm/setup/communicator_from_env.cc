@@ -15,7 +15,7 @@ std::shared_ptr<Communicator> Communicator::from_env(const CommOptions& opt) {
   log_set_rank(job.rank);
   install_flight_recorder_signal();  // SIGUSR1 dumps what each communicator was doing
   auto impl = std::make_unique<comm::CommImpl>(job.rank, job.size, job.store, "braid/", o,
-                                               job.server);
+                                               comm::CommImpl::Role::kUser, nullptr, job.server);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

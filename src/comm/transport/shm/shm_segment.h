@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm/transport/shm/abort_mark.h"
 #include "comm/transport/transport.h"
 
 namespace braid::comm::shm {
@@ -32,12 +33,9 @@ struct SegHeader {
   uint64_t cma_probe_word;
   alignas(kLine) std::atomic<uint32_t> bell;     // bumped by peers of a sleeper; futex word
   alignas(kLine) std::atomic<uint32_t> waiting;  // owner is (about to be) asleep on bell
-  // Set once by the owner when its communicator fails (ShmWire::abort),
-  // after abort_msg; peers then fail what they have pending with it. The
-  // chain all-reduce's segment (algo/chain_reduce.cc, Header) carries a
-  // mark of the same kind, claimed by the first rank of all to fail.
-  alignas(kLine) std::atomic<uint32_t> aborted;
-  char abort_msg[448];
+  // Set by the owner when its communicator fails (ShmWire::abort); peers
+  // then fail what they have pending with its message (abort_mark.h).
+  AbortMark abort;
   // Holders of the segment's name: each local peer until it has mapped the
   // segment, and the owner until its wire is destroyed. Whoever drops the
   // count to zero removes the name, so a peer slow to set up still finds a

@@ -181,10 +181,10 @@ class ShmWire final : public Wire {
   }
   bool check_liveness();  // true if a peer was newly found dead
   [[noreturn]] void fail_dead(Peer& p);
-  // The owner's abort message once it has set `aborted`, else "".
+  // The owner's abort message once it has set its mark, else "".
   static std::string abort_text(const SegHeader& h) {
-    if (!h.aborted.load(std::memory_order_acquire)) return {};
-    return std::string(h.abort_msg, strnlen(h.abort_msg, sizeof h.abort_msg));
+    std::optional<AbortNote> n = h.abort.read();
+    return n ? n->msg : std::string();
   }
 
   Layout layout_;
@@ -196,7 +196,6 @@ class ShmWire final : public Wire {
   ShmWaitPlan wait_;
   bool light_publish_ = true;  // BRAID_SHM_LIGHT_PUBLISH (publish())
   bool ordered_seqs_ = false;  // TransportOptions::ordered_seqs (sent_earlier())
-  std::atomic<bool> abort_claimed_{false};  // abort() ran
   uint64_t last_check_ns_ = 0;
   uint32_t idle_calls_ = 0;
   uint64_t cma_bytes_ = 0;            // BRAID_SHM_CMA_BYTES; 0: single copy off

@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <cstdio>
 
 #include "braid/error.h"
 #include "braid/log.h"
@@ -71,10 +70,9 @@ std::string ShmWire::peer_abort_reason() const {
 }
 
 void ShmWire::abort(const std::string& why) {
-  // Once, though a failure here and a sibling's may call it together.
-  if (abort_claimed_.exchange(true)) return;
-  std::snprintf(my_->abort_msg, sizeof my_->abort_msg, "%s", why.c_str());
-  my_->aborted.store(1, std::memory_order_release);
+  // Once, though a failure here and a sibling's may call it together: the
+  // mark's first writer wins. Its peers fail as with a dead peer.
+  if (!my_->abort.mark(rank_, Errc::kPeerDied, why)) return;
   // Wake every peer, asleep or about to be: they look at the flag when
   // they wake (check_liveness).
   for (Peer& p : peers_local_) {

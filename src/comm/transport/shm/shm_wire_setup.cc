@@ -162,7 +162,7 @@ ShmWire::~ShmWire() {
   }
   // A failed communicator removes its name at once: a peer that never
   // mapped it (dead, or its set-up failed) would otherwise leave it behind.
-  bool failed = abort_claimed_.load();
+  bool failed = my_ && my_->abort.claimed();
   for (const Peer& p : peers_local_) failed |= p.dead;
   if (my_) {
     if (my_->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1 || failed) ::shm_unlink(name_.c_str());
