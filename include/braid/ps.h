@@ -151,6 +151,11 @@ struct ServerStats {
   int64_t requests = 0, bytes_in = 0, bytes_out = 0;
   int64_t rejected = 0;  // frames answered with an error (bad client input)
   std::vector<int64_t> clocks;  // per worker: 1 + the last round it clocked
+  // The largest lead a pull was answered with: its clock minus the rounds
+  // closed then (under BSP/SSP the slowest worker's clock). SSP bounds it by
+  // the staleness s. (max − min of `clocks` may read s + 1 at a moment when
+  // the leader has clocked and is waiting in its pull, reading nothing.)
+  int64_t max_read_lead = 0;
   // Per worker: rounds that closed with this worker's push counted in
   // (not late). A straggler under k-of-n has fewer than rounds_closed.
   std::vector<int64_t> contributed;

@@ -137,6 +137,7 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
            std::to_string(need - 1) + " to close (" + std::to_string(closed_) +
            " closed; worker clocks " + clocks + ")";
   });
+  st_.max_read_lead = std::max(st_.max_read_lead, c - closed_);
   reply.clock = opt_.consistency == Consistency::kRoundK ? std::max(c, closed_) : c;
   const KeySpec& spec = layout_.key(h.key);
   if (!spec.sparse) {

@@ -81,14 +81,15 @@ void throw_reply(const Header& h, const std::string& message, const std::string&
 }
 
 namespace {
-constexpr size_t kStatsInts = 12, kStatsDoubles = 3;
+constexpr size_t kStatsInts = 13, kStatsDoubles = 3;
 }
 
 void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
   const int64_t ints[kStatsInts] = {s.rank,          s.pushes_accepted, s.pushes_late,
                                     s.pushes_dropped, s.pushes_folded,  s.rounds_closed,
                                     s.updates_applied, s.requests,      s.bytes_in,
-                                    s.bytes_out,      s.rejected,       s.report_workers};
+                                    s.bytes_out,      s.rejected,       s.report_workers,
+                                    s.max_read_lead};
   const double dbl[kStatsDoubles] = {s.report_loss, s.report_rows, s.report_correct};
   const uint64_t n = s.clocks.size();
   out.resize(8 + sizeof ints + sizeof dbl + n * 16);
@@ -126,6 +127,7 @@ ServerStats decode_stats(const std::vector<uint8_t>& in) {
   s.bytes_out = ints[9];
   s.rejected = ints[10];
   s.report_workers = int(ints[11]);
+  s.max_read_lead = ints[12];
   s.report_loss = dbl[0];
   s.report_rows = dbl[1];
   s.report_correct = dbl[2];

@@ -19,7 +19,9 @@
 // over the global batch in BSP and k-of-n (the workers that made the round)
 // and over the reports in so far under ASP/SSP (`loss_workers` says how
 // many), plus `clock`, the server-0 `clocks` of every worker read right after
-// this worker's pull (`clock_spread` = max − min), pushes accepted / late /
+// this worker's pull (`clock_spread` = max − min) and `read_lead` (the
+// largest lead over the slowest worker any pull was served with; SSP keeps it
+// <= s), pushes accepted / late /
 // dropped / folded over all servers, and each server's requests and bytes.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -71,8 +73,18 @@ struct PsHooks : nn::StepHooks {
   ps::Worker* worker = nullptr;
   int workers = 1;
   int64_t clock = 0;
+  // --slow-worker: this worker's compute takes `slow` times as long. The
+  // extra time is spent before the push, so its gradient arrives late (as a
+  // straggler's does), and asleep, so it leaves the core to the others.
+  double slow = 1, step_t0 = 0;
+  void begin_step(int64_t step, const std::vector<nn::Parameter*>& ps) override {
+    step_t0 = now_s();
+    nn::StepHooks::begin_step(step, ps);
+  }
   void optimizer_step(nn::Optimizer&, const std::vector<nn::Parameter*>&, float) override {}
   void after_step(nn::StepState& st) override {
+    if (slow > 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>((slow - 1) * (now_s() - step_t0)));
     worker->report(clock, st.sums[0], st.sums[1], st.sums[2]);
     for (nn::Parameter* p : params) {
       float* g = p->grad.f32();
@@ -142,6 +154,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   PsHooks hooks;
   hooks.worker = &worker;
   hooks.workers = f.workers;
+  if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
   trainer.set_hooks(hooks);
   const auto pull_all = key_data(hooks.params, false);
@@ -166,15 +179,13 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     if (jlog.is_open()) {
       const ps::ServerStats s0 = worker.stats(0);
       const auto [lo, hi] = std::minmax_element(s0.clocks.begin(), s0.clocks.end());
-      rec = {{"clock", clock}, {"clocks", s0.clocks}, {"clock_spread", *hi - *lo}};
+      rec = {{"clock", clock}, {"clocks", s0.clocks}, {"clock_spread", *hi - *lo},
+             {"read_lead", s0.max_read_lead}};
     }
-    const double t0 = now_s();
     hooks.clock = clock;
     trainer.set_next_step(clock);
     nn::StepStats st = trainer.step();
     ++taken;
-    if (w == slow_rank && slow_factor > 1)
-      std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * (now_s() - t0)));
     if (logger) {
       const bool wait = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
       std::vector<ps::ServerStats> all;
