@@ -283,6 +283,23 @@ TEST(Hybrid, MatchesSingleProcessOnEightRanksAndCheckpointsResumeAnywhere) {
   });
 }
 
+TEST(Hybrid, SlotCopiesDoNotBuildTheSerialModel) {
+  testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto world = testing::make_comm(rank, n, store, 60);
+    Mesh mesh(world, 1, 1, 2);
+    // GPipe keeps all 4 micro-batches live on each stage: 3 slot copies
+    // of its modules per rank, yet only the model itself is initialised
+    // from the serial GPT.
+    const int64_t before = tp::TpGpt::serial_builds();
+    auto model = make_hybrid_gpt(mesh, config(), kSeed, "gpipe", 4);
+    EXPECT_EQ(tp::TpGpt::serial_builds() - before, 1);
+    nn::AdamW opt = optimizer();
+    Tensor x, y;
+    batch(0, x, y);
+    EXPECT_TRUE(std::isfinite(model->step(x, y, opt, 0.1f)));
+  });
+}
+
 TEST(Hybrid, BadInputIsRefusedByName) {
   testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto world = testing::make_comm(rank, n, store, 60);

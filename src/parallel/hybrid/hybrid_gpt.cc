@@ -77,9 +77,13 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     }
     return chunks;
   };
-  // The executor's activation slots run copies of this rank's stages.
-  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), topts, chunks_of]() {
-    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, topts);
+  // The executor's activation slots run copies of this rank's stages. The
+  // executor points a copy's parameters at the model's, so a copy skips
+  // initialisation: it costs only its modules' buffers.
+  tp::TpGptOptions copy_opts = topts;
+  copy_opts.initialise = false;
+  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), copy_opts, chunks_of]() {
+    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, copy_opts);
     return ChunkCopy{chunks_of(*model), model};
   };
   m.params = m.model->parameters();
