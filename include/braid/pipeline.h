@@ -320,8 +320,9 @@ class PipelineExecutor {
   // come on top in the same proportion). peak_held_bytes: the most bytes of
   // the slots plus the executor's own buffers at once — stage inputs
   // awaiting their backward (stage 0's are views of the caller's batch and
-  // not counted), outputs and gradients awaiting their send, incoming
-  // gradients.
+  // not counted), gradients awaiting their send, incoming gradients,
+  // and outputs awaiting their send that recomputation evicted from their
+  // slot (the others are sent straight from the slot, counted above).
   int peak_live() const { return peak_live_; }
   int64_t peak_activation_bytes() const { return peak_activation_; }
   int64_t peak_held_bytes() const { return peak_held_; }
