@@ -58,7 +58,8 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
   BRAID_CHECK_ARG(costs.size() == count,
                   "hybrid: " + std::to_string(costs.size()) + " module costs for the GPT's " +
                       std::to_string(count) + " top-level modules");
-  const std::vector<size_t> bounds = partition_layers(costs, sched.stages());
+  m.bounds = partition_layers(costs, sched.stages());
+  const std::vector<size_t>& bounds = m.bounds;
 
   // This rank's virtual stages, as module ranges, one per chunk.
   const int s = mesh_.coord().pp;
@@ -137,6 +138,7 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
 HybridGpt::~HybridGpt() = default;
 
 const Schedule& HybridGpt::schedule() const { return impl_->exec->schedule(); }
+const std::vector<size_t>& HybridGpt::stage_bounds() const { return impl_->bounds; }
 const std::vector<tp::Sharded>& HybridGpt::shards() const { return impl_->model->shards(); }
 std::vector<nn::Parameter*> HybridGpt::parameters() const { return impl_->params; }
 int64_t HybridGpt::next_step() const { return impl_->exec->next_step(); }
