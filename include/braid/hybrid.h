@@ -101,6 +101,9 @@ class HybridGpt {
 
   const Mesh& mesh() const { return mesh_; }
   const Schedule& schedule() const;
+  // The virtual stages as module bounds (partition_layers over
+  // HybridOptions::module_costs): stage v holds modules [b[v], b[v + 1]).
+  const std::vector<size_t>& stage_bounds() const;
   // This rank's parameters (its stages' shards) with their splits.
   const std::vector<tp::Sharded>& shards() const;
   std::vector<nn::Parameter*> parameters() const;
@@ -129,6 +132,21 @@ class HybridGpt {
   Mesh mesh_;
   HybridStepRecord record_;
 };
+
+// --pp-balance: the cost of each of the GPT's top-level modules (gpt_
+// module_count(cfg) entries, seconds) for HybridOptions::module_costs:
+// its forward plus backward (the head's with the vocabulary-parallel loss)
+// on a micro-batch of `rows` sequences, the fastest of `reps` runs after
+// one warm-up. World rank 0's tp group times the modules one at a time,
+// each built alone without initialisation (memory: one module's
+// parameters and activations), and broadcasts the costs, so every rank of
+// the mesh gets the same numbers and cuts the same stages. Collective over
+// the mesh's world; costs (reps + 1) forward-backward passes of the whole
+// model on those ranks. Throws Error(kInvalidArgument) for rows or reps
+// below 1, and TpGpt's errors for sizes that do not split over tp.
+std::vector<double> measure_gpt_module_costs(const Mesh& mesh, const nn::GptConfig& cfg,
+                                             uint64_t seed, int64_t rows,
+                                             bool sequence_parallel, int reps = 3);
 
 // The CLI's entry point: HybridGpt over `mesh` for any (dp, tp, pp) with
 // the named schedule and micro-batches (opts' own fields for those are

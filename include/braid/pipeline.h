@@ -176,6 +176,10 @@ std::string format_timeline(const Schedule& s, const ScheduleReport& r);
 // cost.size(). Throws Error(kInvalidArgument) when stages < 1 or exceeds
 // the layers, or a cost is negative.
 std::vector<size_t> partition_layers(const std::vector<double>& cost, int stages);
+// One line per stage of `bounds` (partition_layers'), with costs in
+// seconds: "stage 1: layers [3, 5), predicted 2.500 ms". Throws
+// Error(kInvalidArgument) when bounds do not cut the costs' layers.
+std::string format_partition(const std::vector<double>& cost, const std::vector<size_t>& bounds);
 
 // ---- The executor ---------------------------------------------------------
 
@@ -320,8 +324,9 @@ class PipelineExecutor {
   // come on top in the same proportion). peak_held_bytes: the most bytes of
   // the slots plus the executor's own buffers at once — stage inputs
   // awaiting their backward (stage 0's are views of the caller's batch and
-  // not counted), outputs and gradients awaiting their send, incoming
-  // gradients.
+  // not counted), gradients awaiting their send, incoming gradients,
+  // and outputs awaiting their send that recomputation evicted from their
+  // slot (the others are sent straight from the slot, counted above).
   int peak_live() const { return peak_live_; }
   int64_t peak_activation_bytes() const { return peak_activation_; }
   int64_t peak_held_bytes() const { return peak_held_; }

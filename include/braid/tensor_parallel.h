@@ -364,6 +364,12 @@ struct TpGptOptions {
   // interleaved schedule's chunks); empty: all of them. Modules outside
   // the ranges are never allocated.
   std::vector<ModuleRange> modules;
+  // false: skip the serial model's values and leave each parameter as its
+  // layer's constructor made it, so building costs only the modules' own
+  // buffers. For a copy whose parameters are then pointed at another
+  // TpGpt's (a pipeline's activation slots) or whose values do not matter
+  // (timing a layer).
+  bool initialise = true;
 };
 
 // nn::make_gpt's model split across a tp group. Input: i32 tokens [B, T];
@@ -371,7 +377,7 @@ struct TpGptOptions {
 // VocabParallelCrossEntropy). Parameters are the serial model's for the
 // same seed, sliced: the constructor builds the serial GPT once, keeps
 // this rank's shards of the modules it builds and frees it (memory: one
-// full model, briefly). Throws Error(kInvalidArgument) naming heads, vocab
+// full model, briefly; none with TpGptOptions::initialise false). Throws Error(kInvalidArgument) naming heads, vocab
 // or dim when one does not divide by the group's size, or a module range
 // outside the model; with sequence parallelism forward throws when T does
 // not divide.
@@ -400,6 +406,9 @@ class TpGpt : public nn::Module {
   // accumulate over micro-batches first). Without it, a no-op.
   void reduce_partial_grads();
   const std::shared_ptr<Communicator>& tp() const { return tp_; }
+  // How many times this process has built the serial GPT to initialise a
+  // TpGpt (one per TpGpt constructed with initialise true).
+  static int64_t serial_builds();
 
  private:
   std::shared_ptr<Communicator> tp_;

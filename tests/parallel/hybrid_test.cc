@@ -5,10 +5,14 @@
 // are within 1e-5 relative of nn::Trainer on the same global batches, at
 // (dp, tp, pp) = (2,2,1) (also sequence parallel), (2,1,2), (1,2,2) (also
 // interleaved, 2 chunks) and (2,2,2), with GPipe and 1F1B, and ZeRO-1 over
-// dp. Each rank holds only its stage's shards (parameter and optimizer
+// dp; stages cut by count, by hand-made costs and by measured costs
+// (measure_gpt_module_costs, the same on every rank; also sequence
+// parallel). Each rank holds only its stage's shards (parameter and optimizer
 // bytes from the model's counters). A checkpoint saved at (2,2,2) under
 // ZeRO-1 resumes at (1,1,1), (1,2,1), (2,1,1) with ZeRO-1 and in
-// nn::Trainer, the next 5 losses equal to the uninterrupted run's. Bad input is refused by name.
+// nn::Trainer, the next 5 losses equal to the uninterrupted run's. Slot
+// copies are not initialised from the serial model. Bad input is refused
+// by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,13 +109,16 @@ struct Case {
   int chunks = 1;
   bool sp = false;
   int zero = 0;
+  std::vector<double> costs = {};  // HybridOptions::module_costs
+  bool balance = false;       // costs measured (--pp-balance)
 };
 
 std::string describe(const Case& c) {
   return "(dp,tp,pp)=(" + std::to_string(c.dp) + "," + std::to_string(c.tp) + "," +
          std::to_string(c.pp) + ") " + c.schedule + " M=" + std::to_string(c.micro_batches) +
          (c.chunks > 1 ? " v=" + std::to_string(c.chunks) : "") + (c.sp ? " sp" : "") +
-         (c.zero ? " zero1" : "");
+         (c.zero ? " zero1" : "") + (c.costs.empty() ? "" : " hand-made costs") +
+         (c.balance ? " pp-balance" : "");
 }
 
 void batch(int64_t step, Tensor& x, Tensor& y) {
@@ -149,7 +156,23 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   o.sequence_parallel = c.sp;
   o.clip = kClip;
   o.zero = c.zero;
+  o.module_costs = c.costs;
+  if (c.balance) {
+    o.module_costs = measure_gpt_module_costs(mesh, config(), kSeed,
+                                              kBatch / (c.dp * c.micro_batches), c.sp);
+    ASSERT_EQ(o.module_costs.size(), tp::gpt_module_count(config())) << what;
+    // Every rank got world rank 0's numbers, so every rank cuts the same
+    // stages; each module took some time.
+    std::vector<double> lo = o.module_costs, hi = o.module_costs;
+    world->all_reduce(lo.data(), lo.data(), lo.size(), DType::kF64, ReduceOp::kMin);
+    world->all_reduce(hi.data(), hi.data(), hi.size(), DType::kF64, ReduceOp::kMax);
+    EXPECT_EQ(lo, hi) << what;
+    for (double t : o.module_costs) EXPECT_GT(t, 0.0) << what;
+  }
   auto model = make_hybrid_gpt(mesh, config(), kSeed, c.schedule, c.micro_batches, o);
+  if (!o.module_costs.empty()) {
+    EXPECT_EQ(model->stage_bounds(), partition_layers(o.module_costs, c.pp * c.chunks)) << what;
+  }
   nn::AdamW opt = optimizer();
   Tensor x, y;
   for (int step = 0; step < kSteps; ++step) {
@@ -242,6 +265,14 @@ TEST(Hybrid, MatchesSingleProcessOnFourRanks) {
     auto world = testing::make_comm(rank, n, store, 120);
     run_case(world, {2, 2, 1, "1f1b", 2});
     run_case(world, {2, 2, 1, "gpipe", 2, 1, true});
+    // Hand-made costs cut stage 0 down to the embedding alone.
+    {
+      Mesh mesh(world, 2, 1, 2);
+      HybridOptions o;
+      o.module_costs = {4, 1, 1, 1, 1};
+      EXPECT_EQ(make_hybrid_gpt(mesh, config(), kSeed, "1f1b", 2, o)->stage_bounds(),
+                (std::vector<size_t>{0, 1, 5}));
+    }
     run_case(world, {2, 1, 2, "gpipe", 2});
     run_case(world, {2, 1, 2, "1f1b", 4});
     run_case(world, {1, 2, 2, "gpipe", 4});
@@ -249,6 +280,10 @@ TEST(Hybrid, MatchesSingleProcessOnFourRanks) {
     run_case(world, {1, 2, 2, "interleaved", 4, 2});
     run_case(world, {2, 2, 1, "1f1b", 2, 1, false, 1});
     run_case(world, {2, 1, 2, "1f1b", 2, 1, false, 1});
+    // Stages cut by cost, not count: the split changes no number.
+    run_case(world, {2, 1, 2, "gpipe", 2, 1, false, 0, {4, 1, 1, 1, 1}});
+    run_case(world, {1, 2, 2, "1f1b", 4, 1, false, 0, {}, true});
+    run_case(world, {1, 2, 2, "1f1b", 4, 1, true, 0, {}, true});
   }, std::chrono::seconds(600));
 }
 
@@ -280,6 +315,23 @@ TEST(Hybrid, MatchesSingleProcessOnEightRanksAndCheckpointsResumeAnywhere) {
     auto world = testing::make_comm(rank, n, store, 60);
     resume(world, 1, 2, 0, path);
     resume(world, 2, 1, 1, path);
+  });
+}
+
+TEST(Hybrid, SlotCopiesDoNotBuildTheSerialModel) {
+  testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto world = testing::make_comm(rank, n, store, 60);
+    Mesh mesh(world, 1, 1, 2);
+    // GPipe keeps all 4 micro-batches live on each stage: 3 slot copies
+    // of its modules per rank, yet only the model itself is initialised
+    // from the serial GPT.
+    const int64_t before = tp::TpGpt::serial_builds();
+    auto model = make_hybrid_gpt(mesh, config(), kSeed, "gpipe", 4);
+    EXPECT_EQ(tp::TpGpt::serial_builds() - before, 1);
+    nn::AdamW opt = optimizer();
+    Tensor x, y;
+    batch(0, x, y);
+    EXPECT_TRUE(std::isfinite(model->step(x, y, opt, 0.1f)));
   });
 }
 

@@ -202,5 +202,87 @@ TEST(PipelineSchedule, PartitionBalancesContiguousLayers) {
   EXPECT_THROW(interleaved_schedule(4, 6, 2), Error);
 }
 
+// The largest stage sum of a split, and the best over every contiguous
+// split of `cost` into `stages` non-empty ranges (brute force).
+double largest_stage(const std::vector<double>& cost, const std::vector<size_t>& b) {
+  double worst = 0;
+  for (size_t k = 0; k + 1 < b.size(); ++k) {
+    double sum = 0;
+    for (size_t i = b[k]; i < b[k + 1]; ++i) sum += cost[i];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+double best_by_brute_force(const std::vector<double>& cost, std::vector<size_t> b, int stages) {
+  if (int(b.size()) == stages) {
+    b.push_back(cost.size());
+    return largest_stage(cost, b);
+  }
+  double best = 1e300;
+  const size_t left = size_t(stages) - b.size();  // cuts still to place
+  for (size_t at = b.back() + 1; at + left <= cost.size(); ++at) {
+    std::vector<size_t> next = b;
+    next.push_back(at);
+    best = std::min(best, best_by_brute_force(cost, next, stages));
+  }
+  return best;
+}
+
+TEST(PipelineSchedule, PartitionOfUnevenCostsIsOptimal) {
+  // A GPT costed as --pp-balance measures it: a cheap embedding, equal
+  // blocks, a cheap final norm and a head with its loss worth 3 blocks.
+  const std::vector<double> gpt = {0.1, 1, 1, 1, 1, 1, 1, 0.05, 3};
+  const std::vector<size_t> b = partition_layers(gpt, 3);
+  EXPECT_EQ(b, (std::vector<size_t>{0, 4, 7, 9}));  // 3.1 | 3 | 3.05
+  // By count the head's stage would hold 3 blocks' worth more.
+  EXPECT_LT(largest_stage(gpt, b), largest_stage(gpt, {0, 3, 6, 9}));
+  const std::vector<std::vector<double>> costs = {
+      {5, 1, 1, 1, 1, 1, 5}, {1, 9, 1, 1, 9, 1}, {0.3, 2.5, 0.1, 0.7, 4, 4, 0.2, 1.9}, {2, 0, 0, 2}};
+  for (const auto& c : costs)
+    for (int stages = 1; stages <= int(c.size()); ++stages) {
+      const std::vector<size_t> got = partition_layers(c, stages);
+      ASSERT_EQ(got.size(), size_t(stages) + 1);
+      EXPECT_EQ(got.front(), 0u);
+      EXPECT_EQ(got.back(), c.size());
+      for (size_t k = 1; k < got.size(); ++k) EXPECT_LT(got[k - 1], got[k]) << "empty stage";
+      EXPECT_DOUBLE_EQ(largest_stage(c, got), best_by_brute_force(c, {0}, stages))
+          << c.size() << " layers, " << stages << " stages";
+    }
+}
+
+TEST(PipelineSchedule, PartitionOfEqualCostsIsTheCountSplit) {
+  EXPECT_EQ(partition_layers(std::vector<double>(9, 2.5), 3), (std::vector<size_t>{0, 3, 6, 9}));
+  EXPECT_EQ(partition_layers(std::vector<double>(8, 1.0), 4),
+            (std::vector<size_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(partition_layers(std::vector<double>(5, 1.0), 5),
+            (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(partition_layers(std::vector<double>(5, 1.0), 1), (std::vector<size_t>{0, 5}));
+}
+
+TEST(PipelineSchedule, PartitionRefusesMoreStagesThanLayersByName) {
+  auto refused = [](const std::vector<double>& cost, int stages, const std::string& needle) {
+    try {
+      partition_layers(cost, stages);
+      ADD_FAILURE() << "accepted; expected '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::kInvalidArgument);
+      EXPECT_TRUE(contains(e.what(), needle)) << e.what();
+    }
+  };
+  refused({1, 1, 1}, 4, "cannot cut 3 layers into 4 non-empty stages");
+  refused({}, 1, "cannot cut 0 layers into 1 non-empty stages");
+  refused({1, 1}, 0, "cannot cut 2 layers into 0 non-empty stages");
+  refused({1, -1, 1}, 2, "layer 1 has a negative cost");
+}
+
+TEST(PipelineSchedule, FormatPartitionShowsEachStagesPredictedTime) {
+  const std::string t = format_partition({0.001, 0.002, 0.0005, 0.003}, {0, 2, 4});
+  EXPECT_EQ(t, "stage 0: layers [0, 2), predicted 3.000 ms\n"
+               "stage 1: layers [2, 4), predicted 3.500 ms\n");
+  EXPECT_THROW(format_partition({1, 1}, {0, 3}), Error);
+  EXPECT_THROW(format_partition({1, 1}, {0, 0, 2}), Error);
+}
+
 }  // namespace
 }  // namespace braid::parallel

@@ -1,7 +1,8 @@
 // braid train gpt --dp/--tp/--pp, end to end with the real binary
 // (BRAID_BIN): every layout's losses equal the single-process run's, the
 // JSON records carry the per-rank split and the pipeline's figures,
-// checkpoints resume across layouts, --print-schedule names every rank,
+// checkpoints resume across layouts, --pp-balance cuts the stages by
+// measured time without changing the losses, --print-schedule names every rank,
 // and a wrong rank count under a launcher or --tp with mlp is refused.
 #include <gtest/gtest.h>
 
@@ -75,6 +76,29 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
     ASSERT_EQ(done["peak_activation_bytes"].size(), size_t(l.pp)) << l.flags;
     for (const auto& b : done["peak_activation_bytes"]) EXPECT_GT(int64_t(b), 0) << l.flags;
   }
+}
+
+TEST(TrainMp, PpBalanceCutsByMeasuredTimeAndMatchesSingleProcess) {
+  const auto serial = train("", 4, "serial4");
+  std::string log = braid::testing::temp_dir("trainmp") + "/balance.jsonl";
+  CommandResult r = run_command(braid_bin() + kTiny +
+                                " --steps 4 --pp 2 --micro-batches 4 --pp-balance --json-log " +
+                                log);
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_same_losses(serial, braid::testing::read_json_lines(log), "--pp 2 --pp-balance");
+  // Printed once, by rank 0: the 5 modules (emb, 2 blocks, ln_f, lm_head)
+  // cut into 2 stages that together cover them.
+  EXPECT_EQ(r.out.find("pp balance:"), r.out.rfind("pp balance:")) << r.out;
+  EXPECT_NE(r.out.find("stage 0: layers [0, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("), predicted "), std::string::npos) << r.out;
+  const size_t at = r.out.find("stage 1: layers [");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", 5), predicted ", at), std::string::npos) << r.out;
+
+  r = run_command(braid_bin() + kTiny + " --steps 2 --pp-balance");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--pp-balance needs more than one pipeline stage"), std::string::npos)
+      << r.out;
 }
 
 TEST(TrainMp, CheckpointResumesInAnotherLayoutAndTraceIsWritten) {

@@ -2,7 +2,7 @@
 //
 // train_cmd.cc hands over here when a model-parallel flag is given (--tp,
 // --pp, --micro-batches, --schedule, --virtual-stages, --sequence-parallel,
-// --print-schedule, --trace). The model is parallel::HybridGpt over an
+// --print-schedule, --trace, --pp-balance). The model is parallel::HybridGpt over an
 // A × B × C Mesh. Started plainly, A·B·C ranks are forked under
 // launch::run_forked (as --dp does); under a launcher the job's size must be
 // A·B·C.
@@ -41,7 +41,7 @@ struct MpFlags : TrainFlags {
   int micro_batches = 0;  // 0: pp (at least 1)
   std::string schedule = "1f1b";
   int virtual_stages = 0;  // 0: 2 for interleaved, else 1
-  bool sequence_parallel = false, print_schedule = false;
+  bool sequence_parallel = false, print_schedule = false, pp_balance = false;
   std::string trace;
   int zero = 0;
   std::string transport;
@@ -70,6 +70,8 @@ void settle(MpFlags& f) {
   if (f.schedule != "interleaved" && f.virtual_stages != 1)
     reject("--virtual-stages applies to --schedule interleaved only");
   if (f.micro_batches == 0) f.micro_batches = f.pp;
+  if (f.pp_balance && f.pp * f.virtual_stages < 2)
+    reject("--pp-balance needs more than one pipeline stage (--pp 2 or more)");
   apply_model_defaults(f);
   if (f.batch % (int64_t(f.dp) * f.micro_batches) != 0)
     reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
@@ -116,8 +118,17 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   ho.sequence_parallel = f.sequence_parallel;
   ho.clip = f.clip;
   ho.zero = f.zero;
+  if (f.pp_balance)
+    ho.module_costs = parallel::measure_gpt_module_costs(
+        mesh, gpt_config(f), f.seed, f.batch / (int64_t(f.dp) * f.micro_batches),
+        f.sequence_parallel);
   auto model =
       parallel::make_hybrid_gpt(mesh, gpt_config(f), f.seed, f.schedule, f.micro_batches, ho);
+  if (f.pp_balance && logger) {
+    std::printf("pp balance: GPT modules (emb, blocks, ln_f, lm_head) by measured time\n%s",
+                parallel::format_partition(ho.module_costs, model->stage_bounds()).c_str());
+    std::fflush(stdout);
+  }
   nn::Optimizer& opt = *setup.opt;
   if (!f.resume.empty()) model->load(f.resume, opt);
 
@@ -223,7 +234,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
 bool mp_requested(int argc, char** argv) {
   return has_any_flag(argc, argv,
                       {"--tp", "--pp", "--micro-batches", "--schedule", "--virtual-stages",
-                       "--sequence-parallel", "--print-schedule", "--trace"});
+                       "--sequence-parallel", "--print-schedule", "--trace", "--pp-balance"});
 }
 
 int train_mp_main(int argc, char** argv) {
@@ -246,6 +257,8 @@ int train_mp_main(int argc, char** argv) {
                "shard the activations between tensor-parallel layers along the sequence");
   app.add_flag("--print-schedule", f.print_schedule,
                "print the checked schedule's timeline and exit without training");
+  app.add_flag("--pp-balance", f.pp_balance,
+               "cut the stages by each layer's measured forward+backward time, not by count");
   app.add_option("--trace", f.trace, "write the last step's pipeline as a Chrome trace to FILE");
   app.add_option("--zero", f.zero, "ZeRO stage over dp: 0 none, 1 optimizer state sharded")
       ->check(CLI::Range(0, 1));

@@ -58,7 +58,8 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
   BRAID_CHECK_ARG(costs.size() == count,
                   "hybrid: " + std::to_string(costs.size()) + " module costs for the GPT's " +
                       std::to_string(count) + " top-level modules");
-  const std::vector<size_t> bounds = partition_layers(costs, sched.stages());
+  m.bounds = partition_layers(costs, sched.stages());
+  const std::vector<size_t>& bounds = m.bounds;
 
   // This rank's virtual stages, as module ranges, one per chunk.
   const int s = mesh_.coord().pp;
@@ -77,9 +78,13 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
     }
     return chunks;
   };
-  // The executor's activation slots run copies of this rank's stages.
-  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), topts, chunks_of]() {
-    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, topts);
+  // The executor's activation slots run copies of this rank's stages. The
+  // executor points a copy's parameters at the model's, so a copy skips
+  // initialisation: it costs only its modules' buffers.
+  tp::TpGptOptions copy_opts = topts;
+  copy_opts.initialise = false;
+  ChunkFactory copy = [cfg, seed, tp = mesh_.tp(), copy_opts, chunks_of]() {
+    auto model = std::make_shared<tp::TpGpt>(cfg, seed, tp, copy_opts);
     return ChunkCopy{chunks_of(*model), model};
   };
   m.params = m.model->parameters();
@@ -133,6 +138,7 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
 HybridGpt::~HybridGpt() = default;
 
 const Schedule& HybridGpt::schedule() const { return impl_->exec->schedule(); }
+const std::vector<size_t>& HybridGpt::stage_bounds() const { return impl_->bounds; }
 const std::vector<tp::Sharded>& HybridGpt::shards() const { return impl_->model->shards(); }
 std::vector<nn::Parameter*> HybridGpt::parameters() const { return impl_->params; }
 int64_t HybridGpt::next_step() const { return impl_->exec->next_step(); }

@@ -14,6 +14,7 @@ struct HybridGpt::Impl {
   nn::GptConfig cfg;
   uint64_t seed = 0;
   HybridOptions opts;
+  std::vector<size_t> bounds;  // the virtual stages' module bounds
   std::unique_ptr<tp::TpGpt> model;
   // Over the mesh's dp group: the stage's gradient buckets (every
   // parameter's data and grad are views into them) and the ZeRO stage.

@@ -37,7 +37,8 @@ void ActivationSlots::share(const std::vector<nn::Module*>& modules) {
   }
 }
 
-int ActivationSlots::take(int mb) {
+int ActivationSlots::take(int mb, int* evicted) {
+  if (evicted) *evicted = -1;
   int pick = -1;
   for (size_t k = 0; k < slots_.size() && pick < 0; ++k)
     if (slots_[k].mb < 0) pick = int(k);
@@ -48,6 +49,7 @@ int ActivationSlots::take(int mb) {
                           backward_at_[size_t(slots_[size_t(pick)].mb)])
         pick = int(k);
     slot_of_[size_t(slots_[size_t(pick)].mb)] = -1;
+    if (evicted) *evicted = slots_[size_t(pick)].mb;
   }
   Slot& s = slots_[size_t(pick)];
   s.mb = mb;

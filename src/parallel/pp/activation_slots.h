@@ -51,8 +51,9 @@ class ActivationSlots {
   // The slot holding mb's activations, or -1.
   int find(int mb) const { return slot_of_[size_t(mb)]; }
   // A slot for mb's forward: a free one, or the one holding the micro-
-  // batch whose backward comes last, which loses its activations.
-  int take(int mb);
+  // batch whose backward comes last, which loses its activations (that
+  // micro-batch is stored in *evicted; -1 when a free slot was taken).
+  int take(int mb, int* evicted = nullptr);
   // mb's backward is done: its slot is free again.
   void free(int mb);
   // Every slot free (a new step, or after shape learning).

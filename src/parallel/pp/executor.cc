@@ -3,11 +3,25 @@
 //
 // Buffers per chunk and micro-batch live only while the schedule needs
 // them: the stage input from its receive (or a view of the caller's batch
-// on stage 0) until the backward, the output copy until its send, the
-// incoming gradient from its receive (or the loss) until the backward, the
-// outgoing gradient until its send. So the executor's memory follows the
-// schedule's live activations (check_schedule's peak_live), not M. The
-// modules' own activations live in the chunk's slots (activation_slots.h).
+// on stage 0) until the backward, the incoming gradient from its receive
+// (or the loss) until the backward, the outgoing gradient until its send.
+// So the executor's memory follows the schedule's live activations
+// (check_schedule's peak_live), not M. The modules' own activations live
+// in the chunk's slots (activation_slots.h).
+//
+// A stage's output is sent straight from the slot that computed it
+// (act_out[mb] is a view of the last module's output, or of whatever
+// tensor that module returned: its input, an earlier module's output, all
+// of which the slot keeps until mb's backward). Nothing rewrites it before
+// the send completes: the slot's modules run again only for a later
+// forward in that slot or for mb's backward. mb's backward comes after
+// the action that receives mb's gradient, which comes after the action
+// that sends mb's activation (the stage after needs it to make that
+// gradient; check_schedule proves the order), and communicate() returns
+// only when all its transfers have completed. A later forward takes the
+// slot only once mb's backward has freed it, or by evicting mb under
+// recomputation — and that may come before the send (two forwards in one
+// block), so eviction first copies an unsent output out of the slot.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -87,7 +101,11 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
   // The slot's modules keep pointers to their inputs until mb's backward:
   // st.in[mb] and their own outputs, all of which stay put until then.
-  const int slot = st.slots.take(mb);
+  int evicted = -1;
+  const int slot = st.slots.take(mb, &evicted);
+  if (evicted >= 0 && !st.act_out[size_t(evicted)].owning() &&
+      !st.act_out[size_t(evicted)].empty())
+    st.act_out[size_t(evicted)] = Tensor(st.act_out[size_t(evicted)]);  // a deep copy
   const Tensor* y = &st.in[size_t(mb)];
   int64_t bytes = 0;
   for (auto* m : st.slots.modules(slot)) {
@@ -97,7 +115,8 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   st.slots.set_bytes(slot, bytes);
   if (for_backward) return;
   if (st.stage + 1 < sched_.stages()) {
-    keep_copy(st.act_out[size_t(mb)], *y);
+    st.act_out[size_t(mb)] =
+        Tensor::view(const_cast<void*>(y->raw()), y->shape(), y->dtype());
     return;
   }
   const Tensor target = rows_of(*target_, mb, mb_rows_);
@@ -154,7 +173,9 @@ void PipelineExecutor::communicate(const Action& a) {
     }
   }
   if (first) std::rethrow_exception(first);
-  for (Tensor* b : sent) b->release();
+  // Empty, not release(): a view (an output sent from its slot) would
+  // survive release() and look unsent.
+  for (Tensor* b : sent) *b = Tensor();
 }
 
 void PipelineExecutor::clip_gradients() {

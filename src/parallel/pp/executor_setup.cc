@@ -183,7 +183,10 @@ void PipelineExecutor::account() {
     live += st->slots.in_use();
     for (size_t m = 0; m < st->in.size(); ++m) {
       if (st->stage > 0) held += int64_t(st->in[m].nbytes());
-      held += int64_t(st->act_out[m].nbytes() + st->grad_in[m].nbytes() + st->grad_out[m].nbytes());
+      // An output awaiting its send is a view of its slot (counted there)
+      // unless recomputation evicted it from the slot first.
+      if (st->act_out[m].owning()) held += int64_t(st->act_out[m].nbytes());
+      held += int64_t(st->grad_in[m].nbytes() + st->grad_out[m].nbytes());
     }
   }
   peak_activation_ = std::max(peak_activation_, act);

@@ -2,6 +2,7 @@
 // largest stage cost (the linear-partition problem), by dynamic
 // programming over (layers used, stages used): O(stages × layers²).
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "braid/error.h"
@@ -39,6 +40,24 @@ std::vector<size_t> partition_layers(const std::vector<double>& cost, int stages
   bounds[S] = n;
   for (size_t k = S; k >= 1; --k) bounds[k - 1] = cut[k][bounds[k]];
   return bounds;
+}
+
+std::string format_partition(const std::vector<double>& cost, const std::vector<size_t>& bounds) {
+  bool ok = bounds.size() >= 2 && bounds.front() == 0 && bounds.back() == cost.size();
+  for (size_t k = 1; ok && k < bounds.size(); ++k) ok = bounds[k - 1] < bounds[k];
+  BRAID_CHECK_ARG(ok, "pipeline: " + std::to_string(bounds.size()) +
+                          " stage bounds do not cut " + std::to_string(cost.size()) +
+                          " layers into non-empty stages");
+  std::string out;
+  for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+    double sum = 0;
+    for (size_t i = bounds[k]; i < bounds[k + 1]; ++i) sum += cost[i];
+    char line[128];
+    std::snprintf(line, sizeof line, "stage %zu: layers [%zu, %zu), predicted %.3f ms\n", k,
+                  bounds[k], bounds[k + 1], sum * 1e3);
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace braid::parallel

@@ -7,6 +7,7 @@
 // which may be built (a pipeline stage builds its own): forward and
 // backward over the whole model need all of them.
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 #include "braid/error.h"
@@ -48,10 +49,13 @@ std::unique_ptr<nn::Module> build_module(size_t i, const nn::GptConfig& c,
   return head;
 }
 
+std::atomic<int64_t> g_serial_builds{0};
+
 // Copies into every shard its slice of the serial model's parameter of the
 // same name and shape.
 void init_from_serial(const nn::GptConfig& c, uint64_t seed, std::vector<Sharded>& shards,
                       int rank, int size) {
+  g_serial_builds.fetch_add(1, std::memory_order_relaxed);
   auto serial = nn::make_gpt(c, seed);
   std::map<std::string, nn::Parameter*> by_name;
   for (nn::Parameter* p : serial->parameters()) by_name[p->name] = p;
@@ -94,8 +98,10 @@ TpGpt::TpGpt(const nn::GptConfig& c, uint64_t seed, std::shared_ptr<Communicator
   units_.resize(count);
   for (size_t i = 0; i < count; ++i)
     if (wanted[i]) units_[i] = build_module(i, c, tp_, mode, shards_);
-  init_from_serial(c, seed, shards_, tp_->rank(), n);
+  if (opts_.initialise) init_from_serial(c, seed, shards_, tp_->rank(), n);
 }
+
+int64_t TpGpt::serial_builds() { return g_serial_builds.load(std::memory_order_relaxed); }
 
 TpGpt::~TpGpt() = default;
 
