@@ -113,8 +113,16 @@ TEST(PsTrain, KOfNClosesRoundsWithoutTheStragglerAndCountsLatePushes) {
     const auto& done = log.back();
     ASSERT_EQ(done["event"], "done") << late;
     EXPECT_EQ(done["rounds_closed"], nlohmann::json({10, 10})) << late;
-    const int64_t slow = done["contributed"][2];
-    EXPECT_LT(slow, int64_t(kSteps)) << late << ": " << done.dump();
+    // Each round counts exactly K = 2 pushes, so some worker missed rounds:
+    // the slowed worker 2, or (on a loaded machine) worker 0, which also
+    // writes the log. Either way no round waited for all three.
+    int64_t total = 0, fewest = int64_t(kSteps);
+    for (int64_t c : done["contributed"]) {
+      total += c;
+      fewest = std::min(fewest, c);
+    }
+    EXPECT_EQ(total, 2 * int64_t(kSteps)) << late << ": " << done.dump();
+    EXPECT_LT(fewest, int64_t(kSteps)) << late << ": " << done.dump();
     const int64_t n_late = done["pushes_late"];
     EXPECT_GT(n_late, 0) << late << ": " << done.dump();
     EXPECT_EQ(int64_t(done[late == "drop" ? "pushes_dropped" : "pushes_folded"]), n_late) << late;
