@@ -12,24 +12,27 @@
 // of stage s and tp rank t of stage s ± 1 over the mesh's pp group; the
 // last stage's loss is the vocabulary-parallel cross-entropy.
 //
-// One step (step()): each pipeline copy d takes rows [d·B/dp, (d+1)·B/dp)
-// of the global batch and runs the schedule (PipelineExecutor) over its
-// micro-batches. Gradients are SUMMED over dp by a DataParallel over the
+// One step (HybridTrainer::step(): nn::Trainer's step loop with the
+// schedule as its forward/backward stage, PipelineTrainer): each pipeline
+// copy d takes rows [d·B/dp, (d+1)·B/dp) of the global batch (its shard as
+// data-parallel rank d of dp) and runs the schedule (PipelineExecutor)
+// over its micro-batches. Gradients are SUMMED over dp by a DataParallel over the
 // mesh's dp group (data_parallel.h; each is its replica's share of the
 // global mean, so the sum is the mean): the executor's last backward of
 // each chunk sets its grad-ready hook, so a bucket's all_reduce starts as
-// soon as that backward has made its gradients final; the schedule's
-// reduce-gradients action waits for them all, then under sequence
+// soon as that backward has made its gradients final; the loop's
+// before_optimizer_step (the schedule's reduce-gradients action) waits for
+// them all, then under sequence
 // parallelism sums the partial gradients over tp. The GPT ties no weights
 // (make_gpt's lm_head is its own), so no gradient is shared between
 // stages. Clipping uses the global norm over every element once
 // (all_reduce over tp, then over pp); then DataParallel's update of this
 // rank's shards (under ZeRO-1 of its chunk of each bucket, then an
-// all_gather over dp that step() waits for before it returns). Equal,
+// all_gather over dp that the step waits for before it returns). Equal,
 // within rounding, to nn::Trainer on nn::make_gpt with the same config,
 // seed, global batches and optimizer.
 //
-// Collective: the constructor, step(), save() and load() must be called by
+// Collective: the constructors, step(), save() and load() must be called by
 // every rank of the mesh's world at the same point.
 #pragma once
 
@@ -43,6 +46,7 @@
 #include "braid/optim.h"
 #include "braid/pipeline.h"
 #include "braid/tensor_parallel.h"
+#include "braid/trainer.h"
 
 namespace braid::parallel {
 
@@ -51,7 +55,6 @@ struct HybridOptions {
   int micro_batches = 1;          // per pipeline copy per step
   int chunks = 1;                 // virtual stages per pp rank (interleaved: ≥ 2)
   bool sequence_parallel = false;
-  double clip = 0.0;              // max global gradient norm; 0: off
   int zero = 0;                   // 0, or 1: optimizer state sharded over dp
   // Cost of each of the GPT's top-level modules for cutting the stages
   // (gpt_module_count(cfg) entries); empty: equal costs.
@@ -65,10 +68,10 @@ struct HybridOptions {
 //               backward (a reduction that runs inline inside that backward,
 //               where no core is spare for overlap, counts in compute_s), the
 //               tp sums (sequence parallel), the clipping norm's
-//               all_reduces, waiting for ZeRO-1's all_gather, the loss sum;
+//               all_reduces, waiting for ZeRO-1's all_gather, the loss sums;
 //   bubble_s    the schedule's communication actions: waiting for the
 //               neighbouring stages plus the activation transfers;
-//   the remainder is bookkeeping (shape exchange, the loss broadcast).
+//   the remainder is bookkeeping (reading the batch, the shape exchange).
 struct HybridStepRecord {
   int64_t step = 0;
   double loss = 0;       // mean over the global batch
@@ -87,14 +90,6 @@ class HybridGpt {
   HybridGpt(const HybridGpt&) = delete;
   HybridGpt& operator=(const HybridGpt&) = delete;
 
-  // One optimizer step over the global batch: x i32 tokens [B, T] and y
-  // i32 targets [B, T], the same on every rank (each pipeline copy reads
-  // its rows; stage 0 the tokens, the last stage the targets). B must
-  // split into dp · micro_batches. Dropout keys are (seed, step, row of
-  // the global batch). Returns the mean loss over the global batch, equal
-  // on every rank.
-  double step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, float lr);
-  const HybridStepRecord& last() const { return record_; }
   // Start and end of each of this rank's schedule actions in the last step
   // (for write_pipeline_trace over the mesh's pp group).
   const std::vector<ActionTiming>& timings() const;
@@ -112,24 +107,62 @@ class HybridGpt {
   // Bytes of optimizer state this rank holds (what the optimizer has
   // allocated: 0 before its first step).
   int64_t optimizer_bytes(const nn::Optimizer& opt) const;
-  int64_t next_step() const;
-  void set_next_step(int64_t s);
 
   // Checkpoints in the serial format (checkpoint.h): "model/<name>" and
-  // "optim/<name>/<slot>" at the serial model's full shapes, meta "step",
-  // "seed", "optim/kind", "optim/steps" — what nn::Trainer writes, so a
+  // "optim/<name>/<slot>" at the serial model's full shapes, meta "step"
+  // (`step`: the next step to run), "seed", "optim/kind", "optim/steps" —
+  // what nn::Trainer writes, so a
   // run saved at any (dp, tp, pp) resumes at any other or in one process.
   // save gathers (optimizer state over dp, then everything
   // over tp, then to world rank 0, which writes `path`);
-  // load reads it on every rank and keeps this rank's slices. Errors:
-  // checkpoint.h's (kIo, kCorrupt naming the missing tensor).
-  void save(const std::string& path, const nn::Optimizer& opt);
-  void load(const std::string& path, nn::Optimizer& opt);
+  // load reads it on every rank, keeps this rank's slices and returns the
+  // step to resume at. Errors: checkpoint.h's (kIo, kCorrupt naming the
+  // missing tensor).
+  void save(const std::string& path, const nn::Optimizer& opt, int64_t step);
+  int64_t load(const std::string& path, nn::Optimizer& opt);
 
  private:
+  friend class HybridTrainer;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   Mesh mesh_;
+};
+
+// Trains a HybridGpt with nn::Trainer's one step loop: PipelineTrainer
+// runs the schedule as its forward/backward stage over this pipeline
+// copy's shard of each global batch, with the vocabulary-parallel loss and
+// the hybrid's step hooks (DataParallel over dp, the sequence-parallel tp
+// sums, the clipping norm over tp and pp, ZeRO-1's gathers). `opts` are
+// the serial run's: the global batch (it must split into dp ·
+// micro_batches), seed and clip (by the global norm over every element
+// once: all_reduce over tp, then over pp); rank and world are set from the mesh's
+// dp coordinate; accum must be 1. Throws Error(kInvalidArgument) naming
+// what does not split. Every step's StepStats equal nn::Trainer's on
+// nn::make_gpt with the same data, optimizer, schedule and options, within
+// rounding. Collective, as HybridGpt.
+class HybridTrainer {
+ public:
+  HybridTrainer(HybridGpt& model, nn::Dataset& data, nn::Optimizer& opt,
+                nn::LrSchedule schedule, nn::TrainOptions opts);
+  ~HybridTrainer();
+  HybridTrainer(const HybridTrainer&) = delete;
+  HybridTrainer& operator=(const HybridTrainer&) = delete;
+
+  nn::StepStats step();
+  const HybridStepRecord& last() const { return record_; }
+  int64_t next_step() const;
+  // HybridGpt::save / load with the trainer's step.
+  void save(const std::string& path);
+  void load(const std::string& path);
+
+ private:
+  class Hooks;
+  HybridGpt& model_;
+  nn::Optimizer& opt_;
+  // Declared before trainer_, which holds them by reference.
+  std::unique_ptr<Hooks> hooks_;
+  std::unique_ptr<tp::VocabParallelCrossEntropy> loss_;
+  std::unique_ptr<PipelineTrainer> trainer_;
   HybridStepRecord record_;
 };
 

@@ -38,6 +38,7 @@
 #include "braid/module.h"
 #include "braid/optim.h"
 #include "braid/tensor.h"
+#include "braid/trainer.h"
 
 namespace braid {
 class Communicator;
@@ -187,51 +188,9 @@ struct ActionTiming {
   double start = 0, end = 0;  // seconds on the monotonic clock
 };
 
-// The last stage's loss, with nn::SoftmaxCrossEntropy's contract: forward
-// returns the SUM over rows of −log p[target]; backward(scale) returns
-// scale · dL/dlogits in a buffer the loss owns. A vocabulary-parallel loss
-// (tensor_parallel.h) fits the same contract over split logits.
-class StageLoss {
- public:
-  virtual ~StageLoss() = default;
-  virtual double forward(const Tensor& logits, const Tensor& target) = 0;
-  virtual const Tensor& backward(float scale) = 0;
-};
-
 struct PipelineOptions {
-  uint64_t seed = 0;  // dropout keys (as nn::TrainOptions::seed)
-  // Empty: softmax cross-entropy over whole logits.
-  std::shared_ptr<StageLoss> loss;
-  // Data parallelism over `replicas` copies of this pipeline: a step's
-  // batch is rows [replica · b, (replica + 1) · b) of a global batch of
-  // replicas · b rows. Dropout keys use the global row, and gradients are
-  // scaled by 1 / (global target rows), so the SUM of the replicas'
-  // gradients (reduce_gradients' job) is the global mean's.
-  int replica = 0, replicas = 1;
-  // Called at kReduceGrads with this rank's parameters: where a data-
-  // parallel group replicates the stage, it sums their gradients there.
-  // Empty: pipeline parallelism alone has no replica to reduce with.
-  std::function<void(const std::vector<nn::Parameter*>&)> reduce_gradients;
-  // Clip by the global gradient norm over all stages before the optimizer
-  // step, as nn::clip_grad_norm does in one process (0: off). Costs one
-  // all-reduce of a double over the pipeline's ranks per step.
-  double clip = 0.0;
-  // The squared global gradient norm for clipping, from this rank's
-  // gradients (collective where the norm spans more ranks, e.g. a tensor-
-  // parallel group that holds each element once). Empty: the squares of
-  // this rank's gradients summed over the pipeline's ranks.
-  std::function<double(const std::vector<nn::Parameter*>&)> grad_square_sum;
-  // Called at kStep after clipping instead of opt.step(params, lr): a
-  // sharded optimizer (ZeRO) updates its shard and gathers the rest.
-  std::function<void(nn::Optimizer&, const std::vector<nn::Parameter*>&, float)> optimizer_step;
   // Called after each action of a step with its index (progress, tests).
   std::function<void(int action)> after_action;
-  // Set as nn::Context::grad_ready on each chunk's last backward of a step,
-  // so it is called once per parameter of this rank (the model's, never a
-  // slot copy's) as soon as its gradient for the step is final: where data
-  // parallelism starts reducing buckets (DataParallel::hook()) while the
-  // rest of that backward runs. Empty: none.
-  nn::GradReadyHook grad_ready;
   // Micro-batches whose activations a chunk keeps at once (its activation
   // slots; see the executor). 0: as many as the schedule keeps live on
   // that chunk, so no forward runs twice. Fewer (at least 1) is activation
@@ -239,6 +198,24 @@ struct PipelineOptions {
   // paid for by running again the forward of a micro-batch whose
   // activations were given up before its backward.
   int activation_slots = 0;
+};
+
+// What the step loop (nn::Trainer, through PipelineTrainer) hands the
+// schedule for one step.
+struct PipelineStep {
+  int64_t step = 0;       // dropout keys: (seed, step, global row)
+  uint64_t seed = 0;
+  int64_t first_row = 0;  // the global batch row of the input's row 0
+  // dL/dlogits scale: 1 / (global batch · targets per sample), so that the
+  // SUM of the pipeline copies' gradients is the global mean's.
+  float scale = 0;
+  nn::Loss* loss = nullptr;  // the last stage's; its forward returns a sum
+  // Set as nn::Context::grad_ready on each chunk's last backward of the
+  // step, so it is called once per parameter of this rank (the model's,
+  // never a slot copy's) as soon as its gradient for the step is final:
+  // where data parallelism starts reducing buckets while the rest of that
+  // backward runs. Empty: none.
+  nn::GradReadyHook grad_ready;
 };
 
 // Another copy of this rank's chunks of the model, for the executor's
@@ -259,8 +236,12 @@ using ModelFactory = std::function<std::unique_ptr<nn::Sequential>()>;
 // same full model (same seed) and keeps only its chunks' modules busy;
 // bounds are the schedule's stages() + 1 module boundaries (see
 // partition_layers). Or (second constructor) each rank builds only its
-// stages' modules. The loss (PipelineOptions::loss, by default softmax
-// cross-entropy) is averaged over the global batch.
+// stages' modules. The executor is the forward/backward stage of
+// nn::Trainer's step loop (PipelineTrainer below): it runs each rank's
+// list up to the schedule's reduce-gradients and optimizer-step actions,
+// which are the loop's own stages (the hooks' before_optimizer_step and
+// optimizer_step), so zeroing, reduction, clipping, the update, the lr
+// schedule and the step's statistics are the loop's, as in one process.
 //
 // Activation slots. A module holds the activations of the last batch it
 // ran forward, so a chunk keeps, besides the model's own modules, copies
@@ -292,18 +273,19 @@ class PipelineExecutor {
                    std::vector<std::vector<nn::Module*>> chunks, ChunkFactory copy,
                    Schedule schedule, PipelineOptions opts = {});
 
-  // One optimizer step over the global batch: input [B, …] (needed on the
-  // rank of stage 0; f32 or i32 tokens), target i32 [B] or [B, T] (needed
-  // on the rank of the last stage); others may pass empty tensors. B must
-  // split into micro_batches. Zeroes this rank's gradients, runs its
-  // actions, steps `opt` with lr on this rank's parameters. Returns the
-  // mean loss over this replica's batch (with one replica: the global
-  // batch) on every rank of the pipeline (one broadcast). Costs,
-  // besides the actions, a broadcast of the micro-batch shape per step and,
-  // when that shape changes, one dry forward per stage to learn the
-  // activation shapes. Throws the communicator's errors (a dead stage is
-  // named in them).
-  double step(const Tensor& input, const Tensor& target, nn::Optimizer& opt, float lr);
+  // The forward and backward of one step over this pipeline copy's batch:
+  // input [B, …] (needed on the rank of stage 0; f32 or i32 tokens),
+  // target i32 [B] or [B, T] (needed on the rank of the last stage);
+  // others may pass empty tensors. B must split into micro_batches. Runs
+  // this rank's actions before the schedule's reduce-gradients action,
+  // accumulating into the gradients (the caller zeroes them) and, on the
+  // last stage's rank, adding [loss sum, target rows, correct] to sums
+  // (nn::StepState::sums; other ranks add nothing). Costs, besides the
+  // actions, a broadcast of the micro-batch shape per step and, when that
+  // shape changes, one dry forward per stage to learn the activation
+  // shapes. Throws the communicator's errors (a dead stage is named in
+  // them).
+  void run(const Tensor& input, const Tensor& target, const PipelineStep& ps, double sums[3]);
 
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
   const Schedule& schedule() const { return sched_; }
@@ -330,12 +312,10 @@ class PipelineExecutor {
   int peak_live() const { return peak_live_; }
   int64_t peak_activation_bytes() const { return peak_activation_; }
   int64_t peak_held_bytes() const { return peak_held_; }
-  // Global gradient norm before clipping in the last step (0 unless clip).
-  double grad_norm() const { return grad_norm_; }
-  // The optimizer step the next step() runs (dropout keys use it); set it
-  // when resuming from a checkpoint.
-  int64_t next_step() const { return step_; }
-  void set_next_step(int64_t s) { step_ = s; }
+  Communicator& comm() { return *comm_; }
+  // The timing of this rank's reduce-gradients or optimizer-step action
+  // (`kind`), which run() leaves to the step loop: PipelineHooks sets it.
+  ActionTiming& loop_timing(ActionKind kind);
 
  private:
   struct Stage;
@@ -344,7 +324,6 @@ class PipelineExecutor {
   void backward(int mb, int chunk);
   void communicate(const Action& a);
   void init(std::vector<std::vector<nn::Module*>> chunks, const ChunkFactory& copy);
-  void clip_gradients();
   void account();
 
   std::shared_ptr<Communicator> comm_;
@@ -355,20 +334,77 @@ class PipelineExecutor {
   std::vector<std::shared_ptr<Stage>> stages_;  // [chunk]
   std::vector<std::shared_ptr<void>> copies_;   // owners of the slots' modules
   std::vector<nn::Parameter*> params_;
-  std::shared_ptr<StageLoss> loss_;
   std::vector<ActionTiming> timings_;
   Shape mb_shape_;  // and dtype: what the stage shapes were learnt for
   DType mb_dtype_ = DType::kF32;
   // Per step:
   const Tensor* input_ = nullptr;
   const Tensor* target_ = nullptr;
-  int64_t mb_rows_ = 0, step_ = 0;
-  float scale_ = 0;
-  double loss_sum_ = 0;
+  const PipelineStep* ps_ = nullptr;
+  int64_t mb_rows_ = 0;
+  double sums_[3] = {0, 0, 0};
   int recomputed_ = 0;
-  double grad_norm_ = 0;
   int64_t peak_held_ = 0, peak_activation_ = 0;
   int peak_live_ = 0;
+};
+
+// ---- In the step loop ----------------------------------------------------
+
+// The step hooks of a pipeline: `inner`'s (the built-in serial set, or
+// DataParallel's over copies of the pipeline) with the two stages that
+// span the pipeline's ranks: clip_grad_norm uses the global norm over
+// every stage (grad_square_sum, collective over the pipeline's ranks),
+// and after_step sums [loss sum, rows, correct] over them (only the last
+// stage's rank has any) before `inner`'s after_step.
+class PipelineHooks : public nn::StepHooks {
+ public:
+  // Over `exec`'s ranks; times the schedule's reduce-gradients and
+  // optimizer-step actions (exec.loop_timing) around `inner`'s stages.
+  PipelineHooks(PipelineExecutor& exec, nn::StepHooks& inner) : exec_(exec), inner_(&inner) {}
+  void set_inner(nn::StepHooks& inner) { inner_ = &inner; }
+
+  void begin_step(int64_t step, const std::vector<nn::Parameter*>& params) override;
+  nn::GradReadyHook grad_ready_hook() override { return inner_->grad_ready_hook(); }
+  void before_optimizer_step(const std::vector<nn::Parameter*>& params) override;
+  // Scales gradients by max_norm / (norm + 1e-6) when the norm exceeds
+  // max_norm, as nn::clip_grad_norm does in one process.
+  double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) override;
+  void optimizer_step(nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
+                      float lr) override;
+  void after_step(nn::StepState& st) override;
+
+ protected:
+  // The squared global gradient norm from this rank's gradients: here
+  // their squares summed over the pipeline's ranks (stages hold disjoint
+  // parameters). Collective over the pipeline's ranks.
+  virtual double grad_square_sum(const std::vector<nn::Parameter*>& params);
+  PipelineExecutor& exec_;
+  nn::StepHooks* inner_;
+};
+
+// nn::Trainer with the executor's schedule as its forward/backward stage:
+// each step this rank's shard of the global batch (TrainOptions::rank and
+// world: this pipeline copy among the copies) is gathered whole and run
+// through `exec` with the trainer's loss, seed and loss scale, and the
+// grad-ready hook of the hooks in use. Its parameters are the executor's
+// (this rank's stages); its hooks a PipelineHooks over the built-in set
+// (hooks()), so TrainOptions::clip clips by the norm over all stages and
+// StepStats are the whole pipeline's. `model` is what the executor runs
+// this rank's chunks of (the whole model, or this rank's stages);
+// TrainOptions::accum must be 1 (the schedule's micro-batches split the
+// batch). save/load are nn::Trainer's over this rank's parameters only.
+class PipelineTrainer : public nn::Trainer {
+ public:
+  PipelineTrainer(PipelineExecutor& exec, nn::Module& model, nn::Dataset& data,
+                  nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts);
+  PipelineHooks& pipeline_hooks() { return pipe_hooks_; }
+
+ protected:
+  void forward_backward(nn::StepState& st) override;
+
+ private:
+  PipelineExecutor& exec_;
+  PipelineHooks pipe_hooks_;
 };
 
 // ---- Traces ---------------------------------------------------------------

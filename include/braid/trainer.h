@@ -1,7 +1,11 @@
 // nn::Trainer — the one training step loop. Single-process training runs it as
 // is; data parallelism (parallel::DataParallel) and tensor parallelism
 // (parallel::tp::TpStepHooks, with its own loss) extend it through
-// StepHooks; a pipeline schedule would override its forward_backward stage.
+// StepHooks; pipeline parallelism (parallel::PipelineTrainer, and the
+// dp × tp × pp HybridTrainer over it) derives from it and overrides its
+// forward_backward stage with a schedule's actions over micro-batches,
+// keeping every other stage — zeroing, reduction, clipping, the lr
+// schedule, the update, the statistics, the step count — the loop's.
 //
 // One step (global batch B, this rank's shard of it, `accum` micro-batches):
 //   hooks.begin_step                 serial: zero every gradient
@@ -163,8 +167,11 @@ class Trainer {
 
  protected:
   // Stage 2 of step(): every micro-batch's forward, loss and backward,
-  // accumulating into the gradients and into st.sums. A pipeline schedule
-  // overrides this with its list of actions over micro-batches.
+  // accumulating into the gradients and into st.sums (this rank's [loss
+  // sum, rows, correct]), with shard_ already this step's rows and
+  // hooks_->grad_ready_hook() for the gradients' last backward. The one
+  // stage a subclass replaces: a pipeline runs its schedule here
+  // (parallel::PipelineTrainer); the stages around it stay the loop's.
   virtual void forward_backward(StepState& st);
   // Micro-batch m of `micro` rows into x_, y_ (timed as input).
   void load_micro_batch(StepState& st, int m, int64_t micro);

@@ -121,14 +121,6 @@ std::string describe(const Case& c) {
          (c.balance ? " pp-balance" : "");
 }
 
-void batch(int64_t step, Tensor& x, Tensor& y) {
-  static nn::ByteText data = text();
-  nn::Sampler sampler(data.size(), kBatch, kSeed);
-  std::vector<int64_t> idx;
-  sampler.global(step, idx);
-  data.gather(idx.data(), kBatch, x, y);
-}
-
 // Max difference within 1e-5 of the tensor's largest value.
 void expect_tensor(const float* a, const std::vector<float>& b, const std::string& what) {
   double scale = 1e-2, worst = 0;
@@ -154,7 +146,6 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   HybridOptions o;
   o.chunks = c.chunks;
   o.sequence_parallel = c.sp;
-  o.clip = kClip;
   o.zero = c.zero;
   o.module_costs = c.costs;
   if (c.balance) {
@@ -174,12 +165,12 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
     EXPECT_EQ(model->stage_bounds(), partition_layers(o.module_costs, c.pp * c.chunks)) << what;
   }
   nn::AdamW opt = optimizer();
-  Tensor x, y;
+  nn::ByteText data = text();
+  HybridTrainer tr(*model, data, opt, schedule(), serial_options());
   for (int step = 0; step < kSteps; ++step) {
-    batch(step, x, y);
-    const double loss = model->step(x, y, opt, schedule().at(step));
+    const double loss = tr.step().loss;
     expect_loss(loss, ref.losses[size_t(step)], what + " step " + std::to_string(step));
-    const HybridStepRecord& r = model->last();
+    const HybridStepRecord& r = tr.last();
     EXPECT_EQ(r.step, step) << what;
     EXPECT_EQ(r.loss, loss) << what;
     EXPECT_GT(r.compute_s, 0.0) << what;
@@ -192,7 +183,7 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
       EXPECT_EQ(r.bubble_s, 0.0) << what << ": no pipeline transfers";
     }
   }
-  EXPECT_GT(model->last().grad_norm, 0.0) << what;
+  EXPECT_GT(tr.last().grad_norm, 0.0) << what;
 
   // Final parameters: each stage gathers its shards over tp; between them
   // the stages hold every serial parameter once.
@@ -231,7 +222,7 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   } else {
     EXPECT_EQ(state, 2 * bytes) << what;
   }
-  if (!save_to.empty()) model->save(save_to, opt);
+  if (!save_to.empty()) tr.save(save_to);
 }
 
 // Resumes the checkpoint of step kSteps at (dp, tp, 1) on this world and
@@ -242,17 +233,16 @@ void resume(const std::shared_ptr<Communicator>& world, int dp, int tp, int zero
   const Trace& ref = serial();
   Mesh mesh(world, dp, tp, 1);
   HybridOptions o;
-  o.clip = kClip;
   o.zero = zero;
   auto model = make_hybrid_gpt(mesh, config(), kSeed, "1f1b", 2, o);
   nn::AdamW opt = optimizer();
-  model->load(path, opt);
-  ASSERT_EQ(model->next_step(), kSteps);
+  nn::ByteText data = text();
+  HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+  tr.load(path);
+  ASSERT_EQ(tr.next_step(), kSteps);
   EXPECT_EQ(opt.steps(), kSteps);
-  Tensor x, y;
   for (int64_t step = kSteps; step < kSteps + kMoreSteps; ++step) {
-    batch(step, x, y);
-    const double loss = model->step(x, y, opt, schedule().at(step));
+    const double loss = tr.step().loss;
     expect_loss(loss, ref.losses[size_t(step)],
                 "resumed at dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
                     " zero=" + std::to_string(zero) + " step " + std::to_string(step));
@@ -329,9 +319,9 @@ TEST(Hybrid, SlotCopiesDoNotBuildTheSerialModel) {
     auto model = make_hybrid_gpt(mesh, config(), kSeed, "gpipe", 4);
     EXPECT_EQ(tp::TpGpt::serial_builds() - before, 1);
     nn::AdamW opt = optimizer();
-    Tensor x, y;
-    batch(0, x, y);
-    EXPECT_TRUE(std::isfinite(model->step(x, y, opt, 0.1f)));
+    nn::ByteText data = text();
+    HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+    EXPECT_TRUE(std::isfinite(tr.step().loss));
   });
 }
 
@@ -358,15 +348,17 @@ TEST(Hybrid, BadInputIsRefusedByName) {
             "2 module costs for the GPT's 5 top-level modules");
     auto model = make_hybrid_gpt(mesh, config(), 1, "1f1b", 2);
     nn::AdamW opt = optimizer();
-    Tensor x({6, 8}, DType::kI32), y({6, 8}, DType::kI32);
-    refused([&] { model->step(x, y, opt, 0.1f); },
+    nn::ByteText data = text();
+    nn::TrainOptions six = serial_options();
+    six.global_batch = 6;
+    refused([&] { HybridTrainer(*model, data, opt, schedule(), six); },
             "global batch 6 does not split into dp=2 copies of 2 micro-batches");
-    Tensor f({8, 8});
-    refused([&] { model->step(f, y, opt, 0.1f); }, "must both be i32 [B, T]");
+    nn::TrainOptions accum = serial_options();
+    accum.accum = 2;
+    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); }, "accum 2");
     // The refusals came before any collective: the model still trains.
-    x.resize({8, 8}, DType::kI32);
-    y.resize({8, 8}, DType::kI32);
-    EXPECT_TRUE(std::isfinite(model->step(x, y, opt, 0.1f)));
+    HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+    EXPECT_TRUE(std::isfinite(tr.step().loss));
   });
 }
 

@@ -144,23 +144,23 @@ int64_t run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace&
   Schedule sched = make_schedule(c.schedule, pp, c.micro_batches, c.chunks);
   auto bounds = partition_layers(std::vector<double>(s.model->size(), 1.0), sched.stages());
   PipelineOptions opts;
-  opts.seed = kSeed;
-  opts.clip = s.clip;
   opts.activation_slots = c.slots;
+  PipelineExecutor ex(comm, *s.model, copies_of(c.kind), bounds, sched, opts);
+  // nn::Trainer's step loop with the schedule as its forward/backward.
+  nn::TrainOptions o;
+  o.global_batch = kBatch;
+  o.seed = kSeed;
+  o.clip = s.clip;
+  PipelineTrainer t(ex, *s.model, *s.data, *s.opt, s.lr, o);
   // The grad-ready hook: once per parameter of this rank per step, always
   // with the model's parameter (never a slot copy's).
   std::map<const nn::Parameter*, int> ready;
-  opts.grad_ready = [&](nn::Parameter& p) { ++ready[&p]; };
-  PipelineExecutor ex(comm, *s.model, copies_of(c.kind), bounds, sched, opts);
-  nn::Sampler sampler(s.data->size(), kBatch, kSeed);
-  std::vector<int64_t> idx;
-  Tensor x, y;
+  t.hooks().grad_ready = [&](nn::Parameter& p) { ++ready[&p]; };
   int clipped = 0;
   for (int step = 0; step < kSteps; ++step) {
-    sampler.global(step, idx);
-    s.data->gather(idx.data(), kBatch, x, y);
     ready.clear();
-    const double loss = ex.step(x, y, *s.opt, s.lr.at(step));
+    const nn::StepStats st = t.step();
+    const double loss = st.loss;
     EXPECT_EQ(ready.size(), ex.parameters().size()) << what << " step " << step;
     for (const nn::Parameter* p : ex.parameters()) {
       EXPECT_EQ(ready[p], 1) << what << " step " << step << " " << p->name;
@@ -169,7 +169,7 @@ int64_t run_case(std::shared_ptr<Communicator> comm, const Case& c, const Trace&
         << what << " step " << step << ": " << loss << " vs " << ref.losses[size_t(step)];
     // The norm over all stages, which clipping used.
     const double norm = ref.norms[size_t(step)];
-    EXPECT_LE(std::abs(ex.grad_norm() - norm), 1e-5 * norm) << what << " step " << step;
+    EXPECT_LE(std::abs(st.grad_norm - norm), 1e-5 * norm) << what << " step " << step;
     clipped += s.clip > 0 && norm > s.clip;
   }
   if (s.clip > 0) {
@@ -328,15 +328,12 @@ TEST(PipelineTrain, AKilledStageIsNamedByTheOthers) {
     PipelineExecutor ex(comm, *s.model, copies_of("mlp"),
                         partition_layers(std::vector<double>(7, 1.0), n),
                         one_f_one_b_schedule(n, 8), opts);
-    nn::Sampler sampler(s.data->size(), kBatch, kSeed);
-    std::vector<int64_t> idx;
-    Tensor x, y;
+    nn::TrainOptions o;
+    o.global_batch = kBatch;
+    o.seed = kSeed;
+    PipelineTrainer t(ex, *s.model, *s.data, *s.opt, s.lr, o);
     try {
-      for (; step < 3; ++step) {
-        sampler.global(step, idx);
-        s.data->gather(idx.data(), kBatch, x, y);
-        ex.step(x, y, *s.opt, 0.05f);
-      }
+      for (; step < 3; ++step) t.step();
       ADD_FAILURE() << "rank " << rank << " finished three steps without rank 1";
     } catch (const Error& e) {
       EXPECT_EQ(step, 1) << e.what();

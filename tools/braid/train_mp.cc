@@ -7,7 +7,8 @@
 // launch::run_forked (as --dp does); under a launcher the job's size must be
 // A·B·C.
 //
-// Every rank reads the same global batch (--batch samples, drawn by the
+// The step loop is nn::Trainer's (parallel::HybridTrainer): each pipeline
+// copy reads its shard of the global batch (--batch samples, drawn by the
 // same Sampler as `braid train`), so every layout trains on the same
 // samples and its losses equal the single-process run's within rounding.
 // Rank 0 prints the mesh, shows the progress and writes the JSON log: step
@@ -116,7 +117,6 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   parallel::HybridOptions ho;
   ho.chunks = f.virtual_stages;
   ho.sequence_parallel = f.sequence_parallel;
-  ho.clip = f.clip;
   ho.zero = f.zero;
   if (f.pp_balance)
     ho.module_costs = parallel::measure_gpt_module_costs(
@@ -130,7 +130,8 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
     std::fflush(stdout);
   }
   nn::Optimizer& opt = *setup.opt;
-  if (!f.resume.empty()) model->load(f.resume, opt);
+  parallel::HybridTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
+  if (!f.resume.empty()) trainer.load(f.resume);
 
   std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
@@ -145,24 +146,15 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                  f.sequence_parallel ? ", sequence parallel" : "", f.threads,
                  f.threads > 1 ? "s" : "");
 
-  nn::Sampler sampler(setup.train->size(), f.batch, f.seed);
-  std::vector<int64_t> idx;
-  Tensor x, y;
-  const int64_t first = model->next_step();
+  const int64_t first = trainer.next_step();
   StepReporter report(f, first, steps, std::min<int64_t>(20, steps / 5), logger);
   double last_loss = 0;
   std::vector<RankSplit> split(static_cast<size_t>(world));
   std::vector<double> bubble_sum(size_t(world), 0), step_sum(size_t(world), 0);
   std::vector<int64_t> stage_peak(size_t(f.pp), 0);
   for (int64_t s = first; s < steps; ++s) {
-    sampler.global(s, idx);
-    setup.train->gather(idx.data(), int64_t(idx.size()), x, y);
-    nn::StepStats st;
-    st.step = s;
-    st.lr = setup.sched.at(s);
-    st.loss = model->step(x, y, opt, st.lr);
-    const parallel::HybridStepRecord& r = model->last();
-    st.grad_norm = r.grad_norm;
+    const nn::StepStats st = trainer.step();
+    const parallel::HybridStepRecord& r = trainer.last();
     last_loss = st.loss;
     RankSplit mine{r.compute_s, r.comm_s, r.bubble_s, r.step_s, double(r.peak_activation_bytes)};
     comm->all_gather(&mine, split.data(), sizeof(RankSplit) / sizeof(double), DType::kF64);
@@ -188,10 +180,10 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
       jlog << rec.dump() << '\n';
     }
     if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
-      model->save(f.checkpoint, opt);
+      trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();
-  if (!f.checkpoint.empty()) model->save(f.checkpoint, opt);
+  if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
   // The trace of the last step: the pipeline of dp copy 0, tp rank 0.
   if (!f.trace.empty() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
     parallel::write_pipeline_trace(*mesh.pp(), model->schedule(), model->timings(), f.trace);

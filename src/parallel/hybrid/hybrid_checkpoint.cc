@@ -85,7 +85,7 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 
 }  // namespace
 
-void HybridGpt::save(const std::string& path, const nn::Optimizer& opt) {
+void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t step) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
   // Optimizer state per whole parameter of this rank, complete on dp rank 0
@@ -112,7 +112,7 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt) {
         Checkpoint ck;
         ck.tensors = std::move(full);
         ck.meta = local.meta;  // optim/kind, optim/steps
-        ck.meta["step"] = std::to_string(next_step());
+        ck.meta["step"] = std::to_string(step);
         ck.meta["seed"] = std::to_string(m.seed);
         ck.meta["rng"] = "counter-based: (seed, step)";
         save_checkpoint(path, ck);
@@ -124,7 +124,7 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt) {
   mesh_.world()->barrier();
 }
 
-void HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
+int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   Impl& m = *impl_;
   const Checkpoint ck = load_checkpoint(path);
   const int r = mesh_.coord().tp, n = mesh_.tp_size();
@@ -148,7 +148,7 @@ void HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   // This rank's tensors at their full (tp-sliced) shapes: DataParallel
   // keeps what it holds of them.
   m.dp->load_state(local, opt);
-  set_next_step(resume_step(ck, m.seed, path));
+  return resume_step(ck, m.seed, path);
 }
 
 }  // namespace braid::parallel

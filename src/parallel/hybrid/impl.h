@@ -23,9 +23,6 @@ struct HybridGpt::Impl {
   std::unique_ptr<PipelineExecutor> exec;
   std::vector<nn::Parameter*> params;
   Tensor partial;  // sequence-parallel gradient reduction scratch
-  // Communication time spent inside the executor's reduce-gradients and
-  // optimizer-step actions, and waiting for ZeRO-1's gathers, this step.
-  double reduce_comm_s = 0, step_comm_s = 0;
 };
 
 }  // namespace braid::parallel

@@ -24,7 +24,6 @@
 // block), so eviction first copies an unsent output out of the slot.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "braid/comm.h"
@@ -95,9 +94,9 @@ void PipelineExecutor::learn_shapes(const Shape& mb_shape, DType mb_dtype) {
 void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   Stage& st = *stages_[size_t(chunk)];
   nn::Context ctx;
-  ctx.seed = opts_.seed;
-  ctx.step = step_;
-  ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
+  ctx.seed = ps_->seed;
+  ctx.step = ps_->step;
+  ctx.sample_offset = ps_->first_row + mb * mb_rows_;
   if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
   // The slot's modules keep pointers to their inputs until mb's backward:
   // st.in[mb] and their own outputs, all of which stay put until then.
@@ -120,8 +119,10 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
     return;
   }
   const Tensor target = rows_of(*target_, mb, mb_rows_);
-  loss_sum_ += loss_->forward(*y, target);
-  keep_copy(st.grad_in[size_t(mb)], loss_->backward(scale_));
+  sums_[0] += ps_->loss->forward(*y, target);
+  sums_[1] += double(target.numel());
+  sums_[2] += double(ps_->loss->correct());
+  keep_copy(st.grad_in[size_t(mb)], ps_->loss->backward(ps_->scale));
 }
 
 void PipelineExecutor::backward(int mb, int chunk) {
@@ -132,11 +133,11 @@ void PipelineExecutor::backward(int mb, int chunk) {
   }
   const auto& modules = st.slots.modules(st.slots.find(mb));
   nn::Context ctx;
-  ctx.seed = opts_.seed;
-  ctx.step = step_;
-  ctx.sample_offset = (int64_t(opts_.replica) * sched_.micro_batches + mb) * mb_rows_;
-  if (opts_.grad_ready && mb == st.last_backward)
-    ctx.grad_ready = [&](nn::Parameter& p) { opts_.grad_ready(st.slots.model_parameter(p)); };
+  ctx.seed = ps_->seed;
+  ctx.step = ps_->step;
+  ctx.sample_offset = ps_->first_row + mb * mb_rows_;
+  if (ps_->grad_ready && mb == st.last_backward)
+    ctx.grad_ready = [&](nn::Parameter& p) { ps_->grad_ready(st.slots.model_parameter(p)); };
   const Tensor* dy = &st.grad_in[size_t(mb)];
   for (auto it = modules.rbegin(); it != modules.rend(); ++it) dy = &(*it)->backward(*dy, ctx);
   if (st.stage > 0) keep_copy(st.grad_out[size_t(mb)], *dy);
@@ -178,28 +179,9 @@ void PipelineExecutor::communicate(const Action& a) {
   for (Tensor* b : sent) *b = Tensor();
 }
 
-void PipelineExecutor::clip_gradients() {
-  double sq = 0;
-  if (opts_.grad_square_sum) {
-    sq = opts_.grad_square_sum(params_);
-  } else {
-    for (const auto* p : params_) {
-      const float* g = p->grad.f32();
-      for (int64_t i = 0; i < p->size(); ++i) sq += double(g[i]) * double(g[i]);
-    }
-    comm_->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
-  }
-  grad_norm_ = std::sqrt(sq);
-  if (grad_norm_ <= opts_.clip) return;
-  const float k = float(opts_.clip / (grad_norm_ + 1e-6));
-  for (auto* p : params_) {
-    float* g = p->grad.f32();
-    for (int64_t i = 0; i < p->size(); ++i) g[i] *= k;
-  }
-}
-
-double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Optimizer& opt,
-                              float lr) {
+void PipelineExecutor::run(const Tensor& input, const Tensor& target, const PipelineStep& ps,
+                           double sums[3]) {
+  BRAID_CHECK_ARG(ps.loss != nullptr, "pipeline: a step without a loss");
   const int M = sched_.micro_batches;
   const int last = sched_.rank_of(sched_.stages() - 1);
   // The micro-batch shape and dtype, from the rank that has the input.
@@ -229,45 +211,44 @@ double PipelineExecutor::step(const Tensor& input, const Tensor& target, nn::Opt
                     "pipeline: target " + shape_str(target.shape()) + " " +
                         dtype_name(target.dtype()) + " is not i32 with " +
                         std::to_string(mb_rows_ * M) + " rows (the input's)");
-    scale_ = float(1.0 / (double(target.numel()) * opts_.replicas));
   }
+  ps_ = &ps;
   input_ = &input;
   target_ = &target;
-  loss_sum_ = 0;
+  sums_[0] = sums_[1] = sums_[2] = 0;
   recomputed_ = 0;
-  grad_norm_ = 0;
   peak_held_ = peak_activation_ = 0;
   peak_live_ = 0;
   for (auto& st : stages_) st->slots.clear();
-  nn::zero_grad(params_);
   const auto& list = sched_.actions[size_t(rank_)];
   timings_.assign(list.size(), {});
+  // The list ends with the schedule's reduce-gradients and optimizer-step
+  // actions (lower_schedule puts them last): those are the step loop's.
   for (size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
+    if (a.kind == ActionKind::kReduceGrads || a.kind == ActionKind::kStep) break;
     timings_[i].start = now_s();
     switch (a.kind) {
       case ActionKind::kForward: forward(a.mb, a.chunk, false); break;
       case ActionKind::kBackward: backward(a.mb, a.chunk); break;
       case ActionKind::kComm: communicate(a); break;
-      case ActionKind::kReduceGrads:
-        if (opts_.reduce_gradients) opts_.reduce_gradients(params_);
-        break;
-      case ActionKind::kStep:
-        if (opts_.clip > 0) clip_gradients();
-        if (opts_.optimizer_step)
-          opts_.optimizer_step(opt, params_, lr);
-        else
-          opt.step(params_, lr);
-        break;
+      default: break;
     }
     timings_[i].end = now_s();
     account();
     if (opts_.after_action) opts_.after_action(int(i));
   }
-  double loss = rank_ == last ? loss_sum_ / double(target.numel()) : 0.0;
-  comm_->broadcast(&loss, 1, DType::kF64, last);
-  ++step_;
-  return loss;
+  ps_ = nullptr;
+  for (int k = 0; k < 3; ++k) sums[k] += sums_[k];
+}
+
+ActionTiming& PipelineExecutor::loop_timing(ActionKind kind) {
+  const auto& list = sched_.actions[size_t(rank_)];
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].kind == kind) return timings_[i];
+  throw Error(Errc::kInvalidArgument, "pipeline: rank " + std::to_string(rank_) +
+                                          "'s list has no " + (kind == ActionKind::kStep
+                                              ? "optimizer step" : "reduce-gradients action"));
 }
 
 }  // namespace braid::parallel

@@ -12,17 +12,6 @@ namespace braid::parallel {
 
 namespace {
 
-class SoftmaxLoss : public StageLoss {
- public:
-  double forward(const Tensor& logits, const Tensor& target) override {
-    return loss_.forward(logits, target);
-  }
-  const Tensor& backward(float scale) override { return loss_.backward(scale); }
-
- private:
-  nn::SoftmaxCrossEntropy loss_;
-};
-
 // This rank's chunks of a whole model, cut at `bounds`.
 std::vector<std::vector<nn::Module*>> rank_chunks(nn::Sequential& model,
                                                   const std::vector<size_t>& bounds,
@@ -94,15 +83,11 @@ void PipelineExecutor::init(std::vector<std::vector<nn::Module*>> chunks,
   BRAID_CHECK_ARG(int(chunks.size()) == sched_.chunks,
                   "pipeline: " + std::to_string(chunks.size()) + " chunks of modules for schedule '" +
                       sched_.name + "' with " + std::to_string(sched_.chunks) + " per rank");
-  BRAID_CHECK_ARG(opts_.replicas >= 1 && opts_.replica >= 0 && opts_.replica < opts_.replicas,
-                  "pipeline: replica " + std::to_string(opts_.replica) + " of " +
-                      std::to_string(opts_.replicas));
   BRAID_CHECK_ARG(opts_.activation_slots >= 0,
                   "pipeline: activation_slots " + std::to_string(opts_.activation_slots) +
                       " (0: as the schedule needs, or at least 1)");
-  if (!opts_.loss) opts_.loss = std::make_shared<SoftmaxLoss>();
-  loss_ = opts_.loss;
   rank_ = comm_->rank();
+  timings_.assign(sched_.actions[size_t(rank_)].size(), {});
   // Per chunk: where each micro-batch's backward stands in this rank's
   // list, and the most micro-batches live at once (the slots it needs).
   const int C = sched_.chunks, M = sched_.micro_batches;

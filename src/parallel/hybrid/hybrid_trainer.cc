@@ -1,0 +1,151 @@
+// HybridTrainer: nn::Trainer's step loop over a HybridGpt. The schedule is
+// the loop's forward/backward stage (PipelineTrainer); what makes it hybrid
+// lives in its hooks: DataParallel over the dp group (its buckets reduced
+// as the last backward makes them final, ZeRO-1's sharded update and
+// gathers), the sequence-parallel gradient sums over tp, and a clipping
+// norm that counts every element of the model once whichever ranks hold
+// it. The loss is the vocabulary-parallel cross-entropy.
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "parallel/hybrid/impl.h"
+
+namespace braid::parallel {
+
+// PipelineHooks over the model's DataParallel, timing the communication
+// that the step record reports as comm_s.
+class HybridTrainer::Hooks : public PipelineHooks {
+ public:
+  Hooks(HybridGpt::Impl& m, const Mesh& mesh)
+      : PipelineHooks(*m.exec, *m.dp), m_(m), mesh_(mesh) {}
+
+  void begin_step(int64_t step, const std::vector<nn::Parameter*>& params) override {
+    comm_s = 0;
+    PipelineHooks::begin_step(step, params);
+  }
+
+  void before_optimizer_step(const std::vector<nn::Parameter*>& params) override {
+    // The dp sums (buckets the last backward did not finish, then waiting
+    // for all) before the tp sums of sequence parallelism's partial
+    // gradients: both are sums, so their order does not matter, but the
+    // tp all_reduce must not read a bucket still being reduced.
+    ActionTiming& t = exec_.loop_timing(ActionKind::kReduceGrads);
+    t.start = now_s();
+    m_.dp->before_optimizer_step(params);
+    tp::reduce_partial_grads(m_.model->shards(), *mesh_.tp(), m_.partial);
+    t.end = now_s();
+    comm_s += t.end - t.start;
+  }
+
+  void optimizer_step(nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
+                      float lr) override {
+    // Every dp rank holds the full summed gradients (ZeRO 0 and 1
+    // all_reduce them), so the clipping before is unchanged; the update is
+    // DataParallel's: all parameters, or under ZeRO-1 this rank's chunk of
+    // each bucket and then an all_gather, which ends here so that the
+    // parameters are current between steps.
+    PipelineHooks::optimizer_step(opt, params, lr);
+    const double t0 = now_s();
+    m_.dp->gather_all_params();
+    comm_s += now_s() - t0;
+  }
+
+  void after_step(nn::StepState& st) override {
+    const double t0 = now_s();
+    PipelineHooks::after_step(st);
+    comm_s += now_s() - t0;
+  }
+
+  double comm_s = 0;  // this step's
+
+ protected:
+  double grad_square_sum(const std::vector<nn::Parameter*>&) override {
+    // A shard is counted on its rank; a replicated parameter (the same on
+    // every tp rank once reduced) on tp rank 0 only. Stages hold disjoint
+    // parameters, so the pp sum counts each once.
+    double sq = 0;
+    for (const tp::Sharded& sh : m_.model->shards())
+      if (sh.spec.dim >= 0 || mesh_.coord().tp == 0)
+        sq += sum_squares(sh.param->grad.f32(), sh.param->size());
+    const double t0 = now_s();
+    mesh_.tp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+    mesh_.pp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+    comm_s += now_s() - t0;
+    return sq;
+  }
+
+ private:
+  HybridGpt::Impl& m_;
+  const Mesh& mesh_;
+};
+
+namespace {
+
+// The serial run's options at this rank's place among the pipeline copies.
+nn::TrainOptions placed(nn::TrainOptions o, const Mesh& mesh, int micro_batches) {
+  const int dp = mesh.dp_size();
+  BRAID_CHECK_ARG(o.global_batch > 0 && o.global_batch % (int64_t(dp) * micro_batches) == 0,
+                  "hybrid: global batch " + std::to_string(o.global_batch) +
+                      " does not split into dp=" + std::to_string(dp) + " copies of " +
+                      std::to_string(micro_batches) + " micro-batches");
+  BRAID_CHECK_ARG(o.accum == 1, "hybrid: accum " + std::to_string(o.accum) +
+                                    " (the schedule's micro-batches split the batch: use 1)");
+  o.rank = mesh.coord().dp;
+  o.world = dp;
+  return o;
+}
+
+}  // namespace
+
+HybridTrainer::HybridTrainer(HybridGpt& model, nn::Dataset& data, nn::Optimizer& opt,
+                             nn::LrSchedule schedule, nn::TrainOptions opts)
+    : model_(model), opt_(opt) {
+  HybridGpt::Impl& m = *model.impl_;
+  const nn::TrainOptions o = placed(opts, model.mesh(), m.opts.micro_batches);
+  hooks_ = std::make_unique<Hooks>(m, model.mesh());
+  trainer_ =
+      std::make_unique<PipelineTrainer>(*m.exec, *m.model, data, opt, schedule, o);
+  loss_ = std::make_unique<tp::VocabParallelCrossEntropy>(model.mesh().tp());
+  trainer_->set_loss(*loss_);
+  trainer_->set_hooks(*hooks_);
+}
+
+HybridTrainer::~HybridTrainer() = default;
+
+int64_t HybridTrainer::next_step() const { return trainer_->next_step(); }
+
+nn::StepStats HybridTrainer::step() {
+  PipelineExecutor& exec = *model_.impl_->exec;
+  const double t0 = now_s();
+  const nn::StepStats st = trainer_->step();
+  record_ = {};
+  record_.step = st.step;
+  record_.loss = st.loss;
+  record_.grad_norm = st.grad_norm;
+  record_.step_s = now_s() - t0;
+  record_.peak_activation_bytes = exec.peak_held_bytes();
+  const auto& list = exec.schedule().actions[size_t(model_.mesh().coord().pp)];
+  const auto& times = exec.timings();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const double d = times[i].end - times[i].start;
+    switch (list[i].kind) {
+      case ActionKind::kForward:
+      case ActionKind::kBackward:
+      case ActionKind::kStep: record_.compute_s += d; break;
+      case ActionKind::kComm: record_.bubble_s += d; break;
+      case ActionKind::kReduceGrads: break;  // all of it is in the hooks' comm_s
+    }
+  }
+  record_.comm_s = hooks_->comm_s;
+  return st;
+}
+
+void HybridTrainer::save(const std::string& path) {
+  model_.save(path, opt_, trainer_->next_step());
+}
+
+void HybridTrainer::load(const std::string& path) {
+  trainer_->set_next_step(model_.load(path, opt_));
+}
+
+}  // namespace braid::parallel

@@ -1,0 +1,79 @@
+// The pipeline in nn::Trainer's one step loop: PipelineTrainer runs the
+// executor's schedule as the loop's forward/backward stage; PipelineHooks
+// adds the two stages that span the pipeline's ranks (pipeline.h).
+#include <cmath>
+
+#include "braid/comm.h"
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/kernels.h"
+#include "braid/pipeline.h"
+
+namespace braid::parallel {
+
+void PipelineHooks::begin_step(int64_t step, const std::vector<nn::Parameter*>& params) {
+  inner_->begin_step(step, params);
+}
+
+void PipelineHooks::before_optimizer_step(const std::vector<nn::Parameter*>& params) {
+  ActionTiming& t = exec_.loop_timing(ActionKind::kReduceGrads);
+  t.start = now_s();
+  inner_->before_optimizer_step(params);
+  t.end = now_s();
+}
+
+double PipelineHooks::grad_square_sum(const std::vector<nn::Parameter*>& params) {
+  double sq = 0;
+  for (const nn::Parameter* p : params) sq += sum_squares(p->grad.f32(), p->size());
+  exec_.comm().all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+  return sq;
+}
+
+double PipelineHooks::clip_grad_norm(const std::vector<nn::Parameter*>& params,
+                                     double max_norm) {
+  const double norm = std::sqrt(grad_square_sum(params));
+  if (norm <= max_norm) return norm;
+  const float k = float(max_norm / (norm + 1e-6));
+  for (nn::Parameter* p : params) {
+    float* g = p->grad.f32();
+    for (int64_t i = 0; i < p->size(); ++i) g[i] *= k;
+  }
+  return norm;
+}
+
+void PipelineHooks::optimizer_step(nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
+                                   float lr) {
+  ActionTiming& t = exec_.loop_timing(ActionKind::kStep);
+  t.start = now_s();
+  inner_->optimizer_step(opt, params, lr);
+  t.end = now_s();
+}
+
+void PipelineHooks::after_step(nn::StepState& st) {
+  exec_.comm().all_reduce(st.sums, st.sums, 3, DType::kF64, ReduceOp::kSum);
+  inner_->after_step(st);
+}
+
+PipelineTrainer::PipelineTrainer(PipelineExecutor& exec, nn::Module& model, nn::Dataset& data,
+                                 nn::Optimizer& opt, nn::LrSchedule schedule,
+                                 nn::TrainOptions opts)
+    : nn::Trainer(model, data, opt, schedule, opts), exec_(exec), pipe_hooks_(exec, hooks()) {
+  BRAID_CHECK_ARG(opts.accum == 1, "pipeline: accum " + std::to_string(opts.accum) +
+                                       " (the schedule's micro-batches split the batch: use 1)");
+  params_ = exec.parameters();
+  set_hooks(pipe_hooks_);
+}
+
+void PipelineTrainer::forward_backward(nn::StepState& st) {
+  load_micro_batch(st, 0, int64_t(shard_.size()));
+  PipelineStep ps;
+  ps.step = step_;
+  ps.seed = opts_.seed;
+  ps.first_row = sampler_.shard_begin();
+  ps.scale = loss_scale();
+  ps.loss = loss_;
+  ps.grad_ready = hooks_->grad_ready_hook();
+  exec_.run(x_, y_, ps, st.sums);
+}
+
+}  // namespace braid::parallel
