@@ -139,6 +139,7 @@ struct ServerOptions {
   UpdateRule rule;
   nn::LrSchedule lr;            // round r (ASP: update u) uses lr.at(r)
   std::string secret;           // the job secret every connection proves
+  int replicas = 1;             // R: chain length of every shard (chain.h)
   std::string bind_host = "127.0.0.1";  // address to listen on and publish
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
 };
@@ -150,6 +151,9 @@ struct ServerStats {
   int64_t rounds_closed = 0, updates_applied = 0;
   int64_t requests = 0, bytes_in = 0, bytes_out = 0;
   int64_t rejected = 0;  // frames answered with an error (bad client input)
+  // Chains: writes skipped because their request id was already applied
+  // (a worker re-sending after a fail-over), and the configuration epoch.
+  int64_t writes_duplicate = 0, epoch = 0;
   std::vector<int64_t> clocks;  // per worker: 1 + the last round it clocked
   // The largest lead a pull was answered with: its clock minus the rounds
   // closed then (under BSP/SSP the slowest worker's clock). SSP bounds it by
@@ -178,7 +182,9 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
-  ServerStats stats() const;
+  ServerStats stats() const;  // of its own shard (the one numbered as it)
+  // Of the replica of `shard` it keeps; throws kInvalidArgument otherwise.
+  ServerStats shard_stats(int shard) const;
   // Blocks until every worker has said goodbye (Worker::finish) or
   // `timeout` passes (Error(kTimeout) naming the missing workers).
   void wait_finished(std::chrono::milliseconds timeout);
@@ -191,8 +197,20 @@ class Server {
 
 struct WorkerOptions {
   int rank = 0;     // this worker's id, 0 ≤ rank < W
+  int replicas = 1;  // R, as the servers'
   std::string secret;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+};
+
+// A worker's own counters (Worker::worker_stats).
+struct WorkerStats {
+  // Per shard: push frames and clock advances (kAdvance pushes and bare
+  // clocks) the shard's chain acknowledged, i.e. applied on every live
+  // member. Re-sends after a fail-over count once.
+  std::vector<int64_t> pushes_acked, clocks_acked;
+  int64_t reroutes = 0;       // requests that lost a server and were re-routed
+  double max_reroute_s = 0;   // longest: from the lost connection to the last reply
+  uint32_t epoch = 0;         // chain configuration the worker routes by
 };
 
 // A request in flight. wait() rethrows the request's error.
@@ -252,6 +270,7 @@ class Worker {
   ServerStats stats(int s, int64_t round = -1, bool wait_round = false);
   // Says goodbye to every server (they count the workers still attached).
   void finish();
+  WorkerStats worker_stats() const;
 
   int rank() const;
   struct Impl;
