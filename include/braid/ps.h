@@ -40,15 +40,29 @@
 // Rounds are per server: each server closes its own rounds from the pushes
 // it receives.
 //
-// Extending to replication (not built yet): a key range's state lives in one
-// ps::ShardState (src/ps/shard_state.h) that applies frames in arrival order
-// and knows nothing of sockets, so a chain is a server that, as head,
-// forwards each accepted write frame unchanged to its successor and replies
-// only when the tail's ack comes back; reads go to the tail. Frames carry a
-// configuration epoch (0 today) so a worker re-routed after a fail-over
-// cannot have a stale write applied, and request ids are per connection and
-// increasing, so a replica can drop a duplicate. Read replicas of hot keys
-// are further ShardStates fed the same way, selected per key by the worker.
+// Chain replication (ServerOptions/WorkerOptions::replicas = R, src/ps/chain.h).
+// Shard s (what the Layout places on server s) is kept by the chain of
+// servers s, s+1, …, s+R−1 (mod S), each holding a ps::ShardState of it.
+// Writes (push, clock, report, bye) go to the head, which applies each and
+// forwards it unchanged to its live successor; a member answers only after
+// its successor's ack, so the worker's ack means the write is applied on
+// every live member. Reads (pull, stats) go to the tail. The configuration
+// is the set of servers declared dead, in the store; its size is the epoch
+// frames carry. A connection that closes without an error reply declares
+// its server dead; workers re-send every frame not yet answered to the new
+// head or tail, and a member that lost its successor re-sends its one
+// in-flight write to the next live member.
+// Invariant: no acknowledged update is lost, none is applied twice. An
+// acked write is on every live member, and the new head and tail come from
+// those. A worker's request ids increase over all its connections and its
+// writes reach every member of a chain in that order (one write per shard in
+// flight along a chain; a worker's re-sends keep their ids and order), so a
+// member drops a write whose id is not above the last it applied from that
+// worker (ServerStats::writes_duplicate). With R = 1 the chain is the server
+// alone and nothing changes. A replacement server catching up by state
+// transfer is not built: a chain only shrinks, and a chain whose members
+// all died fails its requests with kPeerDied.
+// Hot keys' read replicas are not built yet.
 // Co-located servers talk TCP over loopback today; a shared-memory path
 // without staging copies is not built.
 //
