@@ -40,15 +40,29 @@
 // Rounds are per server: each server closes its own rounds from the pushes
 // it receives.
 //
-// Extending to replication (not built yet): a key range's state lives in one
-// ps::ShardState (src/ps/shard_state.h) that applies frames in arrival order
-// and knows nothing of sockets, so a chain is a server that, as head,
-// forwards each accepted write frame unchanged to its successor and replies
-// only when the tail's ack comes back; reads go to the tail. Frames carry a
-// configuration epoch (0 today) so a worker re-routed after a fail-over
-// cannot have a stale write applied, and request ids are per connection and
-// increasing, so a replica can drop a duplicate. Read replicas of hot keys
-// are further ShardStates fed the same way, selected per key by the worker.
+// Chain replication (ServerOptions/WorkerOptions::replicas = R, src/ps/chain.h).
+// Shard s (what the Layout places on server s) is kept by the chain of
+// servers s, s+1, …, s+R−1 (mod S), each holding a ps::ShardState of it.
+// Writes (push, clock, report, bye) go to the head, which applies each and
+// forwards it unchanged to its live successor; a member answers only after
+// its successor's ack, so the worker's ack means the write is applied on
+// every live member. Reads (pull, stats) go to the tail. The configuration
+// is the set of servers declared dead, in the store; its size is the epoch
+// frames carry. A connection that closes without an error reply declares
+// its server dead; workers re-send every frame not yet answered to the new
+// head or tail, and a member that lost its successor re-sends its one
+// in-flight write to the next live member.
+// Invariant: no acknowledged update is lost, none is applied twice. An
+// acked write is on every live member, and the new head and tail come from
+// those. A worker's request ids increase over all its connections and its
+// writes reach every member of a chain in that order (one write per shard in
+// flight along a chain; a worker's re-sends keep their ids and order), so a
+// member drops a write whose id is not above the last it applied from that
+// worker (ServerStats::writes_duplicate). With R = 1 the chain is the server
+// alone and nothing changes. A replacement server catching up by state
+// transfer is not built: a chain only shrinks, and a chain whose members
+// all died fails its requests with kPeerDied.
+// Hot keys' read replicas are not built yet.
 // Co-located servers talk TCP over loopback today; a shared-memory path
 // without staging copies is not built.
 //
@@ -139,6 +153,7 @@ struct ServerOptions {
   UpdateRule rule;
   nn::LrSchedule lr;            // round r (ASP: update u) uses lr.at(r)
   std::string secret;           // the job secret every connection proves
+  int replicas = 1;             // R: chain length of every shard (chain.h)
   std::string bind_host = "127.0.0.1";  // address to listen on and publish
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
 };
@@ -150,6 +165,9 @@ struct ServerStats {
   int64_t rounds_closed = 0, updates_applied = 0;
   int64_t requests = 0, bytes_in = 0, bytes_out = 0;
   int64_t rejected = 0;  // frames answered with an error (bad client input)
+  // Chains: writes skipped because their request id was already applied
+  // (a worker re-sending after a fail-over), and the configuration epoch.
+  int64_t writes_duplicate = 0, epoch = 0;
   std::vector<int64_t> clocks;  // per worker: 1 + the last round it clocked
   // The largest lead a pull was answered with: its clock minus the rounds
   // closed then (under BSP/SSP the slowest worker's clock). SSP bounds it by
@@ -178,7 +196,9 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
-  ServerStats stats() const;
+  ServerStats stats() const;  // of its own shard (the one numbered as it)
+  // Of the replica of `shard` it keeps; throws kInvalidArgument otherwise.
+  ServerStats shard_stats(int shard) const;
   // Blocks until every worker has said goodbye (Worker::finish) or
   // `timeout` passes (Error(kTimeout) naming the missing workers).
   void wait_finished(std::chrono::milliseconds timeout);
@@ -191,8 +211,20 @@ class Server {
 
 struct WorkerOptions {
   int rank = 0;     // this worker's id, 0 ≤ rank < W
+  int replicas = 1;  // R, as the servers'
   std::string secret;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+};
+
+// A worker's own counters (Worker::worker_stats).
+struct WorkerStats {
+  // Per shard: push frames and clock advances (kAdvance pushes and bare
+  // clocks) the shard's chain acknowledged, i.e. applied on every live
+  // member. Re-sends after a fail-over count once.
+  std::vector<int64_t> pushes_acked, clocks_acked;
+  int64_t reroutes = 0;       // requests that lost a server and were re-routed
+  double max_reroute_s = 0;   // longest: from the lost connection to the last reply
+  uint32_t epoch = 0;         // chain configuration the worker routes by
 };
 
 // A request in flight. wait() rethrows the request's error.
@@ -252,6 +284,7 @@ class Worker {
   ServerStats stats(int s, int64_t round = -1, bool wait_round = false);
   // Says goodbye to every server (they count the workers still attached).
   void finish();
+  WorkerStats worker_stats() const;
 
   int rank() const;
   struct Impl;

@@ -6,16 +6,28 @@
 // parked or stalled client then holds only its own thread, so one bad or
 // slow worker never delays another's requests; the worker count of a job
 // is small. Any error ends that connection only, after an error reply.
+//
+// Chains (ps/chain.h): the server keeps one ShardState per shard whose
+// chain it is in; a connection's hello names the shard. A write is applied
+// and forwarded to the live successor under the shard's forwarding mutex,
+// and answered only after the successor's ack, which the successor sends
+// after its own successor's: an ack therefore means the write is applied on
+// every live member. Holding the mutex over the round trip keeps one write
+// per shard in flight, so members apply writes in the head's order and a
+// member that loses its successor re-sends just that one write to the next
+// live member (which drops it if it has it: request ids, shard_state.h).
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "braid/log.h"
 #include "comm/store/auth.h"
+#include "ps/chain.h"
 #include "ps/shard_state.h"
 #include "ps/socket.h"
 
@@ -23,12 +35,27 @@ namespace braid::ps {
 
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+// A live successor accepts at once (its address is in the store only once
+// it listens); a refused connection past this is a dead one.
+constexpr auto kSuccessorConnect = std::chrono::seconds(3);
 constexpr int kPollMs = 100;
+
+bool connection_lost(const Error& e) {
+  return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
+}
 }  // namespace
 
 struct Server::Impl {
   ServerOptions opt;
-  ShardState state;
+  std::shared_ptr<Store> store;
+  ChainView view;
+  struct Shard {
+    int id = 0;
+    std::unique_ptr<ShardState> state;
+    std::mutex fwd_mu;  // held over apply + forward + ack (top comment)
+    int next = -1, next_fd = -1;
+  };
+  std::map<int, std::unique_ptr<Shard>> shards;
   int listen_fd = -1;
   int port = 0;
   std::atomic<bool> stopping{false};
@@ -40,13 +67,31 @@ struct Server::Impl {
   };
   std::list<Conn> conns;
 
-  Impl(const Layout& layout, const ServerOptions& o, const std::vector<std::vector<float>>& init,
+  Impl(const Layout& layout, const ServerOptions& o, std::shared_ptr<Store> st,
+       const std::vector<std::vector<float>>& init,
        std::function<void(KeyId, int64_t, float*)> init_sparse)
-      : opt(o), state(layout, o, init, std::move(init_sparse)) {}
+      : opt(o), store(std::move(st)), view(layout.servers(), o.replicas, store) {
+    BRAID_CHECK_ARG(o.rank >= 0 && o.rank < layout.servers(),
+                    "server rank " + std::to_string(o.rank) + " outside 0.." +
+                        std::to_string(layout.servers() - 1));
+    for (int s : view.shards_of(o.rank)) {
+      ServerOptions so = o;
+      so.rank = s;
+      auto sh = std::make_unique<Shard>();
+      sh->id = s;
+      sh->state = std::make_unique<ShardState>(layout, so, init, init_sparse);
+      shards[s] = std::move(sh);
+    }
+  }
+  ShardState& own() { return *shards.at(opt.rank)->state; }
 
   void accept_loop();
   void serve(int fd);
-  void reject(int fd, const wire::Header& h, const Error& e);
+  void reject(int fd, ShardState& st, const wire::Header& h, const Error& e);
+  Shard& hello(const wire::Header& h);
+  void check_role(const Shard& sh, const wire::Header& h, bool chain_conn);
+  void forward(Shard& sh, const wire::Header& h, const uint8_t* payload, int64_t deadline);
+  int connect_successor(int succ, int shard, int64_t deadline);
 };
 
 void Server::Impl::accept_loop() {
@@ -64,7 +109,7 @@ void Server::Impl::accept_loop() {
   }
 }
 
-void Server::Impl::reject(int fd, const wire::Header& h, const Error& e) {
+void Server::Impl::reject(int fd, ShardState& st, const wire::Header& h, const Error& e) {
   std::string msg;
   wire::Header r = wire::error_reply(h, e, &msg);
   try {
@@ -73,7 +118,109 @@ void Server::Impl::reject(int fd, const wire::Header& h, const Error& e) {
   } catch (const Error&) {
     // The client is gone or not reading: it is dropped either way.
   }
-  state.count_traffic(sizeof h, sizeof r + msg.size(), true);
+  st.count_traffic(sizeof h, sizeof r + msg.size(), true);
+}
+
+Server::Impl::Shard& Server::Impl::hello(const wire::Header& h) {
+  const std::string name = "parameter server " + std::to_string(opt.rank);
+  if (h.op != wire::kHello)
+    throw Error(Errc::kInvalidArgument, name + ": the first frame must be hello");
+  auto it = shards.find(int(h.key));
+  if (it == shards.end())
+    throw Error(Errc::kInvalidArgument, name + ": hello for shard " + std::to_string(h.key) +
+                                            ", which this server does not keep");
+  return *it->second;
+}
+
+// A worker's write must reach the shard's head and its read the tail, in a
+// configuration at least as new as the one the worker routed by.
+void Server::Impl::check_role(const Shard& sh, const wire::Header& h, bool chain_conn) {
+  const bool write = wire::is_write(h.op);
+  if (chain_conn) {
+    if (!write)
+      throw Error(Errc::kProtocol, "parameter server " + std::to_string(opt.rank) +
+                                       ": a chain connection carries only writes");
+    return;
+  }
+  auto role_ok = [&] { return (write ? view.head(sh.id) : view.tail(sh.id)) == opt.rank; };
+  if (h.epoch > view.epoch() || !role_ok()) view.refresh();
+  if (!role_ok())
+    throw Error(Errc::kInvalidArgument,
+                "parameter server " + std::to_string(opt.rank) + ": not the " +
+                    (write ? "head" : "tail") + " of shard " + std::to_string(sh.id) +
+                    " in chain epoch " + std::to_string(view.epoch()));
+  sh.state->set_epoch(view.epoch());
+}
+
+int Server::Impl::connect_successor(int succ, int shard, int64_t deadline) {
+  const std::string key = "ps/server/" + std::to_string(succ);
+  const std::string what = "parameter server " + std::to_string(opt.rank) + ", shard " +
+                           std::to_string(shard) + ": successor " + std::to_string(succ);
+  store->wait({key}, opt.timeout);
+  const std::string addr = store->get_str(key);
+  const size_t colon = addr.rfind(':');
+  int fd = -1;
+  try {
+    fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1),
+                     kSuccessorConnect, what);
+  } catch (const Error& e) {
+    if (e.code() == Errc::kTimeout) throw Error(Errc::kPeerDied, e.what());
+    throw;
+  }
+  try {
+    comm::authenticate_connect(fd, opt.secret, kHandshakeTimeout);
+    wire::Header h;
+    h.op = wire::kHello;
+    h.flags = wire::kChain;
+    h.key = uint32_t(shard);
+    wire::send_frame(fd, h, nullptr, deadline, what.c_str());
+    wire::Header r = wire::recv_header(fd, deadline, what.c_str());
+    if (r.status != 0) {
+      std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
+      wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
+      wire::throw_reply(r, msg, what);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return fd;
+}
+
+void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payload,
+                           int64_t deadline) {
+  for (;;) {
+    const int succ = view.successor(sh.id, opt.rank);
+    if (succ != sh.next && sh.next_fd >= 0) {
+      ::close(sh.next_fd);
+      sh.next_fd = -1;
+    }
+    sh.next = succ;
+    if (succ < 0) return;  // the tail: applied on every live member
+    const std::string what = "parameter server " + std::to_string(opt.rank) + ", shard " +
+                             std::to_string(sh.id) + ": forwarding to " + std::to_string(succ);
+    try {
+      if (sh.next_fd < 0) sh.next_fd = connect_successor(succ, sh.id, deadline);
+      wire::Header f = h;
+      f.epoch = view.epoch();
+      wire::send_frame(sh.next_fd, f, payload, deadline, what.c_str());
+      wire::Header r = wire::recv_header(sh.next_fd, deadline, what.c_str());
+      if (r.op != (h.op | wire::kReply) || r.req != h.req)
+        throw Error(Errc::kProtocol, what + ": ack out of order");
+      if (r.status != 0) {
+        std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
+        wire::recv_payload(sh.next_fd, msg.data(), msg.size(), deadline, what.c_str());
+        wire::throw_reply(r, msg, what);
+      }
+      return;
+    } catch (const Error& e) {
+      if (!connection_lost(e)) throw;
+      BRAID_LOG(kInfo, what << ": successor lost (" << e.what() << "); declaring it dead");
+      if (sh.next_fd >= 0) ::close(sh.next_fd);
+      sh.next_fd = -1;
+      view.declare_dead(succ);
+    }
+  }
 }
 
 void Server::Impl::serve(int fd) {
@@ -81,36 +228,63 @@ void Server::Impl::serve(int fd) {
   try {
     comm::authenticate_accept(fd, opt.secret, kHandshakeTimeout);
   } catch (const Error& e) {
-    state.count_traffic(0, 0, true);
+    own().count_traffic(0, 0, true);
     BRAID_LOG(kInfo, name << ": dropped a connection that failed authentication: " << e.what());
     ::shutdown(fd, SHUT_RDWR);
     return;
   }
   int worker = -1;
+  Shard* sh = nullptr;
+  bool chain_conn = false;
   std::vector<uint8_t> in, out;
   while (!stopping) {
     if (!wait_readable(fd, kPollMs)) continue;
+    ShardState& st = sh ? *sh->state : own();
     wire::Header h{};
     try {
       h = wire::recv_header(fd, wire::deadline_after(opt.timeout), "parameter server: request");
     } catch (const Error& e) {
-      if (e.code() != Errc::kPeerDied) reject(fd, h, e);  // garbage, or a stalled header
+      if (e.code() != Errc::kPeerDied) reject(fd, st, h, e);  // garbage, or a stalled header
       break;
     }
     const int64_t deadline = wire::deadline_after(opt.timeout);
     wire::Header reply{};
+    ShardState* target = &st;
     try {
-      const uint64_t n = state.expected_payload(h, worker);
-      in.resize(n);
-      wire::recv_payload(fd, in.data(), n, deadline, "parameter server: request payload");
-      if (h.op == wire::kHello) {
-        state.attach(int(h.worker));
-        worker = int(h.worker);
+      if (!sh) {
+        Shard& s = hello(h);
+        target = s.state.get();
+        chain_conn = (h.flags & wire::kChain) != 0;
+        if (!chain_conn) {
+          s.state->expected_payload(h, -1);
+          s.state->attach(int(h.worker));
+          worker = int(h.worker);
+        }
+        sh = &s;
+        reply = h;
+        reply.op = uint16_t(h.op | wire::kReply);
+        out.clear();
+      } else {
+        // A chain connection relays every worker's writes.
+        const int w = chain_conn ? int(h.worker) : worker;
+        if (chain_conn && h.worker >= uint32_t(opt.workers))
+          throw Error(Errc::kInvalidArgument, name + ": forwarded frame names worker " +
+                                                  std::to_string(h.worker));
+        const uint64_t n = st.expected_payload(h, w);
+        in.resize(n);
+        wire::recv_payload(fd, in.data(), n, deadline, "parameter server: request payload");
+        check_role(*sh, h, chain_conn);
+        if (wire::is_write(h.op)) {
+          std::lock_guard<std::mutex> lk(sh->fwd_mu);
+          st.handle(h, in.data(), reply, out, deadline);
+          forward(*sh, h, in.data(), deadline);
+        } else {
+          st.handle(h, in.data(), reply, out, deadline);
+        }
       }
-      state.handle(h, in.data(), reply, out, deadline);
     } catch (const Error& e) {
       BRAID_LOG(kInfo, name << ": dropping worker " << worker << ": " << e.what());
-      reject(fd, h, e);
+      reject(fd, *target, h, e);
       break;
     }
     try {
@@ -118,17 +292,16 @@ void Server::Impl::serve(int fd) {
     } catch (const Error&) {
       break;  // the worker went away; its id is released below
     }
-    state.count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
+    target->count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
   }
-  if (worker >= 0) state.detach(worker);
+  if (worker >= 0) sh->state->detach(worker);
   ::shutdown(fd, SHUT_RDWR);
 }
 
 Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<Store> store,
                const std::vector<std::vector<float>>& init,
                std::function<void(KeyId, int64_t, float*)> init_sparse)
-    : impl_(std::make_unique<Impl>(layout, opt, init, std::move(init_sparse))) {
-  BRAID_CHECK_ARG(store != nullptr, "a parameter server needs the job's store");
+    : impl_(std::make_unique<Impl>(layout, opt, store, init, std::move(init_sparse))) {
   impl_->listen_fd = listen_tcp(opt.bind_host, &impl_->port);
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
   store->set_str("ps/server/" + std::to_string(opt.rank),
@@ -137,7 +310,7 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
 
 Server::~Server() {
   impl_->stopping = true;
-  impl_->state.stop();
+  for (auto& [id, sh] : impl_->shards) sh->state->stop();
   if (impl_->acceptor.joinable()) impl_->acceptor.join();
   std::list<Impl::Conn> conns;
   {
@@ -149,13 +322,22 @@ Server::~Server() {
     if (c.thread.joinable()) c.thread.join();
     ::close(c.fd);
   }
+  for (auto& [id, sh] : impl_->shards)
+    if (sh->next_fd >= 0) ::close(sh->next_fd);
   ::close(impl_->listen_fd);
 }
 
 int Server::port() const { return impl_->port; }
-ServerStats Server::stats() const { return impl_->state.stats(); }
+ServerStats Server::stats() const { return impl_->own().stats(); }
+ServerStats Server::shard_stats(int shard) const {
+  auto it = impl_->shards.find(shard);
+  BRAID_CHECK_ARG(it != impl_->shards.end(),
+                  "parameter server " + std::to_string(impl_->opt.rank) + " keeps no replica of shard " +
+                      std::to_string(shard));
+  return it->second->state->stats();
+}
 void Server::wait_finished(std::chrono::milliseconds timeout) {
-  impl_->state.wait_finished(timeout);
+  for (auto& [id, sh] : impl_->shards) sh->state->wait_finished(timeout);
 }
 
 }  // namespace braid::ps

@@ -170,6 +170,15 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
   reply.status = 0;
   out.clear();
   const int w = int(h.worker);
+  if (wire::is_write(h.op)) {
+    // A worker's writes reach a shard in request-id order (ps/chain.h), so
+    // an id not above the last one applied is a re-send: applied already.
+    if (h.req <= last_write_[size_t(w)]) {
+      st_.writes_duplicate += 1;
+      reply.payload = 0;
+      return;
+    }
+  }
   switch (h.op) {
     case wire::kHello: break;
     case wire::kPush:
@@ -220,6 +229,7 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
     default:
       throw Error(Errc::kProtocol, where(h) + ": unknown op");
   }
+  if (wire::is_write(h.op)) last_write_[size_t(w)] = h.req;
   reply.payload = out.size();
 }
 

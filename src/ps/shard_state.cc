@@ -54,6 +54,7 @@ ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
   contributed_.assign(size_t(W_), 0);
   attached_.assign(size_t(W_), false);
   finished_.assign(size_t(W_), false);
+  last_write_.assign(size_t(W_), 0);
   st_.rank = opt.rank;
 }
 
@@ -73,7 +74,6 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
     return 0;
   }
   if (h.worker != uint32_t(w)) bad("frame names another worker than this connection's");
-  if (h.epoch != 0) bad("configuration epoch " + std::to_string(h.epoch) + " is not 0");
   switch (h.op) {
     case wire::kClock:
     case wire::kStats:
@@ -122,6 +122,11 @@ void ShardState::attach(int w) {
 void ShardState::detach(int w) {
   std::lock_guard<std::mutex> lk(mu_);
   attached_[size_t(w)] = false;
+}
+
+void ShardState::set_epoch(uint32_t e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  st_.epoch = e;
 }
 
 void ShardState::stop() {

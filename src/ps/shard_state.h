@@ -12,7 +12,11 @@
 //  - a push is accepted only for a round in [closed_, closed_ + ahead], where
 //    ahead is 0 (BSP, k-of-n) or s (SSP): a worker cannot push past its pull,
 //    and a bad client cannot make the server buffer unbounded rounds;
-//  - clocks_[w] only grows; in BSP/SSP closed_ == min over workers.
+//  - clocks_[w] only grows; in BSP/SSP closed_ == min over workers;
+//  - last_write_[w] is the request id of worker w's last applied write
+//    (push, clock, report, bye); a write with an id not above it is a
+//    re-send after a chain fail-over and is acknowledged without applying
+//    it again (counted in writes_duplicate).
 #pragma once
 
 #include <condition_variable>
@@ -47,6 +51,7 @@ class ShardState {
   void attach(int w);
   void detach(int w);
   void stop();  // wakes every waiter with an error
+  void set_epoch(uint32_t e);  // the chain epoch reported in stats
   ServerStats stats() const;
   void count_traffic(uint64_t in, uint64_t out, bool rejected);
   void wait_finished(std::chrono::milliseconds timeout);
@@ -106,6 +111,7 @@ class ShardState {
   std::map<int64_t, Round> rounds_;
   std::vector<int64_t> clocks_, contributed_;
   std::vector<bool> attached_, finished_;
+  std::vector<uint64_t> last_write_;
   struct Report {
     double sums[3] = {0, 0, 0};
     int workers = 0;

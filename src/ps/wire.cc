@@ -81,7 +81,7 @@ void throw_reply(const Header& h, const std::string& message, const std::string&
 }
 
 namespace {
-constexpr size_t kStatsInts = 13, kStatsDoubles = 3;
+constexpr size_t kStatsInts = 15, kStatsDoubles = 3;
 }
 
 void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
@@ -89,7 +89,8 @@ void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
                                     s.pushes_dropped, s.pushes_folded,  s.rounds_closed,
                                     s.updates_applied, s.requests,      s.bytes_in,
                                     s.bytes_out,      s.rejected,       s.report_workers,
-                                    s.max_read_lead};
+                                    s.max_read_lead,  s.writes_duplicate,
+                                    s.epoch};
   const double dbl[kStatsDoubles] = {s.report_loss, s.report_rows, s.report_correct};
   const uint64_t n = s.clocks.size();
   out.resize(8 + sizeof ints + sizeof dbl + n * 16);
@@ -128,6 +129,8 @@ ServerStats decode_stats(const std::vector<uint8_t>& in) {
   s.rejected = ints[10];
   s.report_workers = int(ints[11]);
   s.max_read_lead = ints[12];
+  s.writes_duplicate = ints[13];
+  s.epoch = ints[14];
   s.report_loss = dbl[0];
   s.report_rows = dbl[1];
   s.report_correct = dbl[2];

@@ -11,9 +11,10 @@
 // host byte order. Lengths are checked against the receiver's own shapes
 // (expected_payload) before any payload is read or allocated.
 //
-// `epoch` is the placement configuration a request was routed under (0 until
-// chains re-route; a server on another epoch will refuse it), and request ids
-// increase per connection, so a chain replica can detect a duplicate.
+// `epoch` is the chain configuration a request was routed under (the number
+// of servers declared dead, ps/chain.h); a server behind it re-reads the
+// configuration first. Request ids increase per worker over all its
+// connections, so a chain replica can detect a re-sent write.
 #pragma once
 
 #include <chrono>
@@ -31,7 +32,7 @@ constexpr uint32_t kMaxMessage = 4096;
 constexpr uint64_t kMaxStats = 1 << 20;
 
 enum Op : uint16_t {
-  kHello = 1,   // worker id in `worker`; no payload
+  kHello = 1,   // worker id in `worker`, shard in `key`; no payload
   kPush = 2,    // gradients of round `clock`; flag kAdvance: last push of the round
   kPull = 3,    // parameters for a worker at `clock`; reply's clock: the assigned one
   kClock = 4,   // no key: the worker finished round `clock` on this server
@@ -41,7 +42,15 @@ enum Op : uint16_t {
   kReply = 0x80,
 };
 
-enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2 };
+// kChain (on hello): the connection comes from the shard's predecessor in
+// its chain; its frames are forwarded writes that name any worker.
+enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4 };
+
+// Writes change a shard's state and travel down its chain (head to tail);
+// every other op after hello is a read, served by the tail.
+inline bool is_write(uint16_t op) {
+  return op == kPush || op == kClock || op == kReport || op == kBye;
+}
 
 struct Header {
   uint32_t magic = kMagic;

@@ -83,33 +83,17 @@ Handle Worker::Impl::submit(std::function<void()> work) {
 }
 
 Worker::Worker(const Layout& layout, const WorkerOptions& opt, std::shared_ptr<Store> store)
-    : impl_(std::make_unique<Impl>(layout, opt)) {
-  BRAID_CHECK_ARG(store != nullptr, "a parameter-server worker needs the job's store");
+    : impl_(std::make_unique<Impl>(layout, opt, store)) {  // Impl checks the store
   Impl& m = *impl_;
   const int64_t deadline = wire::deadline_after(opt.timeout);
   try {
+    int server = -1;
     for (int s = 0; s < layout.servers(); ++s) {
-      const std::string key = "ps/server/" + std::to_string(s), what = m.who(s, wire::kHello);
-      store->wait({key}, opt.timeout);
-      const std::string addr = store->get_str(key);
-      const size_t colon = addr.rfind(':');
-      if (colon == std::string::npos)
-        throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
-      int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1),
-                           opt.timeout, what);
-      m.fds.push_back(fd);
-      comm::authenticate_connect(fd, opt.secret, opt.timeout);
-      Header h = m.header(wire::kHello, s);
-      wire::send_frame(fd, h, nullptr, deadline, what.c_str());
-      Header r = wire::recv_header(fd, deadline, what.c_str());
-      if (r.status != 0) {
-        std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
-        wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
-        wire::throw_reply(r, msg, what);
-      }
+      m.route(s, wire::kPush, &server, deadline);
+      m.route(s, wire::kPull, &server, deadline);
     }
   } catch (...) {
-    for (int fd : m.fds) ::close(fd);
+    for (auto& [k, fd] : m.conns) ::close(fd);
     throw;
   }
   m.io = std::thread([&m] { m.io_loop(); });
@@ -122,7 +106,14 @@ Worker::~Worker() {
   }
   impl_->cv.notify_all();
   if (impl_->io.joinable()) impl_->io.join();
-  for (int fd : impl_->fds) ::close(fd);
+  for (auto& [k, fd] : impl_->conns) ::close(fd);
+}
+
+WorkerStats Worker::worker_stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  WorkerStats s = impl_->counters;
+  s.epoch = impl_->view.epoch();
+  return s;
 }
 
 int Worker::rank() const { return impl_->opt.rank; }

@@ -6,12 +6,15 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "braid/ps.h"
+#include "ps/chain.h"
 #include "ps/wire.h"
 
 namespace braid::ps {
@@ -20,7 +23,8 @@ using wire::Header;
 
 // One frame of a request and where its reply goes.
 struct Frame {
-  int server = 0;
+  int server = 0;                      // the shard (its chain picks the process)
+  bool done = false;                   // its reply was read
   Header h;
   std::vector<uint8_t> own;            // payload built here (sparse ids / rows)
   const void* ext = nullptr;           // or the caller's floats (dense push)
@@ -35,7 +39,12 @@ struct Frame {
 struct Worker::Impl {
   Layout layout;
   WorkerOptions opt;
-  std::vector<int> fds;
+  std::shared_ptr<Store> store;
+  ChainView view;
+  // Open connections by (shard, server process): a connection serves one
+  // shard, for writes when the process is its head, reads when its tail.
+  std::map<std::pair<int, int>, int> conns;
+  WorkerStats counters;  // under mu
   uint64_t next_req = 1;
   std::string broken;  // the first error; set once
 
@@ -45,7 +54,18 @@ struct Worker::Impl {
   bool stopping = false;
   std::thread io;
 
-  Impl(const Layout& l, const WorkerOptions& o) : layout(l), opt(o) {}
+  Impl(const Layout& l, const WorkerOptions& o, std::shared_ptr<Store> st)
+      : layout(l), opt(o), store(st), view(l.servers(), o.replicas, st) {
+    counters.pushes_acked.assign(size_t(l.servers()), 0);
+    counters.clocks_acked.assign(size_t(l.servers()), 0);
+  }
+  // The connection for frame h of `shard`, made on first use.
+  int route(int shard, uint16_t op, int* server, int64_t deadline);
+  int connect(int shard, int server, int64_t deadline);
+  void count_ack(const Frame& f);
+  // Reads a successful reply's payload into the frame's destination.
+  void read_reply(Frame& f, const Header& r, int fd, const std::string& w, int64_t deadline,
+                  std::vector<float>& tmp);
 
   std::string who(int s, uint16_t op) const {
     return "parameter-server worker " + std::to_string(opt.rank) + ", server " +

@@ -1,7 +1,13 @@
 // A worker request as frames, and their exchange with the servers (why the
 // shape: worker.cc's top comment).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 
+#include "braid/env.h"
+#include "comm/store/auth.h"
+#include "ps/socket.h"
 #include "ps/worker_impl.h"
 
 namespace braid::ps {
@@ -21,47 +27,169 @@ std::vector<std::vector<size_t>> group_rows(const Layout& layout, const KeyData&
 }
 }  // namespace
 
+int Worker::Impl::connect(int shard, int server, int64_t deadline) {
+  const std::string key = "ps/server/" + std::to_string(server),
+                    what = who(shard, wire::kHello) + " (server process " + std::to_string(server) + ")";
+  store->wait({key}, opt.timeout);
+  const std::string addr = store->get_str(key);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos)
+    throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
+  int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), opt.timeout, what);
+  conns[{shard, server}] = fd;  // closed with the others, also when this throws
+  comm::authenticate_connect(fd, opt.secret, opt.timeout);
+  Header h = header(wire::kHello, shard);
+  h.key = uint32_t(shard);
+  h.epoch = view.epoch();
+  wire::send_frame(fd, h, nullptr, deadline, what.c_str());
+  Header r = wire::recv_header(fd, deadline, what.c_str());
+  if (r.status != 0) {
+    std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
+    wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
+    wire::throw_reply(r, msg, what);
+  }
+  return fd;
+}
+
+int Worker::Impl::route(int shard, uint16_t op, int* server, int64_t deadline) {
+  *server = wire::is_write(op) ? view.head(shard) : view.tail(shard);
+  auto it = conns.find({shard, *server});
+  return it != conns.end() ? it->second : connect(shard, *server, deadline);
+}
+
+void Worker::Impl::count_ack(const Frame& f) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (f.h.op == wire::kPush) counters.pushes_acked[size_t(f.server)] += 1;
+  if (f.h.op == wire::kClock || (f.h.op == wire::kPush && (f.h.flags & wire::kAdvance)))
+    counters.clocks_acked[size_t(f.server)] += 1;
+}
+
+namespace {
+// A connection that closed or reset: its server process is gone (an error
+// reply would have come first otherwise).
+bool connection_lost(const Error& e) {
+  return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
+}
+}  // namespace
+
+// Sends every frame not yet answered, then reads the replies in order.
+// Frames whose server was lost are re-sent, after declaring it dead, to
+// the shard's new head or tail; a re-sent write that was applied already
+// is acknowledged without being applied twice (shard_state.h). Loops until
+// every frame is answered or the deadline passes.
+//
+// With chains (R > 1) the writes are all acknowledged before any read is
+// sent. A read may park at the tail until a round closes; were it queued on
+// a connection ahead of a write re-sent there after a fail-over (the tail
+// became the head), it would wait for that write forever. Writes never
+// park, so a pass over writes always completes or loses a server.
 void Worker::Impl::exchange(std::vector<Frame>& frames) {
   const int64_t deadline = wire::deadline_after(opt.timeout);
-  for (Frame& f : frames) {
-    const void* p = f.ext ? f.ext : f.own.data();
-    wire::send_frame(fds[size_t(f.server)], f.h, p, deadline, who(f.server, f.h.op).c_str());
-  }
+  int64_t lost_at = 0;
   std::vector<float> tmp;
-  for (Frame& f : frames) {
-    const int fd = fds[size_t(f.server)];
-    const std::string w = who(f.server, f.h.op);
-    Header r = wire::recv_header(fd, deadline, w.c_str());
-    if (r.op != (f.h.op | wire::kReply) || r.req != f.h.req)
-      throw Error(Errc::kProtocol, w + ": reply out of order (op " + std::to_string(r.op) +
-                                       ", request " + std::to_string(r.req) + ")");
-    if (r.status != 0) {
-      if (r.payload > wire::kMaxMessage)
-        throw Error(Errc::kProtocol, w + ": error reply of " + std::to_string(r.payload) + " bytes");
-      std::string msg(r.payload, '\0');
-      wire::recv_payload(fd, msg.data(), msg.size(), deadline, w.c_str());
-      wire::throw_reply(r, msg, w);
+  const bool split = view.replicas() > 1;
+  for (int phase = split ? 0 : 1; phase < 2;) {
+    // phase 0: writes only; phase 1: the rest (everything when not split).
+    auto skip = [&](const Frame& f) { return f.done || (phase == 0 && !wire::is_write(f.h.op)); };
+    std::vector<int> lost, sent_to(frames.size(), -1);
+    auto is_lost = [&](int p) { return std::find(lost.begin(), lost.end(), p) != lost.end(); };
+    for (size_t i = 0; i < frames.size(); ++i) {
+      Frame& f = frames[i];
+      if (skip(f)) continue;
+      int p = -1;
+      try {
+        const int fd = route(f.server, f.h.op, &p, deadline);
+        if (is_lost(p)) continue;
+        f.h.epoch = view.epoch();
+        const void* payload = f.ext ? f.ext : f.own.data();
+        wire::send_frame(fd, f.h, payload, deadline, who(f.server, f.h.op).c_str());
+        sent_to[i] = p;
+      } catch (const Error& e) {
+        if (!connection_lost(e) || p < 0) throw;
+        lost.push_back(p);
+      }
     }
-    if (f.reply_into) {
-      if (r.payload > wire::kMaxStats)
-        throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) + " bytes");
-      f.reply_into->resize(r.payload);
-      wire::recv_payload(fd, f.reply_into->data(), r.payload, deadline, w.c_str());
+    for (size_t i = 0; i < frames.size(); ++i) {
+      Frame& f = frames[i];
+      const int p = sent_to[i];
+      if (skip(f) || p < 0 || is_lost(p)) continue;
+      const int fd = conns.at({f.server, p});
+      const std::string w = who(f.server, f.h.op);
+      Header r;
+      std::string msg;
+      try {
+        r = wire::recv_header(fd, deadline, w.c_str());
+        if (r.op != (f.h.op | wire::kReply) || r.req != f.h.req)
+          throw Error(Errc::kProtocol, w + ": reply out of order (op " + std::to_string(r.op) +
+                                           ", request " + std::to_string(r.req) + ")");
+        if (r.status != 0) {
+          if (r.payload > wire::kMaxMessage)
+            throw Error(Errc::kProtocol, w + ": error reply of " + std::to_string(r.payload) + " bytes");
+          msg.resize(r.payload);
+          wire::recv_payload(fd, msg.data(), msg.size(), deadline, w.c_str());
+        } else {
+          read_reply(f, r, fd, w, deadline, tmp);
+        }
+      } catch (const Error& e) {
+        if (!connection_lost(e)) throw;
+        lost.push_back(p);
+        continue;
+      }
+      if (r.status != 0) wire::throw_reply(r, msg, w);
+      f.done = true;
+      count_ack(f);
+    }
+    if (lost.empty()) {
+      ++phase;
       continue;
     }
-    if (r.payload != f.reply_bytes)
-      throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) +
-                                       " bytes, expected " + std::to_string(f.reply_bytes));
-    if (f.assigned) *f.assigned = std::min(*f.assigned, r.clock);
-    if (f.dest) {
-      wire::recv_payload(fd, f.dest, r.payload, deadline, w.c_str());
-    } else if (f.sparse_base) {
-      tmp.resize(r.payload / 4);
-      wire::recv_payload(fd, tmp.data(), r.payload, deadline, w.c_str());
-      for (size_t i = 0; i < f.sparse_pos.size(); ++i)
-        std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width),
-                    tmp.data() + i * size_t(f.width), size_t(f.width) * 4);
+    if (!lost_at) lost_at = int64_t(now_ns());
+    for (int p : lost) {
+      for (auto it = conns.begin(); it != conns.end();)
+        if (it->first.second == p) {
+          ::close(it->second);
+          it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      view.declare_dead(p);
     }
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      counters.reroutes += 1;
+    }
+    if (int64_t(now_ns()) >= deadline)
+      throw Error(Errc::kTimeout, who(frames.front().server, frames.front().h.op) +
+                                      ": servers lost and no reply within the deadline");
+  }
+  if (lost_at) {
+    std::lock_guard<std::mutex> lk(mu);
+    counters.max_reroute_s =
+        std::max(counters.max_reroute_s, double(int64_t(now_ns()) - lost_at) * 1e-9);
+  }
+}
+
+void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, const std::string& w,
+                              int64_t deadline, std::vector<float>& tmp) {
+  if (f.reply_into) {
+    if (r.payload > wire::kMaxStats)
+      throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) + " bytes");
+    f.reply_into->resize(r.payload);
+    wire::recv_payload(fd, f.reply_into->data(), r.payload, deadline, w.c_str());
+    return;
+  }
+  if (r.payload != f.reply_bytes)
+    throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) +
+                                     " bytes, expected " + std::to_string(f.reply_bytes));
+  if (f.assigned) *f.assigned = std::min(*f.assigned, r.clock);
+  if (f.dest) {
+    wire::recv_payload(fd, f.dest, r.payload, deadline, w.c_str());
+  } else if (f.sparse_base) {
+    tmp.resize(r.payload / 4);
+    wire::recv_payload(fd, tmp.data(), r.payload, deadline, w.c_str());
+    for (size_t i = 0; i < f.sparse_pos.size(); ++i)
+      std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width),
+                  tmp.data() + i * size_t(f.width), size_t(f.width) * 4);
   }
 }
 

@@ -49,7 +49,7 @@ namespace {
 struct PsFlags : TrainFlags {
   int servers = 1, workers = 1;
   std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
-  int staleness = 0, round_k = 0;
+  int staleness = 0, round_k = 0, replicas = 1;
   double timeout_s = 300;
 };
 
@@ -113,6 +113,7 @@ ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int 
   o.consistency = ps::parse_consistency(f.consistency);
   o.staleness = f.staleness;
   o.round_k = f.round_k;
+  o.replicas = f.replicas;
   o.late = f.late == "fold" ? ps::LatePolicy::kFold : ps::LatePolicy::kDrop;
   o.rule.kind = ps::parse_update_rule(f.rule.empty() ? f.optimizer : f.rule);
   o.rule.momentum = o.rule.kind == ps::UpdateRule::kSgd ? float(f.momentum) : 0.0f;
@@ -144,6 +145,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   const auto [slow_rank, slow_factor] = parse_slow(f.slow);
   ps::WorkerOptions wo;
   wo.rank = w;
+  wo.replicas = f.replicas;
   wo.secret = job.secret;
   wo.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
   ps::Worker worker(layout, wo, job.store);
@@ -285,6 +287,9 @@ void check_flags(const PsFlags& f) {
                   "braid ps: --resume and --checkpoint-every are not supported (server "
                   "checkpoints are not built yet); --checkpoint writes the final weights");
   parse_slow(f.slow);
+  BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
+                  "braid ps: --replicas " + std::to_string(f.replicas) +
+                      " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
 }
 
 }  // namespace
@@ -319,6 +324,9 @@ int ps_main(int argc, char** argv) {
   app.add_option("--server-rule", f.rule, "server update rule: sgd, adagrad, adam, adamw "
                                           "(default: --optimizer)")
       ->check(CLI::IsMember({"sgd", "adagrad", "adam", "adamw"}));
+  app.add_option("--replicas", f.replicas,
+                 "servers keeping each shard, as a chain: writes at the head, reads at the "
+                 "tail, fail-over when one dies (1)");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {

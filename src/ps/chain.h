@@ -1,0 +1,58 @@
+// Chain replication's configuration. Private to src/ps.
+//
+// Shard s (the keys the Layout places on server s) is kept by the chain
+// s, s+1, …, s+R−1 (mod S). The configuration's only variable part is the set
+// of servers declared dead, kept in the job's store as keys "ps/dead/<p>";
+// the epoch is the size of that set. Entries are only ever added, so every
+// process's view moves through the same sequence of configurations (one
+// failure at a time) and a larger epoch is always the newer view. A shard's
+// live chain is its original chain without the dead members, in order: the
+// first is the head (takes writes), the last the tail (serves reads).
+//
+// Who declares a death: whoever sees a connection to a server close without
+// an error reply (a SIGKILLed or crashed process): a worker reading a reply,
+// or a chain member forwarding a write. A declared server is never taken
+// back (a replacement catching up by state transfer is not built).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "braid/store.h"
+
+namespace braid::ps {
+
+class ChainView {
+ public:
+  // Throws kInvalidArgument unless 1 <= replicas <= servers.
+  ChainView(int servers, int replicas, std::shared_ptr<Store> store);
+
+  int servers() const { return S_; }
+  int replicas() const { return R_; }
+  // The shards server p keeps a replica of (its own first).
+  std::vector<int> shards_of(int p) const;
+  // Shard s's live chain, head first; throws kPeerDied naming the shard
+  // when every member is dead.
+  std::vector<int> chain(int s) const;
+  int head(int s) const { return chain(s).front(); }
+  int tail(int s) const { return chain(s).back(); }
+  // p's live successor in shard s's chain; -1 when p is the tail.
+  int successor(int s, int p) const;
+  uint32_t epoch() const;
+  bool dead(int p) const;
+  // Re-reads the dead set from the store (cheap: S key checks).
+  void refresh();
+  // Records p's death in the store (idempotent), then refreshes.
+  void declare_dead(int p);
+
+ private:
+  const int S_, R_;
+  std::shared_ptr<Store> store_;
+  mutable std::mutex mu_;
+  std::vector<bool> dead_;
+  uint32_t epoch_ = 0;
+};
+
+}  // namespace braid::ps
