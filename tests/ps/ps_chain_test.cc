@@ -138,7 +138,9 @@ void run_worker(int w, int replicas, int victim, std::shared_ptr<braid::Store> s
       }
       reroutes += std::stoll(store->get_str("test/reroutes/" + sw));
     }
-    if (victim >= 0) EXPECT_GE(reroutes, 1);
+    if (victim >= 0) {
+      EXPECT_GE(reroutes, 1);
+    }
     for (int s = 0; s < kServers; ++s) {
       // Served by the shard's (surviving) tail.
       const ps::ServerStats st = worker.stats(s);
