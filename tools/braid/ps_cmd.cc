@@ -303,8 +303,9 @@ void check_flags(const PsFlags& f) {
 }  // namespace
 
 int ps_main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "bench") == 0) return ps_bench_main(argc - 1, argv + 1);
   if (argc < 2 || std::strcmp(argv[1], "train") != 0) {
-    std::fprintf(stderr, "usage: braid ps train mlp|dlrm --servers S --workers W --consistency "
+    std::fprintf(stderr, "usage: braid ps bench [options] | braid ps train mlp|dlrm --servers S --workers W --consistency "
                          "bsp|asp|ssp|kofn [options]\n");
     return 2;
   }

@@ -77,4 +77,7 @@ class SparseTables {
   void pull(ps::Worker& worker, int64_t clock);
 };
 
+// braid ps bench (ps_bench.cc): argv[0] is "bench".
+int ps_bench_main(int argc, char** argv);
+
 }  // namespace braid::tool
