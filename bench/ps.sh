@@ -14,6 +14,10 @@
 #     the JSON logs (bench/ps_time_to_target.py); the plot goes to
 #     OUT/ps_time_to_target.svg (OUT default: a temporary directory, kept).
 #     braid train --dp has no straggler flag: its row is without one.
+#     SGD momentum 0.9 (the default): data parallel's dense table gradients
+#     decay every row's momentum each step, the servers' sparse updates
+#     only the touched rows' (tests/ps/ps_dlrm_test.cc compares the two
+#     with momentum 0, where they are the same training).
 # The defaults are the measured setting; STEPS=60 SAMPLES=16384 ITERS=5
 # runs the whole script in well under a minute to check it end to end.
 set -euo pipefail
