@@ -78,6 +78,20 @@ class AdamW : public Optimizer {
   float beta1_, beta2_, eps_, weight_decay_;
 };
 
+// The per-element update loops of Sgd and AdamW over n contiguous floats,
+// shared with the parameter servers' update rules (src/ps) so that a server
+// step is the same arithmetic as an nn step. One pass, vectorised, split
+// over threads for large n.
+//  sgd_update:   g' = g + wd·w; μ ≠ 0: buf = μ·buf + g', w −= lr·buf;
+//                μ = 0: w −= lr·g' (buf is not read and may be null).
+//  adamw_update: update count t (1-based; Error(kInvalidArgument) below 1);
+//                w ·= 1 − lr·wd; m, v moving averages; bias-corrected step,
+//                as AdamW's comment says.
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                float wd);
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, int64_t t,
+                  float beta1, float beta2, float eps, float wd);
+
 // Global L2 norm of all gradients (accumulated in double). When it exceeds
 // max_norm (> 0), every gradient is scaled by max_norm / (norm + 1e-6).
 // Returns the norm before clipping.

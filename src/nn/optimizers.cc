@@ -77,23 +77,31 @@ BRAID_SIMD_FN void adamw_update_range(float* w, const float* g, float* m, float*
   }
 }
 constexpr int64_t kParallelMin = 1 << 17;
+}  // namespace
+
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd) {
+  if (mu == 0.0f) {
+    simd::parallel_ranges(n, kParallelMin,
+                          [&](int64_t b, int64_t e) { sgd_plain_range(w + b, g + b, e - b, lr, wd); });
+    return;
+  }
   simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
     sgd_update_range(w + b, g + b, buf + b, e - b, lr, mu, wd);
   });
 }
-void sgd_plain(float* w, const float* g, int64_t n, float lr, float wd) {
-  simd::parallel_ranges(n, kParallelMin,
-                        [&](int64_t b, int64_t e) { sgd_plain_range(w + b, g + b, e - b, lr, wd); });
-}
-void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr_decay,
-                  float b1, float b2, float step_size, float sqrt_bc2, float eps) {
+
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, int64_t t,
+                  float b1, float b2, float eps, float wd) {
+  BRAID_CHECK_ARG(t >= 1, "AdamW update count must start at 1, got " + std::to_string(t));
+  const double bc1 = 1.0 - std::pow(double(b1), double(t));
+  const double bc2 = 1.0 - std::pow(double(b2), double(t));
+  const float step_size = float(lr / bc1), sqrt_bc2 = float(std::sqrt(bc2));
+  const float lr_decay = 1.0f - lr * wd;
   simd::parallel_ranges(n, kParallelMin, [&](int64_t b, int64_t e) {
     adamw_update_range(w + b, g + b, m + b, v + b, e - b, lr_decay, b1, b2, step_size, sqrt_bc2,
                        eps);
   });
 }
-}  // namespace
 
 std::vector<const char*> Sgd::slots() const {
   if (momentum_ != 0.0f) return {"momentum"};
@@ -103,13 +111,9 @@ std::vector<const char*> Sgd::slots() const {
 void Sgd::step(const std::vector<Parameter*>& params, float lr) {
   ++steps_;
   for (Parameter* p : params) {
-    float wd = p->decay ? weight_decay_ : 0.0f;
-    if (momentum_ != 0.0f) {
-      Tensor& buf = state(*p, "momentum");
-      sgd_update(p->data.f32(), p->grad.f32(), buf.f32(), p->size(), lr, momentum_, wd);
-    } else {
-      sgd_plain(p->data.f32(), p->grad.f32(), p->size(), lr, wd);
-    }
+    const float wd = p->decay ? weight_decay_ : 0.0f;
+    float* buf = momentum_ != 0.0f ? state(*p, "momentum").f32() : nullptr;
+    sgd_update(p->data.f32(), p->grad.f32(), buf, p->size(), lr, momentum_, wd);
   }
 }
 
@@ -117,16 +121,11 @@ std::vector<const char*> AdamW::slots() const { return {"m", "v"}; }
 
 void AdamW::step(const std::vector<Parameter*>& params, float lr) {
   ++steps_;
-  double bc1 = 1.0 - std::pow(double(beta1_), double(steps_));
-  double bc2 = 1.0 - std::pow(double(beta2_), double(steps_));
-  float step_size = float(lr / bc1);
-  float sqrt_bc2 = float(std::sqrt(bc2));
   for (Parameter* p : params) {
-    float decay = p->decay ? 1.0f - lr * weight_decay_ : 1.0f;
     Tensor& m = state(*p, "m");
     Tensor& v = state(*p, "v");
-    adamw_update(p->data.f32(), p->grad.f32(), m.f32(), v.f32(), p->size(), decay, beta1_,
-                 beta2_, step_size, sqrt_bc2, eps_);
+    adamw_update(p->data.f32(), p->grad.f32(), m.f32(), v.f32(), p->size(), lr, steps_, beta1_,
+                 beta2_, eps_, p->decay ? weight_decay_ : 0.0f);
   }
 }
 

@@ -141,9 +141,9 @@ TEST(PsTrain, AspTrainsToALowerLoss) {
 }
 
 TEST(PsTrain, RejectsModelsAndFlagsItCannotRun) {
-  auto r = run_command(braid_bin() + " ps train dlrm --servers 1 --workers 1");
+  auto r = run_command(braid_bin() + " ps train gpt --servers 1 --workers 1");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("model 'dlrm' is not available"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model 'gpt' is not available"), std::string::npos) << r.out;
   r = run_command(braid_bin() + " ps train mlp --workers 2 --consistency kofn");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--round-k"), std::string::npos) << r.out;

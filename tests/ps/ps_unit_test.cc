@@ -109,13 +109,16 @@ TEST(PsUpdateRule, AdamFirstStepByHand) {
   EXPECT_NEAR(w[0], 0.99f, 1e-6);
 }
 
-// Several steps of each rule equal braid::nn's optimizer to float rounding
-// (nn's loops are compiled per ISA and may contract to fused multiply-adds).
+// Several steps of each rule equal braid::nn's optimizer exactly: both run
+// nn::sgd_update / nn::adamw_update. Plain SGD (no momentum) too, and a
+// slice long enough that the loops split over threads.
 TEST(PsUpdateRule, EqualsTheNnOptimizers) {
-  for (int kind = 0; kind < 2; ++kind) {
-    braid::nn::Parameter p("p", {5});
-    std::vector<float> w(5), state(10, 0.0f);
-    for (int i = 0; i < 5; ++i) w[size_t(i)] = p.data.f32()[i] = 0.3f * float(i) - 0.5f;
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    const int64_t n = kind == 2 ? (int64_t(1) << 18) + 3 : 5;
+    braid::nn::Parameter p("p", {n});
+    std::vector<float> w(static_cast<size_t>(n)), state(static_cast<size_t>(2 * n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) w[size_t(i)] = p.data.f32()[i] = 0.3f * float(i % 7) - 0.5f;
     UpdateRule r;
     std::unique_ptr<braid::nn::Optimizer> opt;
     if (kind == 0) {
@@ -123,18 +126,23 @@ TEST(PsUpdateRule, EqualsTheNnOptimizers) {
       r.momentum = 0.9f;
       r.weight_decay = 0.01f;
       opt = std::make_unique<braid::nn::Sgd>(0.9f, 0.01f);
-    } else {
+    } else if (kind == 1) {
       r.kind = UpdateRule::kAdamW;
       r.weight_decay = 0.01f;
       opt = std::make_unique<braid::nn::AdamW>(0.9f, 0.999f, 1e-8f, 0.01f);
+    } else {
+      r.kind = UpdateRule::kSgd;
+      r.weight_decay = 0.01f;
+      opt = std::make_unique<braid::nn::Sgd>(0.0f, 0.01f);
     }
     for (int t = 1; t <= 4; ++t) {
-      std::vector<float> g(5);
-      for (int i = 0; i < 5; ++i) g[size_t(i)] = p.grad.f32()[i] = std::sin(float(i * t));
+      std::vector<float> g(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) g[size_t(i)] = p.grad.f32()[i] = std::sin(float(i * t));
       opt->step({&p}, 0.05f);
-      braid::ps::apply_update(r, w.data(), g.data(), state.data(), 5, 0.05f, t, true);
-      for (int i = 0; i < 5; ++i)
-        EXPECT_NEAR(w[size_t(i)], p.data.f32()[i], 1e-6) << kind << " t " << t;
+      braid::ps::apply_update(r, w.data(), g.data(), state.data(), n, 0.05f, t, true);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += w[size_t(i)] != p.data.f32()[i];
+      EXPECT_EQ(differ, 0) << "t " << t << ": w[0] " << w[0] << " vs " << p.data.f32()[0];
     }
   }
 }

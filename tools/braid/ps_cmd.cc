@@ -1,5 +1,6 @@
-// braid ps train mlp --servers S --workers W --consistency bsp|asp|ssp|kofn
-// — the MLP trained through parameter servers.
+// braid ps train mlp|dlrm --servers S --workers W --consistency bsp|asp|ssp|kofn
+// — the MLP or the DLRM model trained through parameter servers (dlrm: its
+// embedding tables are sparse keys, ps_dlrm.cc).
 //
 // Processes: with --placement dedicated (default) the job has W + S ranks,
 // ranks 0..W-1 workers and W..W+S-1 servers; with --placement colocated it
@@ -11,7 +12,7 @@
 // A worker's step at clock c: pull every parameter for clock c (the server
 // decides how long that waits; under k-of-n it answers with the open round,
 // which becomes c), forward/backward its shard of global batch c, report
-// its loss sums to server 0, push its gradients (scaled by W: the trainer
+// its loss sums to server 0, push its gradients (dlrm: the tables' touched rows) (scaled by W: the trainer
 // gives each rank its share of the global mean, the server averages) with
 // the clock flag. The optimizer runs on the servers (ps.h).
 //
@@ -19,7 +20,8 @@
 // over the global batch in BSP and k-of-n (the workers that made the round)
 // and over the reports in so far under ASP/SSP (`loss_workers` says how
 // many), plus `clock`, the server-0 `clocks` of every worker read right after
-// this worker's pull (`clock_spread` = max − min) and `read_lead` (the
+// this worker's pull (`clock_spread` = max − min), `time` (seconds since
+// the worker started, after the step) and `read_lead` (the
 // largest lead over the slowest worker any pull was served with; SSP keeps it
 // <= s), pushes accepted / late /
 // dropped / folded over all servers, and each server's requests and bytes.
@@ -39,6 +41,7 @@
 #include "braid/ps.h"
 #include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
+#include "ps_train.h"
 #include "subcommands.h"
 #include "train_setup.h"
 
@@ -46,31 +49,24 @@ namespace braid::tool {
 
 namespace {
 
-struct PsFlags : TrainFlags {
-  int servers = 1, workers = 1;
-  std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
-  int staleness = 0, round_k = 0, replicas = 1;
-  double timeout_s = 300;
-};
-
-struct Job {
-  int rank = 0, size = 1;
-  std::shared_ptr<Store> store;
-  std::string secret;
-};
-
-// Every parameter of the model, as the keys of the layout (same order).
-std::vector<ps::KeyData> key_data(const std::vector<nn::Parameter*>& params, bool grads) {
+// Every dense parameter of the model, as the keys of the layout (same
+// order); the tables are sparse keys.
+std::vector<ps::KeyData> key_data(const std::vector<nn::Parameter*>& params, bool grads,
+                                  const SparseTables& sparse) {
   std::vector<ps::KeyData> out;
   for (size_t i = 0; i < params.size(); ++i)
-    out.push_back({ps::KeyId(i), {}, grads ? params[i]->grad.f32() : params[i]->data.f32()});
+    if (!sparse.is_table(i))
+      out.push_back({ps::KeyId(i), {}, grads ? params[i]->grad.f32() : params[i]->data.f32()});
   return out;
 }
 
 // The worker's StepHooks: no local optimizer; after the step, report the
-// sums and push the gradients with the clock flag.
+// sums and push the gradients with the clock flag. A dlrm worker pulls the
+// rows its micro-batch names before the forward.
 struct PsHooks : nn::StepHooks {
   ps::Worker* worker = nullptr;
+  PsTrainer* trainer = nullptr;
+  SparseTables* sparse = nullptr;
   int workers = 1;
   int64_t clock = 0;
   // --slow-worker: this worker's compute takes `slow` times as long. The
@@ -81,16 +77,22 @@ struct PsHooks : nn::StepHooks {
     step_t0 = now_s();
     nn::StepHooks::begin_step(step, ps);
   }
+  void before_forward(size_t unit) override {
+    if (unit == 0) sparse->pull_rows(*worker, trainer->batch_input(), clock);
+  }
   void optimizer_step(nn::Optimizer&, const std::vector<nn::Parameter*>&, float) override {}
   void after_step(nn::StepState& st) override {
     if (slow > 1)
       std::this_thread::sleep_for(std::chrono::duration<double>((slow - 1) * (now_s() - step_t0)));
     worker->report(clock, st.sums[0], st.sums[1], st.sums[2]);
-    for (nn::Parameter* p : params) {
-      float* g = p->grad.f32();
-      for (int64_t i = 0; i < p->size(); ++i) g[i] *= float(workers);
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (sparse->is_table(k)) continue;
+      float* g = params[k]->grad.f32();
+      for (int64_t i = 0; i < params[k]->size(); ++i) g[i] *= float(workers);
     }
-    worker->push(key_data(params, true), clock, true);
+    std::vector<ps::KeyData> grads = key_data(params, true, *sparse);
+    sparse->add_push(grads, float(workers));
+    worker->push(grads, clock, true);
   }
   std::vector<nn::Parameter*> params;
 };
@@ -139,7 +141,8 @@ nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
           {"pushes_folded", fold},  {"server_requests", req}, {"server_bytes", bytes}};
 }
 
-int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout) {
+int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
+               SparseTables& sparse) {
   const bool logger = w == 0;
   const auto mode = ps::parse_consistency(f.consistency);
   const auto [slow_rank, slow_factor] = parse_slow(f.slow);
@@ -152,14 +155,17 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
 
   setup.opts.rank = w;
   setup.opts.world = f.workers;
-  nn::Trainer trainer(*setup.model, *setup.train, *setup.opt, setup.sched, setup.opts);
+  PsTrainer trainer(*setup.model, *setup.train, *setup.opt, setup.sched, setup.opts);
+  if (setup.loss) trainer.set_loss(*setup.loss);
   PsHooks hooks;
   hooks.worker = &worker;
+  hooks.trainer = &trainer;
+  hooks.sparse = &sparse;
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
   trainer.set_hooks(hooks);
-  const auto pull_all = key_data(hooks.params, false);
+  const auto pull_all = key_data(hooks.params, false, sparse);
 
   std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
@@ -174,6 +180,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   StepReporter report(f, 0, setup.steps, std::min<int64_t>(20, setup.steps / 5), logger);
   double last_loss = 0;
   int64_t clock = 0, taken = 0;
+  const double t0 = now_s();
   while (clock < setup.steps) {
     clock = worker.pull(pull_all, clock);
     if (clock >= setup.steps) break;
@@ -198,6 +205,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
       report.after_step(clock, st);
       if (jlog.is_open()) {
         rec.update(step_record(st));
+        rec["time"] = now_s() - t0;
         rec.update(load_fields(all));
         rec["loss_workers"] = all[0].report_workers;
         rec["worker_loss"] = local;
@@ -211,6 +219,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     // The final parameters: every round applied (SSP: s rounds may be open).
     const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
     worker.pull(pull_all, last);
+    sparse.pull_all(worker, last);
     std::vector<ps::ServerStats> all;
     for (int s = 0; s < f.servers; ++s) all.push_back(worker.stats(s));
     nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
@@ -221,8 +230,9 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     nlohmann::json rounds = nlohmann::json::array();
     for (const auto& s : all) rounds.push_back(s.rounds_closed);
     done["rounds_closed"] = rounds;
-    const double acc = trainer.evaluate(*setup.test, 1000).accuracy;
-    done["test_accuracy"] = acc;
+    const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
+    const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";
+    done["test_accuracy"] = ev.accuracy;
     if (!f.checkpoint.empty()) {
       Checkpoint ck;
       add_parameters(ck, hooks.params);
@@ -230,9 +240,9 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     }
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps on %d workers / %d servers (%s), final loss %.4f, test "
-                "accuracy %.4f, %.1fs\n",
+                "accuracy %.4f%s, %.1fs\n",
                 f.model.c_str(), (long long)setup.steps, f.workers, f.servers,
-                f.consistency.c_str(), last_loss, acc, report.seconds());
+                f.consistency.c_str(), last_loss, ev.accuracy, dlrm.c_str(), report.seconds());
     std::fflush(stdout);
   }
   worker.finish();
@@ -255,18 +265,18 @@ int run_rank(const Job& job, PsFlags f) {
   TrainSetup setup = build_setup(f, job.rank == 0);
   ps::Layout layout(f.servers);
   std::vector<std::vector<float>> init;
-  for (nn::Parameter* p : setup.model->parameters()) {
-    layout.add_dense(p->name, p->size(), p->decay);
-    init.emplace_back(p->data.f32(), p->data.f32() + p->size());
-  }
+  SparseTables sparse(*setup.model, setup.model->parameters());
+  sparse.add_keys(layout, init);
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {
     ps::ServerOptions o = server_options(f, setup, server);
     o.secret = job.secret;
-    srv = std::make_unique<ps::Server>(layout, o, job.store, init);
+    srv = std::make_unique<ps::Server>(
+        layout, o, job.store, init,
+        [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
   }
   int rc = 0;
-  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout);
+  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse);
   // A server lives until every worker has said goodbye; the job's
   // supervisor or launcher ends it sooner when a rank fails.
   if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
@@ -286,6 +296,9 @@ void check_flags(const PsFlags& f) {
   BRAID_CHECK_ARG(f.resume.empty() && f.checkpoint_every == 0,
                   "braid ps: --resume and --checkpoint-every are not supported (server "
                   "checkpoints are not built yet); --checkpoint writes the final weights");
+  BRAID_CHECK_ARG(f.model != "dlrm" || f.accum == 1,
+                  "braid ps train dlrm: --accum must be 1 (a micro-batch's rows are pulled "
+                  "before its forward and its touched rows pushed after its backward)");
   parse_slow(f.slow);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
@@ -295,15 +308,16 @@ void check_flags(const PsFlags& f) {
 }  // namespace
 
 int ps_main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "bench") == 0) return ps_bench_main(argc - 1, argv + 1);
   if (argc < 2 || std::strcmp(argv[1], "train") != 0) {
-    std::fprintf(stderr, "usage: braid ps train mlp --servers S --workers W --consistency "
+    std::fprintf(stderr, "usage: braid ps bench [options] | braid ps train mlp|dlrm --servers S --workers W --consistency "
                          "bsp|asp|ssp|kofn [options]\n");
     return 2;
   }
-  if (argc >= 3 && argv[2][0] != '-' && std::strcmp(argv[2], "mlp") != 0)
+  if (argc >= 3 && argv[2][0] != '-' && std::strcmp(argv[2], "mlp") != 0 &&
+      std::strcmp(argv[2], "dlrm") != 0)
     throw Error(Errc::kInvalidArgument, std::string("braid ps train: model '") + argv[2] +
-                                            "' is not available; only mlp is (dlrm comes with "
-                                            "the sparse workload)");
+                                            "' is not available; mlp and dlrm are");
   CLI::App app{"braid ps train: train a model through parameter servers", "braid ps train"};
   PsFlags f;
   add_train_options(app, f, true);

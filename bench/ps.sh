@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Parameter-server benchmark (issue 23).
+#
+#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT
+#
+# (a) push_pull throughput, 2 servers x 2 workers (braid ps bench):
+#     dense 4 MiB keys in GB/s per worker beside braid bench's 2-rank
+#     all_reduce of the same bytes (algbw); sparse 64-byte rows in keys/s
+#     per server (goal >= 1M), KEYS rows per push_pull.
+# (b) time to a target log loss (floor + EPS, EPS default 0.03) on the DLRM
+#     workload with worker 1 slowed 2x: braid ps train dlrm under BSP, ASP,
+#     SSP s=2 and s=4, k-of-n (k = n-1 = 2 of 3 workers), 3 workers and 2
+#     servers, and all-reduce data parallel (braid train dlrm --dp 3), from
+#     the JSON logs (bench/ps_time_to_target.py); the plot goes to
+#     OUT/ps_time_to_target.svg (OUT default: a temporary directory, kept).
+#     braid train --dp has no straggler flag: its row is without one.
+#     SGD momentum 0.9 (the default): data parallel's dense table gradients
+#     decay every row's momentum each step, the servers' sparse updates
+#     only the touched rows' (tests/ps/ps_dlrm_test.cc compares the two
+#     with momentum 0, where they are the same training).
+# The defaults are the measured setting; STEPS=60 SAMPLES=16384 ITERS=5
+# runs the whole script in well under a minute to check it end to end.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+braid=$build/braid
+iters=${ITERS:-50}
+keys=${KEYS:-4096}
+eps=${EPS:-0.03}
+out=${OUT:-$(mktemp -d /tmp/braid_ps_XXXXXX)}
+mkdir -p "$out"
+clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
+
+echo "# $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); logs in $out"
+echo
+echo "## (a) push_pull, 2 servers x 2 workers"
+echo
+dense=$("${clean_env[@]}" "$braid" ps bench --mode dense --bytes 4194304 --iters "$iters" --json)
+sparse=$("${clean_env[@]}" "$braid" ps bench --mode sparse --row-bytes 64 --keys "$keys" \
+  --iters "$iters" --json)
+ar=$("${clean_env[@]}" "$braid" bench -n 2 --op all_reduce -b 4M -e 4M --iters "$iters" --json |
+  grep '"algbw' | tail -1)
+python3 - "$dense" "$sparse" "$ar" <<'PY'
+import json, sys
+d, s, a = (json.loads(x) for x in sys.argv[1:4])
+abw = next(a[k] for k in ("algbw_gbs", "algbw", "algbw_GBps") if k in a)
+print("| what | bytes | time (us) | GB/s |")
+print("|---|---|---|---|")
+print(f"| ps push_pull dense (per worker) | {d['bytes']} | {d['time_us']:.0f} | {d['algbw_gbs']:.3f} |")
+t = next((a[k] for k in ("time_us", "time") if k in a), float("nan"))
+print(f"| braid all_reduce, 2 ranks | {d['bytes']} | {t:.0f} | {abw:.3f} |")
+print()
+print("| what | row bytes | keys per push_pull | keys/s per server | goal |")
+print("|---|---|---|---|---|")
+print(f"| ps push_pull sparse | {s['row_bytes']} | {s['keys']} | {s['keys_per_s_per_server']:.3g} | >= 1M |")
+PY
+
+echo
+echo "## (b) DLRM time to target, worker 1 slowed 2x"
+echo
+data=(dlrm --batch 256 --threads 1 --quiet)
+[ -n "${STEPS:-}" ] && data+=(--steps "$STEPS")
+[ -n "${SAMPLES:-}" ] && data+=(--samples "$SAMPLES")
+ps=("${data[@]}" --servers 2 --workers 3 --slow-worker 1:2)
+logs=()
+run_ps() {  # NAME ARGS...: one braid ps train dlrm run
+  local name=$1
+  shift
+  "${clean_env[@]}" "$braid" ps train "${ps[@]}" "$@" --json-log "$out/$name.jsonl" >/dev/null
+  logs+=("$name=$out/$name.jsonl")
+}
+run_ps bsp --consistency bsp
+run_ps asp --consistency asp
+run_ps ssp2 --consistency ssp --staleness 2
+run_ps ssp4 --consistency ssp --staleness 4
+run_ps kofn --consistency kofn --round-k 2
+"${clean_env[@]}" "$braid" train "${data[@]}" --dp 3 --json-log "$out/dp.jsonl" >/dev/null
+logs+=("dp=$out/dp.jsonl")
+python3 "$here/bench/ps_time_to_target.py" "$eps" "$out/ps_time_to_target.svg" "${logs[@]}"

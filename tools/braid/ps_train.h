@@ -1,0 +1,83 @@
+// What `braid ps train` (ps_cmd.cc) shares with its sparse workload
+// (ps_dlrm.cc): the flags, the job a rank belongs to, and the embedding
+// tables kept as sparse keys.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/dlrm.h"
+#include "braid/ps.h"
+#include "braid/store.h"
+#include "braid/trainer.h"
+#include "train_setup.h"
+
+namespace braid::tool {
+
+struct PsFlags : TrainFlags {
+  int servers = 1, workers = 1;
+  std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
+  int staleness = 0, round_k = 0, replicas = 1;
+  double timeout_s = 300;
+};
+
+struct Job {
+  int rank = 0, size = 1;
+  std::shared_ptr<Store> store;
+  std::string secret;
+};
+
+// A Trainer whose hooks may read the micro-batch it is about to run (a
+// parameter-server worker pulls the embedding rows that batch names).
+class PsTrainer : public nn::Trainer {
+ public:
+  using nn::Trainer::Trainer;
+  const Tensor& batch_input() const { return x_; }
+};
+
+// The embedding tables of a DLRM model as sparse keys (rows by id); every
+// other parameter stays a dense key. Key id = position in the model's
+// parameter list. A worker pulls, before its forward, only the rows its
+// micro-batch names and pushes, after backward, only the rows it touched
+// (EmbeddingBag's sparse gradient; the tables' dense gradients are off).
+// A model without tables (mlp) has none, and everything below is a no-op.
+class SparseTables {
+ public:
+  // `params` is model's parameter list. Switches the tables' dense
+  // gradients off.
+  SparseTables(nn::Module& model, const std::vector<nn::Parameter*>& params);
+
+  bool is_table(size_t key) const;
+  // Every parameter as a key of `layout`, in order; `init` gets each
+  // dense key's initial values (empty for a table).
+  void add_keys(ps::Layout& layout, std::vector<std::vector<float>>& init) const;
+  // A table row's initial value (the servers' init_sparse): the model's own.
+  void init_row(ps::KeyId key, int64_t row, float* out) const;
+
+  // Worker: pulls the rows micro-batch `x` names into the tables.
+  void pull_rows(ps::Worker& worker, const Tensor& x, int64_t clock);
+  // Worker: every row of every table (before evaluating the whole model).
+  void pull_all(ps::Worker& worker, int64_t clock);
+  // Worker: appends the touched rows' gradients times `scale` to `out`;
+  // they stay valid until the next call.
+  void add_push(std::vector<ps::KeyData>& out, float scale);
+
+ private:
+  struct Table {
+    size_t key = 0;
+    nn::EmbeddingBag* bag = nullptr;
+    std::vector<int64_t> rows;  // scratch: rows of the pull in flight
+    std::vector<float> buf;     // scratch: pulled rows / scaled gradients
+  };
+  std::vector<Table> tables_;
+  std::vector<nn::Parameter*> params_;
+  int64_t dense_ = 0, bag_ = 0;  // the input row's layout (dlrm.h)
+  void pull(ps::Worker& worker, int64_t clock);
+};
+
+// braid ps bench (ps_bench.cc): argv[0] is "bench".
+int ps_bench_main(int argc, char** argv);
+
+}  // namespace braid::tool
