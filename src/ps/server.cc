@@ -97,7 +97,7 @@ struct Server::Impl {
 void Server::Impl::accept_loop() {
   while (!stopping) {
     if (!wait_readable(listen_fd, kPollMs)) continue;
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    int fd = accept_tcp(listen_fd);
     if (fd < 0) continue;
     std::lock_guard<std::mutex> lk(mu);
     if (stopping) {

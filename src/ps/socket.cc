@@ -40,6 +40,12 @@ void no_delay(int fd) {
 }
 }  // namespace
 
+int accept_tcp(int listen_fd) {
+  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) no_delay(fd);
+  return fd;
+}
+
 int listen_tcp(const std::string& host, int* port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw_errno("parameter server: socket");

@@ -9,6 +9,9 @@ namespace braid::ps {
 // A listening socket on host (IPv4 dotted or a name) and a free port.
 // Returns the fd; *port gets the port. Throws Error(kIo).
 int listen_tcp(const std::string& host, int* port);
+// Accepts one connection (-1 when none is pending or it failed), with
+// TCP_NODELAY: a request/reply protocol must not wait out delayed ACKs.
+int accept_tcp(int listen_fd);
 // Connects to host:port, retrying refused connections until `timeout`
 // (a server may not listen yet). Throws Error(kTimeout) naming `what`.
 int connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout,
