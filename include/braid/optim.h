@@ -96,6 +96,10 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float
 // max_norm (> 0), every gradient is scaled by max_norm / (norm + 1e-6).
 // Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm);
+// The clipping rule for a norm computed elsewhere (over shards, stages or
+// ranks): scales g[0..n) by max_norm / (norm + 1e-6) when max_norm > 0 and
+// norm > max_norm; otherwise leaves it. Every clip in braid goes through it.
+void clip_to_norm(float* g, int64_t n, double norm, double max_norm);
 
 // Linear warmup over `warmup` steps to `base`, then either constant or a
 // cosine decay to base·min_ratio at step `total`.

@@ -133,14 +133,14 @@ double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm) {
   double ss = 0;
   for (const Parameter* p : params) ss += sum_squares(p->grad.f32(), p->grad.numel());
   double norm = std::sqrt(ss);
-  if (max_norm > 0 && norm > max_norm) {
-    float s = float(max_norm / (norm + 1e-6));
-    for (Parameter* p : params) {
-      float* g = p->grad.f32();
-      for (int64_t i = 0; i < p->grad.numel(); ++i) g[i] *= s;
-    }
-  }
+  for (Parameter* p : params) clip_to_norm(p->grad.f32(), p->grad.numel(), norm, max_norm);
   return norm;
+}
+
+void clip_to_norm(float* g, int64_t n, double norm, double max_norm) {
+  if (!(max_norm > 0 && norm > max_norm)) return;
+  const float k = float(max_norm / (norm + 1e-6));
+  for (int64_t i = 0; i < n; ++i) g[i] *= k;
 }
 
 float LrSchedule::at(int64_t step) const {

@@ -15,13 +15,7 @@ double Zero1::clip_grad_norm(double max_norm) {
   if (s_.world > 1)
     s_.waited([&] { s_.comm->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum); });
   const double norm = std::sqrt(ss);
-  if (max_norm > 0 && norm > max_norm) {
-    const float k = float(max_norm / (norm + 1e-6));
-    for (auto& b : s_.buckets) {
-      float* g = b->shard_grads_ptr(s_.rank);
-      for (int64_t i = 0; i < b->shard; ++i) g[i] *= k;
-    }
-  }
+  for (auto& b : s_.buckets) nn::clip_to_norm(b->shard_grads_ptr(s_.rank), b->shard, norm, max_norm);
   return norm;
 }
 

@@ -32,12 +32,7 @@ double PipelineHooks::grad_square_sum(const std::vector<nn::Parameter*>& params)
 double PipelineHooks::clip_grad_norm(const std::vector<nn::Parameter*>& params,
                                      double max_norm) {
   const double norm = std::sqrt(grad_square_sum(params));
-  if (norm <= max_norm) return norm;
-  const float k = float(max_norm / (norm + 1e-6));
-  for (nn::Parameter* p : params) {
-    float* g = p->grad.f32();
-    for (int64_t i = 0; i < p->size(); ++i) g[i] *= k;
-  }
+  for (nn::Parameter* p : params) nn::clip_to_norm(p->grad.f32(), p->size(), norm, max_norm);
   return norm;
 }
 

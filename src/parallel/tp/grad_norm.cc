@@ -15,13 +15,7 @@ double clip_grad_norm(const std::vector<Sharded>& params, double max_norm, Commu
     if (s.spec.dim >= 0 || tp.rank() == 0) sq += sum_squares(s.param->grad.f32(), s.param->size());
   tp.all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
   const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const float k = float(max_norm / (norm + 1e-6));
-    for (const Sharded& s : params) {
-      float* g = s.param->grad.f32();
-      for (int64_t i = 0; i < s.param->size(); ++i) g[i] *= k;
-    }
-  }
+  for (const Sharded& s : params) nn::clip_to_norm(s.param->grad.f32(), s.param->size(), norm, max_norm);
   return norm;
 }
 
