@@ -111,8 +111,8 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
   }
   comm_ = braid::Communicator::create(
       rank, size, braid::make_prefix_store(adapt_store(store, timeout), "braid/"), opt);
-  collectives_ = std::make_unique<Completer>();
-  p2p_ = std::make_unique<Completer>();
+  collectives_ = std::make_shared<Completer>();
+  p2p_ = std::make_shared<Completer>();
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {
@@ -125,8 +125,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(OpType type, std::vect
                                                           std::vector<at::Tensor> keep,
                                                           std::vector<at::Tensor> outputs, bool p2p) {
   auto w = c10::make_intrusive<BraidWork>(rank_, type, std::move(works), std::move(finish),
-                                          std::move(keep), std::move(outputs));
-  (p2p ? p2p_ : collectives_)->push(w);
+                                          std::move(keep), std::move(outputs),
+                                          p2p ? p2p_ : collectives_);
+  if (w->has_copy_out()) w->hand_to_completer();
   return w;
 }
 

@@ -13,7 +13,8 @@
 // Every operation is issued on the calling thread (the order every rank
 // must match) and returns at once with a BraidWork; collectives complete in
 // issue order, send/recv on a queue of their own (braid keeps them apart),
-// each with its Completer. Tensors that are not contiguous, and lists of
+// each with its Completer (which sees only the works work.h says need it).
+// Tensors that are not contiguous, and lists of
 // tensors, are staged through one contiguous buffer and copied back when
 // the operation completes.
 #pragma once
@@ -94,8 +95,11 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   std::shared_ptr<braid::Communicator> comm_;
   // Declared after comm_: destroyed first, so every queued work has ended
   // before the communicator goes.
-  std::unique_ptr<Completer> collectives_;
-  std::unique_ptr<Completer> p2p_;
+  // Shared with the works, which hold them weakly (a work may outlive its
+  // group): only the group owns them, so they are never destroyed on their
+  // own thread.
+  std::shared_ptr<Completer> collectives_;
+  std::shared_ptr<Completer> p2p_;
 };
 
 // Helpers shared by the two files of operations.

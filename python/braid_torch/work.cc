@@ -9,15 +9,44 @@ namespace braid_torch {
 
 BraidWork::BraidWork(int rank, c10d::OpType type, std::vector<braid::Work> works,
                      std::function<void()> finish, std::vector<at::Tensor> keep,
-                     std::vector<at::Tensor> outputs)
+                     std::vector<at::Tensor> outputs, std::weak_ptr<Completer> completer)
     : c10d::Work(rank, type),
       works_(std::move(works)),
       finish_(std::move(finish)),
       keep_(std::move(keep)),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      completer_(std::move(completer)) {}
 
-BraidWork::~BraidWork() = default;
+BraidWork::~BraidWork() {
+  // Nobody waited: the operations may still read or write keep_'s buffers.
+  bool done;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    done = completed_;
+  }
+  if (done) return;
+  for (auto& w : works_) {
+    try {
+      w.wait();
+    } catch (...) {
+      // Its error had no observer; the communicator reports it on the next call.
+    }
+  }
+}
+
+void BraidWork::hand_to_completer() {
+  if (handed_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> l(mutex_);
+    if (completed_) return;
+  }
+  if (auto c = completer_.lock()) {
+    c->push(c10::intrusive_ptr<BraidWork>::reclaim_copy(this));
+  } else {
+    complete_blocking();
+  }
+}
 
 void BraidWork::settle(std::exception_ptr e) {
   std::lock_guard<std::mutex> once(settle_mu_);
@@ -120,7 +149,10 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  hand_to_completer();
+  return future_;
+}
 
 Completer::Completer() : th_([this] { run(); }) {}
 

@@ -1,20 +1,30 @@
 // BraidWork: a c10d::Work over one or more braid::Work handles.
 //
-// The braid operations run on the communicator's background thread; a
-// BraidWork completes when all of them have. Completion happens once, in
-// whichever thread sees it first — a caller of wait() or isCompleted(),
-// or the process group's Completer thread, which blocks on each queued
-// work in turn (no polling) — and consists of: running the copy-out step
-// (staging buffers back into the caller's tensors), then marking the
-// c10d future with the output tensors, or with the error. So a future's
-// callbacks (DDP's reducer, communication hooks) run without anyone
-// having to wait() on the work.
+// The braid operations run on the communicator's background thread (or on
+// the thread that waits for them first, when the worker has not picked
+// them up yet); a BraidWork completes when all of them have. Completion
+// happens once, in whichever thread sees it first — a caller of wait() or
+// isCompleted(), or the process group's Completer thread, which blocks on
+// each queued work in turn (no polling) — and consists of: running the
+// copy-out step (staging buffers back into the caller's tensors), then
+// marking the c10d future with the output tensors, or with the error.
+//
+// A work goes to the Completer only when something may observe it without
+// wait()/isCompleted(): when it has a copy-out step (its result must reach
+// the caller's tensors anyway), or once getFuture() is called (a future's
+// callbacks — DDP's reducer, communication hooks — must run without anyone
+// waiting on the work). The common `dist.all_reduce(t)` therefore wakes no
+// thread of the binding's: issued, then waited on the caller's thread. A
+// work dropped unfinished waits for its operations in its destructor, so
+// the buffers it keeps outlive them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -27,6 +37,8 @@
 
 namespace braid_torch {
 
+class Completer;
+
 class BraidWork : public c10d::Work {
  public:
   // `works` complete in any order; `finish` runs once after all succeed;
@@ -34,8 +46,10 @@ class BraidWork : public c10d::Work {
   // then; `outputs` is the future's value and result().
   BraidWork(int rank, c10d::OpType type, std::vector<braid::Work> works,
             std::function<void()> finish, std::vector<at::Tensor> keep,
-            std::vector<at::Tensor> outputs);
+            std::vector<at::Tensor> outputs, std::weak_ptr<Completer> completer);
   ~BraidWork() override;
+  // True when the work must go to the Completer as soon as it is issued.
+  bool has_copy_out() const { return static_cast<bool>(finish_); }
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -51,6 +65,9 @@ class BraidWork : public c10d::Work {
   // Blocks until the braid operations end, then completes. For the
   // Completer thread.
   void complete_blocking();
+  // Queues this work on its Completer, once; completes it here when the
+  // Completer is gone (its process group destroyed: the operations ended).
+  void hand_to_completer();
 
  private:
   // Runs `finish` (when e is null) and records the outcome; once.
@@ -61,6 +78,8 @@ class BraidWork : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::weak_ptr<Completer> completer_;
+  std::atomic<bool> handed_{false};  // given to the Completer (at most once)
   std::mutex settle_mu_;  // serialises settle(); mutex_ (Work's) guards the state
 };
 

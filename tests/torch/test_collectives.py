@@ -221,8 +221,29 @@ def check_async(rank, world, checks):
     fut = dist.all_reduce(t, async_op=True).get_future()
     torch.futures.wait_all([fut])
     assert torch.all(t == world)
+    # The same through a staging copy (a non-contiguous tensor): the
+    # future's value is there only after the copy-out.
+    t = torch.ones(4, 3).t()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    torch.futures.wait_all([fut])
+    assert torch.all(t == world) and torch.all(fut.value()[0] == world), "staged future: %s" % t
+    # A future asked for after wait() is already done.
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    w.wait()
+    assert w.get_future().done(), "future of a waited work not done"
+    # Progress with neither wait() nor a future: is_completed() polls it.
+    t = torch.ones(7)
+    w = dist.all_reduce(t, async_op=True)
+    while not w.is_completed():
+        pass
+    assert torch.all(t == world), "polled work: %s" % t
+    # A work dropped unwaited has ended when it is gone: its buffer is final.
+    t = torch.ones(1 << 16)
+    w = dist.all_reduce(t, async_op=True)
+    del w
+    assert torch.all(t == world), "dropped work: %s" % t[:3]
     dist.barrier()
-    return checks + 4
+    return checks + 8
 
 
 def check_errors(rank, world, checks):
