@@ -62,7 +62,22 @@
 // alone and nothing changes. A replacement server catching up by state
 // transfer is not built: a chain only shrinks, and a chain whose members
 // all died fails its requests with kPeerDied.
-// Hot keys' read replicas are not built yet.
+// Hot keys (ServerOptions::hot_keys; BSP or SSP, R = 1). Every server
+// counts the pulls of each sparse row it owns. At each round close it adds
+// to its hot set the rows whose count is at least 8× the mean count over the
+// rows of its shard pulled so far, hottest first, until the set holds
+// hot_max_rows rows; the set only grows. After adding, it pushes the current
+// values of every hot row, tagged with its closed-round count, to every
+// other server (a kHotPush frame, src/ps/hot_keys.h), which keeps them as
+// read-only copies. A worker learns the hot sets with Worker::refresh_hot
+// and from then pulls each hot row from one of the other servers (chosen by
+// worker id and row, so replicas share the load); cold rows, and every
+// push, go to the owner. Staleness: a replica answers a pull at clock c
+// only once it holds a refresh tagged with at least the rounds the owner
+// would have to have closed (BSP: c; SSP: c − s), so the bounds of the
+// consistency hold unchanged. Under BSP the answer equals the owner's: a
+// worker at clock c has not clocked round c, so no refresh past c exists.
+// ASP and k-of-n are refused (no round gates their pulls).
 // Co-located servers talk TCP over loopback today; a shared-memory path
 // without staging copies is not built.
 //
@@ -156,6 +171,8 @@ struct ServerOptions {
   int replicas = 1;             // R: chain length of every shard (chain.h)
   std::string bind_host = "127.0.0.1";  // address to listen on and publish
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+  bool hot_keys = false;        // read replicas of hot rows (top comment)
+  int hot_max_rows = 32;        // the most rows a server makes hot
 };
 
 // Counters of one server (Server::stats, Worker::stats).
@@ -168,6 +185,9 @@ struct ServerStats {
   // Chains: writes skipped because their request id was already applied
   // (a worker re-sending after a fail-over), and the configuration epoch.
   int64_t writes_duplicate = 0, epoch = 0;
+  // Hot keys: sparse rows served to pulls as their owner and from the hot
+  // copies of other servers' rows, and the rows of this shard made hot.
+  int64_t pulls_owner = 0, pulls_replica = 0, hot_rows = 0;
   std::vector<int64_t> clocks;  // per worker: 1 + the last round it clocked
   // The largest lead a pull was answered with: its clock minus the rounds
   // closed then (under BSP/SSP the slowest worker's clock). SSP bounds it by
@@ -282,6 +302,11 @@ class Worker {
   // Server `s`'s counters; with wait_round ≥ 0 (not kAsp) it first waits
   // until that round closed there, and the report sums are that round's.
   ServerStats stats(int s, int64_t round = -1, bool wait_round = false);
+  // Asks every server for its hot rows (ServerOptions::hot_keys); later
+  // pulls read those rows from replicas. Returns the number of hot rows.
+  int64_t refresh_hot();
+  // The hot rows the last refresh_hot learned, as (key, row).
+  std::vector<std::pair<KeyId, int64_t>> hot_rows() const;
   // Says goodbye to every server (they count the workers still attached).
   void finish();
   WorkerStats worker_stats() const;

@@ -28,6 +28,8 @@
 #include "braid/log.h"
 #include "comm/store/auth.h"
 #include "ps/chain.h"
+#include "ps/hot_keys.h"
+#include "ps/hot_sender.h"
 #include "ps/shard_state.h"
 #include "ps/socket.h"
 
@@ -35,10 +37,9 @@ namespace braid::ps {
 
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-// A live successor accepts at once (its address is in the store only once
-// it listens); a refused connection past this is a dead one.
-constexpr auto kSuccessorConnect = std::chrono::seconds(3);
 constexpr int kPollMs = 100;
+// Bounds a refresh frame's allocation before its entries are checked.
+constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 bool connection_lost(const Error& e) {
   return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
@@ -82,6 +83,13 @@ struct Server::Impl {
       sh->state = std::make_unique<ShardState>(layout, so, init, init_sparse);
       shards[s] = std::move(sh);
     }
+    if (o.hot_keys) {
+      replicas = std::make_unique<HotReplicas>(layout, o);
+      sender = std::make_unique<HotSender>(o, layout.servers(), store);
+      own().set_hot_sink([this](int64_t round, uint64_t rows, std::vector<uint8_t> p) {
+        sender->enqueue(round, rows, std::move(p));
+      });
+    }
   }
   ShardState& own() { return *shards.at(opt.rank)->state; }
 
@@ -92,6 +100,12 @@ struct Server::Impl {
   void check_role(const Shard& sh, const wire::Header& h, bool chain_conn);
   void forward(Shard& sh, const wire::Header& h, const uint8_t* payload, int64_t deadline);
   int connect_successor(int succ, int shard, int64_t deadline);
+  // Hot keys: copies of other shards' hot rows, and the refresh sender.
+  std::unique_ptr<HotReplicas> replicas;
+  std::unique_ptr<HotSender> sender;
+  void serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
+                 std::vector<uint8_t>& in, wire::Header& reply, std::vector<uint8_t>& out,
+                 int64_t deadline);
 };
 
 void Server::Impl::accept_loop() {
@@ -153,38 +167,46 @@ void Server::Impl::check_role(const Shard& sh, const wire::Header& h, bool chain
 }
 
 int Server::Impl::connect_successor(int succ, int shard, int64_t deadline) {
-  const std::string key = "ps/server/" + std::to_string(succ);
-  const std::string what = "parameter server " + std::to_string(opt.rank) + ", shard " +
-                           std::to_string(shard) + ": successor " + std::to_string(succ);
-  store->wait({key}, opt.timeout);
-  const std::string addr = store->get_str(key);
-  const size_t colon = addr.rfind(':');
-  int fd = -1;
-  try {
-    fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1),
-                     kSuccessorConnect, what);
-  } catch (const Error& e) {
-    if (e.code() == Errc::kTimeout) throw Error(Errc::kPeerDied, e.what());
-    throw;
+  return connect_peer(*store, opt, succ, shard, wire::kChain, deadline,
+                      "parameter server " + std::to_string(opt.rank) + ", shard " +
+                          std::to_string(shard) + ": successor " + std::to_string(succ));
+}
+
+// Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
+// hot pulls and hot-set queries from a worker's.
+void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
+                             std::vector<uint8_t>& in, wire::Header& reply,
+                             std::vector<uint8_t>& out, int64_t deadline) {
+  const std::string name = "parameter server " + std::to_string(opt.rank);
+  BRAID_CHECK_ARG(replicas != nullptr, name + ": " + wire::op_name(h.op) +
+                                           " but hot keys are off on this server");
+  BRAID_CHECK_ARG(hot_conn == (h.op == wire::kHotPush),
+                  name + ": " + wire::op_name(h.op) + " on the wrong kind of connection");
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  out.clear();
+  if (h.op == wire::kHotPush) {
+    if (h.payload > kMaxHotPayload)
+      throw Error(Errc::kProtocol, name + ": hot-key refresh of " + std::to_string(h.payload) +
+                                       " bytes");
+    in.resize(h.payload);
+    wire::recv_payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
+    replicas->refresh(h, in);
+  } else if (h.op == wire::kHotPull) {
+    const uint64_t n = replicas->expected_payload(h);
+    if (h.payload != n)
+      throw Error(Errc::kProtocol, name + ": hot pull carries " + std::to_string(h.payload) +
+                                       " bytes, expected " + std::to_string(n));
+    in.resize(n);
+    wire::recv_payload(fd, in.data(), n, deadline, "parameter server: hot pull");
+    replicas->pull(h, in.data(), reply, out, deadline);
+    own().count_replica_pulls(int64_t(h.count));
+  } else {
+    if (h.payload != 0) throw Error(Errc::kProtocol, name + ": hot-set request with a payload");
+    sh.state->hot_set(out);
   }
-  try {
-    comm::authenticate_connect(fd, opt.secret, kHandshakeTimeout);
-    wire::Header h;
-    h.op = wire::kHello;
-    h.flags = wire::kChain;
-    h.key = uint32_t(shard);
-    wire::send_frame(fd, h, nullptr, deadline, what.c_str());
-    wire::Header r = wire::recv_header(fd, deadline, what.c_str());
-    if (r.status != 0) {
-      std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
-      wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
-      wire::throw_reply(r, msg, what);
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  return fd;
+  reply.payload = out.size();
 }
 
 void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payload,
@@ -235,7 +257,7 @@ void Server::Impl::serve(int fd) {
   }
   int worker = -1;
   Shard* sh = nullptr;
-  bool chain_conn = false;
+  bool chain_conn = false, hot_conn = false;
   std::vector<uint8_t> in, out;
   while (!stopping) {
     if (!wait_readable(fd, kPollMs)) continue;
@@ -255,7 +277,8 @@ void Server::Impl::serve(int fd) {
         Shard& s = hello(h);
         target = s.state.get();
         chain_conn = (h.flags & wire::kChain) != 0;
-        if (!chain_conn) {
+        hot_conn = (h.flags & wire::kHot) != 0;
+        if (!chain_conn && !hot_conn) {
           s.state->expected_payload(h, -1);
           s.state->attach(int(h.worker));
           worker = int(h.worker);
@@ -264,7 +287,11 @@ void Server::Impl::serve(int fd) {
         reply = h;
         reply.op = uint16_t(h.op | wire::kReply);
         out.clear();
+      } else if (h.op == wire::kHotPush || h.op == wire::kHotPull || h.op == wire::kHotSet) {
+        serve_hot(fd, h, hot_conn, *sh, in, reply, out, deadline);
       } else {
+        if (hot_conn)
+          throw Error(Errc::kProtocol, name + ": a hot-key connection carries only refreshes");
         // A chain connection relays every worker's writes.
         const int w = chain_conn ? int(h.worker) : worker;
         if (chain_conn && h.worker >= uint32_t(opt.workers))
@@ -311,6 +338,7 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
 Server::~Server() {
   impl_->stopping = true;
   for (auto& [id, sh] : impl_->shards) sh->state->stop();
+  if (impl_->replicas) impl_->replicas->stop();
   if (impl_->acceptor.joinable()) impl_->acceptor.join();
   std::list<Impl::Conn> conns;
   {

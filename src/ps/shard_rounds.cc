@@ -112,6 +112,7 @@ void ShardState::try_close() {
     apply(sum, contributors, closed_);
     ++closed_;
     st_.rounds_closed = closed_;
+    send_hot_locked();
     cv_.notify_all();
   }
 }
@@ -155,7 +156,9 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
                                               "' is not on this server");
   out.resize(h.count * uint64_t(spec.width) * 4);
   float* o = reinterpret_cast<float*>(out.data());
+  st_.pulls_owner += int64_t(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
+    if (hot_) hot_->count(h.key, rows[i]);
     const size_t pos = sparse_row(h.key, rows[i]);
     std::memcpy(o + i * size_t(spec.width), sparse_[h.key].w.data() + pos * size_t(spec.width),
                 size_t(spec.width) * 4);
@@ -231,6 +234,45 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
   }
   if (wire::is_write(h.op)) last_write_[size_t(w)] = h.req;
   reply.payload = out.size();
+}
+
+}  // namespace braid::ps
+
+namespace braid::ps {
+
+void ShardState::send_hot_locked() {
+  if (!hot_ || !hot_sink_) return;
+  const std::vector<RowId>& hot = hot_->update();
+  st_.hot_rows = int64_t(hot.size());
+  if (hot.empty()) return;
+  std::vector<uint8_t> payload;
+  for (const auto& [k, row] : hot) {
+    const int64_t width = layout_.key(k).width;
+    const size_t pos = sparse_row(k, row);
+    append_hot_row(payload, k, row, sparse_[k].w.data() + pos * size_t(width), width);
+  }
+  hot_sink_(closed_, hot.size(), std::move(payload));
+}
+
+void ShardState::set_hot_sink(HotSink sink) {
+  std::lock_guard<std::mutex> lk(mu_);
+  hot_sink_ = std::move(sink);
+}
+
+void ShardState::hot_set(std::vector<uint8_t>& out) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  out.clear();
+  if (!hot_) return;
+  for (const auto& [k, row] : hot_->hot()) {
+    const int64_t ids[2] = {int64_t(k), row};
+    out.insert(out.end(), reinterpret_cast<const uint8_t*>(ids),
+               reinterpret_cast<const uint8_t*>(ids) + sizeof ids);
+  }
+}
+
+void ShardState::count_replica_pulls(int64_t rows) {
+  std::lock_guard<std::mutex> lk(mu_);
+  st_.pulls_replica += rows;
 }
 
 }  // namespace braid::ps

@@ -31,6 +31,14 @@ ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
     BRAID_CHECK_ARG(opt.round_k >= 1 && opt.round_k <= W_,
                     "k-of-n needs 1 <= K <= W (K " + std::to_string(opt.round_k) + ", W " +
                         std::to_string(W_) + ")");
+  if (opt.hot_keys) {
+    BRAID_CHECK_ARG(opt.consistency == Consistency::kBsp || opt.consistency == Consistency::kSsp,
+                    std::string("hot keys need bsp or ssp consistency, not ") +
+                        consistency_name(opt.consistency));
+    BRAID_CHECK_ARG(opt.replicas == 1, "hot keys need --replicas 1 (chains keep no hot copies)");
+    BRAID_CHECK_ARG(opt.hot_max_rows >= 1, "hot keys need hot_max_rows >= 1");
+    hot_ = std::make_unique<HotCounter>(opt.hot_max_rows);
+  }
   BRAID_CHECK_ARG(init.size() == layout.size(),
                   "initial values for " + std::to_string(init.size()) + " keys, layout has " +
                       std::to_string(layout.size()));

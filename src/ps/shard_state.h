@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "braid/ps.h"
+#include "ps/hot_keys.h"
 #include "ps/wire.h"
 
 namespace braid::ps {
@@ -55,6 +56,14 @@ class ShardState {
   ServerStats stats() const;
   void count_traffic(uint64_t in, uint64_t out, bool rejected);
   void wait_finished(std::chrono::milliseconds timeout);
+
+  // Hot keys (hot_keys.h): `sink` gets each refresh (closed rounds, rows,
+  // payload), called under the state's mutex at a round close, so it must
+  // only queue. hot_set fills a kHotSet reply.
+  using HotSink = std::function<void(int64_t round, uint64_t rows, std::vector<uint8_t>)>;
+  void set_hot_sink(HotSink sink);
+  void hot_set(std::vector<uint8_t>& out) const;
+  void count_replica_pulls(int64_t rows);
 
  private:
   struct Dense {
@@ -117,6 +126,9 @@ class ShardState {
     int workers = 0;
   };
   std::map<int64_t, Report> reports_;
+  std::unique_ptr<HotCounter> hot_;  // set when opt_.hot_keys
+  HotSink hot_sink_;
+  void send_hot_locked();
   ServerStats st_;
 };
 

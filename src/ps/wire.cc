@@ -19,6 +19,9 @@ const char* op_name(uint16_t op) {
     case kClock: return "clock";
     case kReport: return "report";
     case kStats: return "stats";
+    case kHotPush: return "hot refresh";
+    case kHotPull: return "hot pull";
+    case kHotSet: return "hot set";
     case kBye: return "bye";
     default: return "unknown op";
   }
@@ -81,7 +84,7 @@ void throw_reply(const Header& h, const std::string& message, const std::string&
 }
 
 namespace {
-constexpr size_t kStatsInts = 15, kStatsDoubles = 3;
+constexpr size_t kStatsInts = 18, kStatsDoubles = 3;
 }
 
 void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
@@ -90,7 +93,8 @@ void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
                                     s.updates_applied, s.requests,      s.bytes_in,
                                     s.bytes_out,      s.rejected,       s.report_workers,
                                     s.max_read_lead,  s.writes_duplicate,
-                                    s.epoch};
+                                    s.epoch,          s.pulls_owner,    s.pulls_replica,
+                                    s.hot_rows};
   const double dbl[kStatsDoubles] = {s.report_loss, s.report_rows, s.report_correct};
   const uint64_t n = s.clocks.size();
   out.resize(8 + sizeof ints + sizeof dbl + n * 16);
@@ -131,6 +135,9 @@ ServerStats decode_stats(const std::vector<uint8_t>& in) {
   s.max_read_lead = ints[12];
   s.writes_duplicate = ints[13];
   s.epoch = ints[14];
+  s.pulls_owner = ints[15];
+  s.pulls_replica = ints[16];
+  s.hot_rows = ints[17];
   s.report_loss = dbl[0];
   s.report_rows = dbl[1];
   s.report_correct = dbl[2];

@@ -39,12 +39,22 @@ enum Op : uint16_t {
   kReport = 5,  // 3 doubles (loss sum, rows, correct) of round `clock`
   kStats = 6,   // reply: stats; flag kWaitRound: first wait for round `clock`
   kBye = 7,     // the worker is done
+  // Hot keys (ps.h): an owner's refresh to a peer (key: the owner shard,
+  // clock: its closed rounds, count: rows; payload hot_keys.h); a worker's
+  // pull of hot rows from a replica (key, offset: the owner shard, count
+  // rows, payload row ids); a worker asking the owner for its hot set
+  // (reply: int64 key, row pairs).
+  kHotPush = 8,
+  kHotPull = 9,
+  kHotSet = 10,
   kReply = 0x80,
 };
 
 // kChain (on hello): the connection comes from the shard's predecessor in
 // its chain; its frames are forwarded writes that name any worker.
-enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4 };
+// kHot (on hello): the connection comes from a peer server and carries
+// its hot-key refreshes.
+enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4, kHot = 8 };
 
 // Writes change a shard's state and travel down its chain (head to tail);
 // every other op after hello is a read, served by the tail.

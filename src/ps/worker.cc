@@ -179,6 +179,45 @@ ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
   return wire::decode_stats(*payload);
 }
 
+int64_t Worker::refresh_hot() {
+  const int S = impl_->layout.servers();
+  auto frames = std::make_shared<std::vector<Frame>>(size_t(S));
+  auto payloads = std::make_shared<std::vector<std::vector<uint8_t>>>(size_t(S));
+  for (int s = 0; s < S; ++s) {
+    Frame& f = (*frames)[size_t(s)];
+    f.server = s;
+    f.h = impl_->header(wire::kHotSet, s);
+    f.reply_into = &(*payloads)[size_t(s)];
+  }
+  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  std::set<std::pair<KeyId, int64_t>> hot;
+  for (int s = 0; s < S; ++s) {
+    const std::vector<uint8_t>& p = (*payloads)[size_t(s)];
+    if (p.size() % 16 != 0)
+      throw Error(Errc::kProtocol, impl_->who(s, wire::kHotSet) + ": reply of " +
+                                       std::to_string(p.size()) + " bytes");
+    for (size_t at = 0; at < p.size(); at += 16) {
+      int64_t ids[2];
+      std::memcpy(ids, p.data() + at, 16);
+      const bool ok = ids[0] >= 0 && uint64_t(ids[0]) < impl_->layout.size() &&
+                      impl_->layout.key(KeyId(ids[0])).sparse && ids[1] >= 0 &&
+                      ids[1] < impl_->layout.key(KeyId(ids[0])).rows &&
+                      impl_->layout.row_server(ids[1]) == s;
+      if (!ok)
+        throw Error(Errc::kProtocol, impl_->who(s, wire::kHotSet) + ": names row " +
+                                         std::to_string(ids[1]) + " of key id " +
+                                         std::to_string(ids[0]) + ", not this server's");
+      if (S > 1) hot.insert({KeyId(ids[0]), ids[1]});
+    }
+  }
+  impl_->hot = std::move(hot);
+  return int64_t(impl_->hot.size());
+}
+
+std::vector<std::pair<KeyId, int64_t>> Worker::hot_rows() const {
+  return {impl_->hot.begin(), impl_->hot.end()};
+}
+
 void Worker::finish() {
   auto frames = std::make_shared<std::vector<Frame>>();
   for (int s = 0; s < impl_->layout.servers(); ++s) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +48,9 @@ struct Worker::Impl {
   WorkerStats counters;  // under mu
   uint64_t next_req = 1;
   std::string broken;  // the first error; set once
+  // Hot rows learned by refresh_hot (caller's thread only); pulled from
+  // replicas.
+  std::set<std::pair<KeyId, int64_t>> hot;
 
   std::mutex mu;
   std::condition_variable cv;

@@ -280,25 +280,44 @@ std::vector<Frame> Worker::Impl::pull_frames(const std::vector<KeyData>& out, in
       }
       continue;
     }
-    const std::vector<std::vector<size_t>> by_server = group_rows(layout, kd);
-    for (int s = 0; s < S; ++s) {
-      if (by_server[size_t(s)].empty()) continue;
+    std::vector<std::vector<size_t>> by_server = group_rows(layout, kd);
+    // Hot rows (ps.h "Hot keys") go to a replica: (owner, replica) -> rows.
+    std::map<std::pair<int, int>, std::vector<size_t>> hot_rows;
+    if (!hot.empty())
+      for (int s = 0; s < S; ++s) {
+        std::vector<size_t> cold;
+        for (size_t i : by_server[size_t(s)]) {
+          const int64_t row = kd.rows[i];
+          if (!hot.count({kd.key, row})) {
+            cold.push_back(i);
+            continue;
+          }
+          const int r = int((s + 1 + (opt.rank + row) % (S - 1)) % S);
+          hot_rows[{s, r}].push_back(i);
+        }
+        by_server[size_t(s)] = std::move(cold);
+      }
+    auto add = [&](int server, uint16_t op, int owner, const std::vector<size_t>& pos) {
       Frame f;
-      f.server = s;
-      f.h = header(wire::kPull, s);
+      f.server = server;
+      f.h = header(op, server);
       f.h.key = kd.key;
-      f.h.count = by_server[size_t(s)].size();
+      f.h.offset = op == wire::kHotPull ? uint64_t(owner) : 0;
+      f.h.count = pos.size();
       f.h.payload = f.h.count * 8;
       f.own.resize(f.h.payload);
       int64_t* ids = reinterpret_cast<int64_t*>(f.own.data());
-      for (size_t i = 0; i < f.h.count; ++i) ids[i] = kd.rows[by_server[size_t(s)][i]];
+      for (size_t i = 0; i < f.h.count; ++i) ids[i] = kd.rows[pos[i]];
       f.sparse_base = kd.data;
-      f.sparse_pos = by_server[size_t(s)];
+      f.sparse_pos = pos;
       f.width = spec.width;
       f.reply_bytes = f.h.count * uint64_t(spec.width) * 4;
       f.assigned = assigned;
       frames.push_back(std::move(f));
-    }
+    };
+    for (int s = 0; s < S; ++s)
+      if (!by_server[size_t(s)].empty()) add(s, wire::kPull, s, by_server[size_t(s)]);
+    for (const auto& [sr, pos] : hot_rows) add(sr.second, wire::kHotPull, sr.first, pos);
   }
   for (Frame& f : frames) f.h.clock = clock;
   return frames;
