@@ -83,7 +83,10 @@ TEST(PsDlrm, StragglerTolerantModesTrainBelowTheConstantPredictor) {
   const std::string base =
       " ps train dlrm --steps 40 --batch 64 --threads 1 --quiet --samples 8192 "
       "--test-samples 2048 --servers 2 --workers 3 --slow-worker 2:2 --consistency ";
-  for (const std::string mode : {"asp", "ssp --staleness 2", "kofn --round-k 2"}) {
+  // ASP applies every push as its own step, W per round, each from a stale
+  // pull: with momentum 0.9 that overshoots now and then in 40 steps (the
+  // test loss ended at the constant predictor's once). Plain SGD there.
+  for (const std::string mode : {"asp --momentum 0", "ssp --staleness 2", "kofn --round-k 2"}) {
     Log log = run(dir, mode.substr(0, 3), base + mode);
     ASSERT_FALSE(log.empty()) << mode;
     const auto& done = log.back();
