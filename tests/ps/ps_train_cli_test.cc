@@ -143,9 +143,11 @@ TEST(PsTrain, KOfNClosesRoundsWithoutTheStragglerAndCountsLatePushes) {
 
 TEST(PsTrain, AspTrainsToALowerLoss) {
   const std::string dir = braid::testing::temp_dir("ps_asp");
-  Log log = run(dir, "asp", " ps train mlp --steps 30 --batch 60 --threads 1 --quiet --servers 2 "
+  // 60 steps: the logged loss under ASP is over the reports in so far, and
+  // after 30 the last/first ratio reached 0.73 against the 0.8 bound.
+  Log log = run(dir, "asp", " ps train mlp --steps 60 --batch 60 --threads 1 --quiet --servers 2 "
                             "--workers 2 --consistency asp");
-  ASSERT_EQ(log.size(), 31u);
+  ASSERT_EQ(log.size(), 61u);
   const double first = log[0]["loss"], last = log.back()["final_loss"];
   EXPECT_LT(last, 0.8 * first) << "initial " << first << ", final " << last;
   EXPECT_GT(double(log.back()["test_accuracy"]), 0.5);
