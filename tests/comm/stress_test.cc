@@ -374,6 +374,19 @@ void run_stream(int rank, int size, std::shared_ptr<Store> store, const Victim& 
     // one thread at a time, as the API asks).
     const bool threaded = g() % 4 == 0;
     std::vector<Pending> ps(static_cast<size_t>(k));
+    // Buffers of async work stay valid until the Work completes (comm.h):
+    // when a wait or an issue throws (the failure tests), every work still
+    // pending is waited, its error dropped, before `ps` frees its buffers.
+    struct WaitAll {
+      std::vector<Pending>& ps;
+      ~WaitAll() {
+        for (Pending& p : ps)
+          for (Work& w : p.works) try {
+              if (w.valid()) w.wait();
+            } catch (...) {
+            }
+      }
+    } wait_all{ps};
     std::vector<bool> on_sub(static_cast<size_t>(k));
     std::vector<uint64_t> seeds(static_cast<size_t>(k));
     for (int i = 0; i < k; ++i) {
