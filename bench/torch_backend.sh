@@ -6,8 +6,11 @@
 #   2. dist.all_reduce of float32 from Python, 8 B to 64 MiB: latency and
 #      busbw per backend, their ratio, and braid's binding overhead over
 #      `braid bench` at the same size (same ranks, same machine).
-# Both at their best (/work/shared/RIVALS.md): /usr/bin/python3, the OpenMP
-# OpenBLAS on LD_LIBRARY_PATH, OMP_NUM_THREADS=1.
+# gloo at its best (/work/shared/RIVALS.md): the OpenMP OpenBLAS on
+# LD_LIBRARY_PATH and OMP_NUM_THREADS=1 for its runs alone. braid as a user
+# runs it: neither variable, for its PyTorch runs and for `braid bench`.
+# Both use /usr/bin/python3, and the script sets torch.set_num_threads(1)
+# (the workload is one thread per rank).
 # Usage: bench/torch_backend.sh [BUILD_DIR]   env: REPS=3 DDP_STEPS=300
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,10 +18,17 @@ build=$(cd "${1:-$here/build}" && pwd)
 reps=${REPS:-3}
 py=/usr/bin/python3
 [[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
-export PYTHONPATH=$build/python OMP_NUM_THREADS=1
-if [[ -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]]; then
-  export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp
-fi
+export PYTHONPATH=$build/python
+# tuned BACKEND: the environment a backend's runs get.
+clean=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+tuned() {
+  if [[ $1 == gloo ]]; then
+    local t=(OMP_NUM_THREADS=1)
+    [[ -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]] &&
+      t+=(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
+    echo "${t[@]}"
+  fi
+}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -26,9 +36,9 @@ trap 'rm -rf "$out"' EXIT
 run2() {
   local port
   port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2)
-  env "${env[@]}" RANK=1 $py "$here/bench/torch_backend.py" "$1" "$2" >/dev/null &
-  env "${env[@]}" RANK=0 $py "$here/bench/torch_backend.py" "$1" "$2" >"$3"
+  local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 $(tuned "$2"))
+  "${clean[@]}" "${env[@]}" RANK=1 $py "$here/bench/torch_backend.py" "$1" "$2" >/dev/null &
+  "${clean[@]}" "${env[@]}" RANK=0 $py "$here/bench/torch_backend.py" "$1" "$2" >"$3"
   wait
 }
 
@@ -38,7 +48,7 @@ for r in $(seq 1 "$reps"); do
 done
 for b in braid gloo; do run2 allreduce "$b" "$out/ar_$b.json"; done
 BRAID_BIN=$build/braid
-"$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench.txt"
+"${clean[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench.txt"
 
 $py - "$out" "$reps" <<'PY'
 import glob, json, statistics, sys
