@@ -73,9 +73,14 @@ struct PsHooks : nn::StepHooks {
   // extra time is spent before the push, so its gradient arrives late (as a
   // straggler's does), and asleep, so it leaves the core to the others.
   double slow = 1, step_t0 = 0;
-  void begin_step(int64_t step, const std::vector<nn::Parameter*>& ps) override {
+  void begin_step(int64_t, const std::vector<nn::Parameter*>& ps) override {
     step_t0 = now_s();
-    nn::StepHooks::begin_step(step, ps);
+    // The tables' dense gradients are off (their touched rows are pushed
+    // from the sparse gradient), so only the dense parameters have
+    // gradients to clear: clearing whole tables each step is rows x dim of
+    // memory traffic for nothing.
+    for (size_t k = 0; k < ps.size(); ++k)
+      if (!sparse->is_table(k)) ps[k]->grad.zero();
   }
   void before_forward(size_t unit) override {
     if (unit == 0) sparse->pull_rows(*worker, trainer->batch_input(), clock);
