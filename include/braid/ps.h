@@ -302,6 +302,10 @@ class Worker {
   // Server `s`'s counters; with wait_round ≥ 0 (not kAsp) it first waits
   // until that round closed there, and the report sums are that round's.
   ServerStats stats(int s, int64_t round = -1, bool wait_round = false);
+  // Server `s`'s counters once every other worker has said goodbye
+  // (finish), so they count every push of the job: a straggler's last,
+  // late push may arrive after the others are done.
+  ServerStats final_stats(int s);
   // Asks every server for its hot rows (ServerOptions::hot_keys); later
   // pulls read those rows from replicas. Returns the number of hot rows.
   int64_t refresh_hot();

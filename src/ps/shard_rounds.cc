@@ -214,6 +214,15 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
         wait_until(lk, deadline_ns, [&] { return closed_ > h.clock; }, [&] {
           return where(h) + ": waited for round " + std::to_string(h.clock) + " to close";
         });
+      if (h.flags & wire::kWaitOthers)
+        wait_until(
+            lk, deadline_ns,
+            [&] {
+              for (int o = 0; o < W_; ++o)
+                if (o != w && !finished_[size_t(o)]) return false;
+              return true;
+            },
+            [&] { return where(h) + ": waited for every other worker to finish"; });
       ServerStats s = snapshot_locked();
       auto it = reports_.find(h.clock);
       if (it != reports_.end()) {

@@ -37,7 +37,8 @@ enum Op : uint16_t {
   kPull = 3,    // parameters for a worker at `clock`; reply's clock: the assigned one
   kClock = 4,   // no key: the worker finished round `clock` on this server
   kReport = 5,  // 3 doubles (loss sum, rows, correct) of round `clock`
-  kStats = 6,   // reply: stats; flag kWaitRound: first wait for round `clock`
+  kStats = 6,   // reply: stats; flag kWaitRound: first wait for round `clock`;
+                // flag kWaitOthers: first wait for every other worker's bye
   kBye = 7,     // the worker is done
   // Hot keys (ps.h): an owner's refresh to a peer (key: the owner shard,
   // clock: its closed rounds, count: rows; payload hot_keys.h); a worker's
@@ -54,7 +55,7 @@ enum Op : uint16_t {
 // its chain; its frames are forwarded writes that name any worker.
 // kHot (on hello): the connection comes from a peer server and carries
 // its hot-key refreshes.
-enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4, kHot = 8 };
+enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4, kHot = 8, kWaitOthers = 16 };
 
 // Writes change a shard's state and travel down its chain (head to tail);
 // every other op after hello is a read, served by the tail.

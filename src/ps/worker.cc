@@ -164,18 +164,24 @@ void Worker::report(int64_t clock, double loss_sum, double rows, double correct)
 }
 
 ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
-  BRAID_CHECK_ARG(s >= 0 && s < impl_->layout.servers(),
+  return impl_->stats(s, round, wait_round ? wire::kWaitRound : 0);
+}
+
+ServerStats Worker::final_stats(int s) { return impl_->stats(s, -1, wire::kWaitOthers); }
+
+ServerStats Worker::Impl::stats(int s, int64_t round, uint16_t flags) {
+  BRAID_CHECK_ARG(s >= 0 && s < layout.servers(),
                   "stats of server " + std::to_string(s) + " outside 0.." +
-                      std::to_string(impl_->layout.servers() - 1));
+                      std::to_string(layout.servers() - 1));
   auto frames = std::make_shared<std::vector<Frame>>(1);
   auto payload = std::make_shared<std::vector<uint8_t>>();
   Frame& f = frames->front();
   f.server = s;
-  f.h = impl_->header(wire::kStats, s);
+  f.h = header(wire::kStats, s);
   f.h.clock = round;
-  if (wait_round && round >= 0) f.h.flags |= wire::kWaitRound;
+  if (flags != wire::kWaitRound || round >= 0) f.h.flags |= flags;
   f.reply_into = payload.get();
-  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  submit([this, frames] { exchange(*frames); }).wait();
   return wire::decode_stats(*payload);
 }
 

@@ -89,6 +89,8 @@ struct Worker::Impl {
   std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);
   std::vector<Frame> pull_frames(const std::vector<KeyData>& out, int64_t clock, int64_t* assigned);
   Handle submit(std::function<void()> work);
+  // One stats frame to server s with the kStats `flags` (wire.h).
+  ServerStats stats(int s, int64_t round, uint16_t flags);
   void io_loop();
 };
 
