@@ -112,6 +112,7 @@ void ShardState::try_close() {
     apply(sum, contributors, closed_);
     ++closed_;
     st_.rounds_closed = closed_;
+    save_locked();
     send_hot_locked();
     cv_.notify_all();
   }

@@ -39,8 +39,10 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/ps.h"
+#include "braid/ps_checkpoint.h"
 #include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
+#include "ps_load.h"
 #include "ps_train.h"
 #include "subcommands.h"
 #include "train_setup.h"
@@ -128,11 +130,19 @@ ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int 
   if (o.rule.kind == ps::UpdateRule::kAdagrad) o.rule.eps = 1e-10f;
   o.lr = setup.sched;
   o.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  o.hot_keys = f.hot_keys;
+  o.hot_max_rows = f.hot_max_rows;
+  o.save_dir = f.save_dir;
+  o.save_every = f.save_every;
+  o.save_last = f.save_dir.empty() ? 0 : setup.steps;
+  o.checkpoint_meta = {{"seed", std::to_string(f.seed)}, {"model", f.model}};
   return o;
 }
 
 nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
-  nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array();
+  nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array(),
+                 owner = nlohmann::json::array(), replica = nlohmann::json::array(),
+                 hot = nlohmann::json::array();
   int64_t acc = 0, late = 0, drop = 0, fold = 0;
   for (const auto& s : all) {
     acc += s.pushes_accepted;
@@ -141,13 +151,21 @@ nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
     fold += s.pushes_folded;
     req.push_back(s.requests);
     bytes.push_back(s.bytes_in + s.bytes_out);
+    owner.push_back(s.pulls_owner);
+    replica.push_back(s.pulls_replica);
+    hot.push_back(s.hot_rows);
   }
-  return {{"pushes_accepted", acc}, {"pushes_late", late},   {"pushes_dropped", drop},
-          {"pushes_folded", fold},  {"server_requests", req}, {"server_bytes", bytes}};
+  // Sparse rows served to pulls as their owner and from hot copies, and
+  // the rows each server made hot (--hot-keys).
+  return {{"pushes_accepted", acc},      {"pushes_late", late},
+          {"pushes_dropped", drop},      {"pushes_folded", fold},
+          {"server_requests", req},      {"server_bytes", bytes},
+          {"server_pulls_owner", owner}, {"server_pulls_replica", replica},
+          {"server_hot_rows", hot}};
 }
 
 int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
-               SparseTables& sparse) {
+               SparseTables& sparse, int64_t start) {
   const bool logger = w == 0;
   const auto mode = ps::parse_consistency(f.consistency);
   const auto [slow_rank, slow_factor] = parse_slow(f.slow);
@@ -182,13 +200,18 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
                  f.workers > 1 ? "s" : "", f.servers, f.servers > 1 ? "s" : "",
                  f.placement.c_str(), f.consistency.c_str(),
                  mode == ps::Consistency::kSsp ? (" s=" + std::to_string(f.staleness)).c_str() : "");
-  StepReporter report(f, 0, setup.steps, std::min<int64_t>(20, setup.steps / 5), logger);
+  StepReporter report(f, start, setup.steps, std::min<int64_t>(20, (setup.steps - start) / 5),
+                      logger);
+  LoadMeter load(start + f.hot_every);
   double last_loss = 0;
-  int64_t clock = 0, taken = 0;
+  int64_t clock = start, taken = 0;
   const double t0 = now_s();
   while (clock < setup.steps) {
     clock = worker.pull(pull_all, clock);
     if (clock >= setup.steps) break;
+    // Under BSP exactly `clock` rounds are closed on every server now, so
+    // every worker learns the same hot set.
+    if (f.hot_keys && clock > start && (clock - start) % f.hot_every == 0) worker.refresh_hot();
     nlohmann::json rec;
     if (jlog.is_open()) {
       const ps::ServerStats s0 = worker.stats(0);
@@ -212,6 +235,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
         rec.update(step_record(st));
         rec["time"] = now_s() - t0;
         rec.update(load_fields(all));
+        rec.update(load.sample(clock, rec["time"], all));
         rec["loss_workers"] = all[0].report_workers;
         rec["worker_loss"] = local;
         jlog << rec.dump() << '\n';
@@ -237,6 +261,11 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     nlohmann::json rounds = nlohmann::json::array();
     for (const auto& s : all) rounds.push_back(s.rounds_closed);
     done["rounds_closed"] = rounds;
+    done["resumed_at"] = start;
+    done["load"] = load.windows();
+    nlohmann::json hot = nlohmann::json::array();
+    for (const auto& [k, row] : worker.hot_rows()) hot.push_back({k, row, layout.row_server(row)});
+    done["hot_rows"] = hot;
     const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
     const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";
     done["test_accuracy"] = ev.accuracy;
@@ -274,16 +303,32 @@ int run_rank(const Job& job, PsFlags f) {
   std::vector<std::vector<float>> init;
   SparseTables sparse(*setup.model, setup.model->parameters());
   sparse.add_keys(layout, init);
+  // --resume: every rank finds the same step directory (nothing writes
+  // one before every worker has pulled, i.e. before all of them read it).
+  int64_t start = 0;
+  std::string resume_dir;
+  if (!f.resume.empty()) {
+    const ps::ResumePoint rp = ps::find_resume_point(f.resume, f.servers);
+    Checkpoint meta;
+    meta.meta = rp.meta;
+    start = resume_step(meta, f.seed, rp.step_dir);
+    BRAID_CHECK_ARG(start < setup.steps, "braid ps: the checkpoint in " + rp.step_dir +
+                                             " is at step " + std::to_string(start) +
+                                             ", --steps " + std::to_string(setup.steps) +
+                                             " leaves nothing to train");
+    resume_dir = rp.step_dir;
+  }
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {
     ps::ServerOptions o = server_options(f, setup, server);
     o.secret = job.secret;
+    o.resume_from = resume_dir;
     srv = std::make_unique<ps::Server>(
         layout, o, job.store, init,
         [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
   }
   int rc = 0;
-  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse);
+  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse, start);
   // A server lives until every worker has said goodbye; the job's
   // supervisor or launcher ends it sooner when a rank fails.
   if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
@@ -300,9 +345,23 @@ void check_flags(const PsFlags& f) {
                   "braid ps: --consistency kofn needs --round-k K with 1 <= K <= --workers");
   BRAID_CHECK_ARG(f.clip == 0, "braid ps: --clip needs the global gradient norm, which the "
                                "servers do not compute; not supported");
-  BRAID_CHECK_ARG(f.resume.empty() && f.checkpoint_every == 0,
-                  "braid ps: --resume and --checkpoint-every are not supported (server "
-                  "checkpoints are not built yet); --checkpoint writes the final weights");
+  BRAID_CHECK_ARG(f.checkpoint_every == 0,
+                  "braid ps: --checkpoint writes the final weights only; the servers' state is "
+                  "saved with --save-dir DIR --save-every N");
+  BRAID_CHECK_ARG(f.save_every >= 0, "braid ps: --save-every must be >= 0");
+  BRAID_CHECK_ARG(f.save_every == 0 || !f.save_dir.empty(), "braid ps: --save-every needs --save-dir");
+  BRAID_CHECK_ARG(f.save_dir.empty() || mode != ps::Consistency::kAsp,
+                  "braid ps: --save-dir: servers save at round closes, and asp has no rounds");
+  BRAID_CHECK_ARG(f.init_from.empty() || f.resume.empty(),
+                  "braid ps: --init-from and --resume exclude each other");
+  if (f.hot_keys) {
+    BRAID_CHECK_ARG(f.model == "dlrm", "braid ps: --hot-keys needs sparse rows (dlrm)");
+    BRAID_CHECK_ARG(mode == ps::Consistency::kBsp || mode == ps::Consistency::kSsp,
+                    "braid ps: --hot-keys needs --consistency bsp or ssp");
+    BRAID_CHECK_ARG(f.replicas == 1, "braid ps: --hot-keys needs --replicas 1");
+    BRAID_CHECK_ARG(f.hot_every >= 1 && f.hot_max_rows >= 1,
+                    "braid ps: --hot-every and --hot-max-rows must be >= 1");
+  }
   BRAID_CHECK_ARG(f.model != "dlrm" || f.accum == 1,
                   "braid ps train dlrm: --accum must be 1 (a micro-batch's rows are pulled "
                   "before its forward and its touched rows pushed after its backward)");
@@ -348,6 +407,17 @@ int ps_main(int argc, char** argv) {
   app.add_option("--replicas", f.replicas,
                  "servers keeping each shard, as a chain: writes at the head, reads at the "
                  "tail, fail-over when one dies (1)");
+  app.get_option("--resume")->description(
+      "resume from the servers' checkpoint: a --save-dir or one of its step-N directories");
+  app.add_option("--save-dir", f.save_dir,
+                 "each server saves its shard (parameters, optimizer state, rounds) under "
+                 "DIR/step-N/ at the end (and every --save-every steps)");
+  app.add_option("--save-every", f.save_every, "with --save-dir: also every N steps");
+  app.add_flag("--hot-keys", f.hot_keys,
+               "dlrm, bsp/ssp: servers replicate their most-pulled rows to the other "
+               "servers, workers read them there");
+  app.add_option("--hot-every", f.hot_every, "--hot-keys: workers refresh hot sets every N steps (10)");
+  app.add_option("--hot-max-rows", f.hot_max_rows, "--hot-keys: the most rows a server makes hot (32)");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {

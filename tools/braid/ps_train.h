@@ -21,6 +21,14 @@ struct PsFlags : TrainFlags {
   std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
   int staleness = 0, round_k = 0, replicas = 1;
   double timeout_s = 300;
+  // Server checkpoints (braid/ps_checkpoint.h); --resume names a save dir
+  // or one of its step directories.
+  std::string save_dir;
+  int64_t save_every = 0;
+  // Hot keys: workers refresh their hot sets every hot_every steps.
+  bool hot_keys = false;
+  int64_t hot_every = 10;
+  int hot_max_rows = 32;
 };
 
 struct Job {
