@@ -24,7 +24,15 @@
 // the worker started, after the step) and `read_lead` (the
 // largest lead over the slowest worker any pull was served with; SSP keeps it
 // <= s), pushes accepted / late /
-// dropped / folded over all servers, and each server's requests and bytes.
+// dropped / folded over all servers, and each server's requests and bytes,
+// their rates since the last step, and the sparse rows it served as owner
+// and from hot copies (ps_load.h; the done record adds the windows before
+// and after the first hot-set refresh).
+//
+// --hot-keys: workers call refresh_hot every --hot-every steps, right after
+// their pull. --save-dir: the servers save their shards at round closes
+// (braid/ps_checkpoint.h); --resume: every rank finds the same step
+// directory, the servers start from it and the workers at its round.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
