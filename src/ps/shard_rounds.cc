@@ -112,9 +112,11 @@ void ShardState::try_close() {
     apply(sum, contributors, closed_);
     ++closed_;
     st_.rounds_closed = closed_;
-    save_locked();
     send_hot_locked();
     cv_.notify_all();
+    // Last: a failed save (kIo) reaches the clocking worker as its error,
+    // after the round is closed and its waiters are woken.
+    save_locked();
   }
 }
 

@@ -138,6 +138,11 @@ TEST(PsCheckpoint, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(out.find("nowhere: not a directory"), std::string::npos) << out;
   out = refused("--steps 8 --save-dir " + dir + "/asp", " --servers 2 --consistency asp");
   EXPECT_NE(out.find("asp has no rounds"), std::string::npos) << out;
+  // A save that fails stops the job, naming the directory.
+  out = refused("--steps 2 --save-dir /dev/null/ps");
+  EXPECT_NE(out.find("creating checkpoint directory /dev/null/ps/step-00000002"),
+            std::string::npos)
+      << out;
   out = refused("--steps 8 --checkpoint-every 2 --checkpoint " + dir + "/x.ckpt");
   EXPECT_NE(out.find("--save-dir DIR --save-every N"), std::string::npos) << out;
 
