@@ -41,6 +41,7 @@
 #include "braid/ps.h"
 #include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
+#include "ps_faults.h"
 #include "ps_train.h"
 #include "subcommands.h"
 #include "train_setup.h"
@@ -67,6 +68,7 @@ struct PsHooks : nn::StepHooks {
   ps::Worker* worker = nullptr;
   PsTrainer* trainer = nullptr;
   SparseTables* sparse = nullptr;
+  FailoverProbe* faults = nullptr;
   int workers = 1;
   int64_t clock = 0;
   // --slow-worker: this worker's compute takes `slow` times as long. The
@@ -97,7 +99,9 @@ struct PsHooks : nn::StepHooks {
     }
     std::vector<ps::KeyData> grads = key_data(params, true, *sparse);
     sparse->add_push(grads, float(workers));
+    faults->before_push(clock);
     worker->push(grads, clock, true);
+    faults->after_push(clock);
   }
   std::vector<nn::Parameter*> params;
 };
@@ -166,6 +170,8 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   hooks.worker = &worker;
   hooks.trainer = &trainer;
   hooks.sparse = &sparse;
+  FailoverProbe faults(job, f, w, setup.steps);
+  hooks.faults = &faults;
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -214,11 +220,13 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
         rec.update(load_fields(all));
         rec["loss_workers"] = all[0].report_workers;
         rec["worker_loss"] = local;
+        rec.update(faults.step_fields(clock));
         jlog << rec.dump() << '\n';
       }
     }
     ++clock;
   }
+  faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
     // The final parameters: every round applied (SSP: s rounds may be open).
@@ -237,6 +245,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     nlohmann::json rounds = nlohmann::json::array();
     for (const auto& s : all) rounds.push_back(s.rounds_closed);
     done["rounds_closed"] = rounds;
+    done.update(faults.done_fields(worker, all));
     const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
     const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";
     done["test_accuracy"] = ev.accuracy;
@@ -274,8 +283,10 @@ int run_rank(const Job& job, PsFlags f) {
   std::vector<std::vector<float>> init;
   SparseTables sparse(*setup.model, setup.model->parameters());
   sparse.add_keys(layout, init);
+  std::unique_ptr<ServerFaults> faults;
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {
+    faults = std::make_unique<ServerFaults>(job, f, server);
     ps::ServerOptions o = server_options(f, setup, server);
     o.secret = job.secret;
     srv = std::make_unique<ps::Server>(
@@ -285,7 +296,8 @@ int run_rank(const Job& job, PsFlags f) {
   int rc = 0;
   if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse);
   // A server lives until every worker has said goodbye; the job's
-  // supervisor or launcher ends it sooner when a rank fails.
+  // supervisor or launcher ends it sooner when a rank fails (other than a
+  // server that marked its death survivable, ps_faults.h).
   if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
   return rc;
 }
@@ -307,6 +319,7 @@ void check_flags(const PsFlags& f) {
                   "braid ps train dlrm: --accum must be 1 (a micro-batch's rows are pulled "
                   "before its forward and its touched rows pushed after its backward)");
   parse_slow(f.slow);
+  parse_kill_server(f);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
@@ -348,6 +361,10 @@ int ps_main(int argc, char** argv) {
   app.add_option("--replicas", f.replicas,
                  "servers keeping each shard, as a chain: writes at the head, reads at the "
                  "tail, fail-over when one dies (1)");
+  app.add_option("--kill-server", f.kill_server,
+                 "fault injection (tests, bench/ps_failover.sh): SERVER:STEP kills server "
+                 "SERVER (0-based) just before worker 0 pushes step STEP; repeatable; with "
+                 "--replicas >= 2 the job goes on");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {
