@@ -25,6 +25,10 @@
 // largest lead over the slowest worker any pull was served with; SSP keeps it
 // <= s), pushes accepted / late /
 // dropped / folded over all servers, and each server's requests and bytes.
+//
+// With --replicas R >= 2 a dedicated server may die and the job goes on;
+// --kill-server injects such a death and the log says what the fail-over
+// took and lost (ps_faults.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
