@@ -33,6 +33,10 @@
 // their pull. --save-dir: the servers save their shards at round closes
 // (braid/ps_checkpoint.h); --resume: every rank finds the same step
 // directory, the servers start from it and the workers at its round.
+//
+// With --replicas R >= 2 a dedicated server may die and the job goes on;
+// --kill-server injects such a death and the log says what the fail-over
+// took and lost (ps_faults.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -51,6 +55,7 @@
 #include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
 #include "ps_load.h"
+#include "ps_faults.h"
 #include "ps_train.h"
 #include "subcommands.h"
 #include "train_setup.h"
@@ -77,6 +82,7 @@ struct PsHooks : nn::StepHooks {
   ps::Worker* worker = nullptr;
   PsTrainer* trainer = nullptr;
   SparseTables* sparse = nullptr;
+  FailoverProbe* faults = nullptr;
   int workers = 1;
   int64_t clock = 0;
   // --slow-worker: this worker's compute takes `slow` times as long. The
@@ -107,7 +113,9 @@ struct PsHooks : nn::StepHooks {
     }
     std::vector<ps::KeyData> grads = key_data(params, true, *sparse);
     sparse->add_push(grads, float(workers));
+    faults->before_push(clock);
     worker->push(grads, clock, true);
+    faults->after_push(clock);
   }
   std::vector<nn::Parameter*> params;
 };
@@ -192,6 +200,8 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   hooks.worker = &worker;
   hooks.trainer = &trainer;
   hooks.sparse = &sparse;
+  FailoverProbe faults(job, f, w, setup.steps);
+  hooks.faults = &faults;
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -246,11 +256,13 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
         rec.update(load.sample(clock, rec["time"], all));
         rec["loss_workers"] = all[0].report_workers;
         rec["worker_loss"] = local;
+        rec.update(faults.step_fields(clock));
         jlog << rec.dump() << '\n';
       }
     }
     ++clock;
   }
+  faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
     // The final parameters: every round applied (SSP: s rounds may be open).
@@ -274,6 +286,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     nlohmann::json hot = nlohmann::json::array();
     for (const auto& [k, row] : worker.hot_rows()) hot.push_back({k, row, layout.row_server(row)});
     done["hot_rows"] = hot;
+    done.update(faults.done_fields(worker, all));
     const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
     const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";
     done["test_accuracy"] = ev.accuracy;
@@ -326,8 +339,10 @@ int run_rank(const Job& job, PsFlags f) {
                                              " leaves nothing to train");
     resume_dir = rp.step_dir;
   }
+  std::unique_ptr<ServerFaults> faults;
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {
+    faults = std::make_unique<ServerFaults>(job, f, server);
     ps::ServerOptions o = server_options(f, setup, server);
     o.secret = job.secret;
     o.resume_from = resume_dir;
@@ -338,7 +353,8 @@ int run_rank(const Job& job, PsFlags f) {
   int rc = 0;
   if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse, start);
   // A server lives until every worker has said goodbye; the job's
-  // supervisor or launcher ends it sooner when a rank fails.
+  // supervisor or launcher ends it sooner when a rank fails (other than a
+  // server that marked its death survivable, ps_faults.h).
   if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
   return rc;
 }
@@ -374,6 +390,7 @@ void check_flags(const PsFlags& f) {
                   "braid ps train dlrm: --accum must be 1 (a micro-batch's rows are pulled "
                   "before its forward and its touched rows pushed after its backward)");
   parse_slow(f.slow);
+  parse_kill_server(f);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
@@ -426,6 +443,10 @@ int ps_main(int argc, char** argv) {
                "servers, workers read them there");
   app.add_option("--hot-every", f.hot_every, "--hot-keys: workers refresh hot sets every N steps (10)");
   app.add_option("--hot-max-rows", f.hot_max_rows, "--hot-keys: the most rows a server makes hot (32)");
+  app.add_option("--kill-server", f.kill_server,
+                 "fault injection (tests, bench/ps_failover.sh): SERVER:STEP kills server "
+                 "SERVER (0-based) just before worker 0 pushes step STEP; repeatable; with "
+                 "--replicas >= 2 the job goes on");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {

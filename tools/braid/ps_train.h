@@ -20,6 +20,7 @@ struct PsFlags : TrainFlags {
   int servers = 1, workers = 1;
   std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
   int staleness = 0, round_k = 0, replicas = 1;
+  std::vector<std::string> kill_server;  // SERVER:STEP (ps_faults.h)
   double timeout_s = 300;
   // Server checkpoints (braid/ps_checkpoint.h); --resume names a save dir
   // or one of its step directories.
