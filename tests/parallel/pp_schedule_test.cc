@@ -134,6 +134,24 @@ TEST(PipelineSchedule, InterleavedNeedsChunksCutByCostNotByCount) {
   EXPECT_TRUE(contains(rejection(two, o), "2 stage weights for 4 stages")) << "wrong count";
 }
 
+TEST(PipelineSchedule, MeasuredBubbleCountsWaitsAndTheTimeOutsideEachSpan) {
+  // Rank 0 runs [0, 10] and waits 1 inside; rank 1 runs [2, 12] and waits
+  // 3: span 12, idle 1 + 2 (after its end) + 3 + 2 (before its start).
+  const auto [idle, total] = pipeline_bubble({{0, 10}, {2, 12}}, {1, 3});
+  EXPECT_DOUBLE_EQ(idle, 8);
+  EXPECT_DOUBLE_EQ(total, 24);
+  // One stage waits for no one.
+  const auto one = pipeline_bubble({{5, 9}}, {0});
+  EXPECT_DOUBLE_EQ(one.first, 0);
+  EXPECT_DOUBLE_EQ(one.second, 4);
+  try {
+    pipeline_bubble({{0, 1}, {0, 1}}, {0});
+    ADD_FAILURE() << "mismatched lists accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "2 spans and 1 communication times")) << e.what();
+  }
+}
+
 TEST(PipelineSchedule, GeneratedSchedulesAlsoPassWithBufferedSends) {
   for (int slots : {1, 4})
     for (const Schedule& s :
