@@ -154,6 +154,27 @@ TEST(CommFaults, PeerDeathFailsPendingOperationQuickly) {
   }
 }
 
+// Once every rank has set up, no shared-memory name is left in /dev/shm:
+// each segment stays mapped but its name is gone, so a rank killed later
+// (SIGKILL runs no destructor) leaves nothing behind. Mapped, a removed
+// name reads "(deleted)" in /proc/self/maps.
+TEST(CommFaults, SharedMemoryNamesAreGoneOnceSetUpEnds) {
+  auto res = run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make_comm(rank, size, store, 60, "shm");
+    std::vector<float> v(1 << 12, 1.0f);
+    c->all_reduce(v.data(), v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    std::ifstream maps("/proc/self/maps");
+    int mapped = 0;
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("/dev/shm/braid.") == std::string::npos) continue;
+      ++mapped;
+      EXPECT_NE(line.find("(deleted)"), std::string::npos) << "rank " << rank << ": " << line;
+    }
+    EXPECT_GE(mapped, 3) << "rank " << rank << ": its own segment and both peers'";
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+}
+
 // In a sub-communicator, errors name ranks by their place in it and, where
 // that differs, in the world: "rank 1 (world rank 2, pid …)".
 TEST(CommFaults, SubCommunicatorErrorsNameWorldRanks) {

@@ -107,51 +107,67 @@ ShmWire::ShmWire(const WireContext& ctx, const std::vector<int>& peers)
   my_->magic = kMagic;
   ctx.store->set_str("shm/ready/" + std::to_string(ctx.rank), std::to_string(layout_.total));
 
-  peers_local_.resize(peers.size());
-  for (size_t i = 0; i < peers.size(); ++i) {
-    int q = peers[i];
-    Peer& p = peers_local_[i];
-    p.rank = q;
-    p.pid = ctx.peers[size_t(q)].pid;
-    index_[size_t(q)] = int(i);
-    std::string key = "shm/ready/" + std::to_string(q);
-    try {
-      ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
-    } catch (const Error& e) {
-      if (e.code() != Errc::kTimeout) throw;
-      throw Error(Errc::kTimeout, "rank " + std::to_string(ctx.rank) + ": shared-memory set-up timed out waiting for " +
-                                      describe_peer_info(ctx.peers[size_t(q)]) +
-                                      " to create its segment");
+  // Every peer maps this segment during set-up; once all have, the name is
+  // removed (the mappings stay), so a rank killed later leaves nothing in
+  // /dev/shm. A set-up that fails removes it at once.
+  try {
+    peers_local_.resize(peers.size());
+    for (size_t i = 0; i < peers.size(); ++i) {
+      int q = peers[i];
+      Peer& p = peers_local_[i];
+      p.rank = q;
+      p.pid = ctx.peers[size_t(q)].pid;
+      index_[size_t(q)] = int(i);
+      std::string key = "shm/ready/" + std::to_string(q);
+      try {
+        ctx.store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1)));
+      } catch (const Error& e) {
+        if (e.code() != Errc::kTimeout) throw;
+        throw Error(Errc::kTimeout, "rank " + std::to_string(ctx.rank) + ": shared-memory set-up timed out waiting for " +
+                                        describe_peer_info(ctx.peers[size_t(q)]) +
+                                        " to create its segment");
+      }
+      std::string qname = "/braid." + ctx.token + "." + std::to_string(q);
+      size_t qlen = 0;
+      uint8_t* qb = shm_attach(qname, &qlen, &step);
+      if (!qb)
+        throw_errno(std::string(step) + " " + qname + " (segment of " + describe_peer(q) + ")");
+      p.seg = reinterpret_cast<SegHeader*>(qb);
+      p.seg_len = qlen;
+      const SegHeader& h = *p.seg;
+      if (qlen < sizeof(SegHeader) || h.slot_bytes > (size_t(64) << 20) || h.nslots > 4096)
+        throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) + " is malformed");
+      Layout ql(h.slot_bytes, h.nslots, h.nrings);
+      if (h.magic != kMagic || h.owner != q ||
+          h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != qlen ||
+          h.slot_bytes % kLine != 0 || h.slot_bytes == 0 || h.nslots < 2)
+        throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) +
+                                         " has an unexpected layout (different braid versions?)");
+      uint8_t* oring = ql.ring(qb, ring_index(group, q, ctx.rank));
+      p.out = reinterpret_cast<RingCtl*>(oring);
+      p.out_slots = oring + ql.ring_ctl;
+      p.out_nslots = ql.nslots;
+      p.out_slot_bytes = ql.slot_bytes;
+      p.out_stride = ql.stride;
+      uint8_t* iring = layout_.ring(my_, ring_index(group, ctx.rank, q));
+      p.in = reinterpret_cast<RingCtl*>(iring);
+      p.in_slots = iring + layout_.ring_ctl;
+      if (p.seg->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ::shm_unlink(qname.c_str());
+      p.pidfd = open_pidfd(p.pid);
+      p.in->cma_ok.store(probe_cma(p), std::memory_order_release);
     }
-    std::string qname = "/braid." + ctx.token + "." + std::to_string(q);
-    size_t qlen = 0;
-    uint8_t* qb = shm_attach(qname, &qlen, &step);
-    if (!qb)
-      throw_errno(std::string(step) + " " + qname + " (segment of " + describe_peer(q) + ")");
-    p.seg = reinterpret_cast<SegHeader*>(qb);
-    p.seg_len = qlen;
-    const SegHeader& h = *p.seg;
-    if (qlen < sizeof(SegHeader) || h.slot_bytes > (size_t(64) << 20) || h.nslots > 4096)
-      throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) + " is malformed");
-    Layout ql(h.slot_bytes, h.nslots, h.nrings);
-    if (h.magic != kMagic || h.owner != q ||
-        h.nrings != peers.size() || ql.total != h.total_bytes || ql.total != qlen ||
-        h.slot_bytes % kLine != 0 || h.slot_bytes == 0 || h.nslots < 2)
-      throw Error(Errc::kProtocol, "shared-memory segment " + qname + " of " + describe_peer(q) +
-                                       " has an unexpected layout (different braid versions?)");
-    uint8_t* oring = ql.ring(qb, ring_index(group, q, ctx.rank));
-    p.out = reinterpret_cast<RingCtl*>(oring);
-    p.out_slots = oring + ql.ring_ctl;
-    p.out_nslots = ql.nslots;
-    p.out_slot_bytes = ql.slot_bytes;
-    p.out_stride = ql.stride;
-    uint8_t* iring = layout_.ring(my_, ring_index(group, ctx.rank, q));
-    p.in = reinterpret_cast<RingCtl*>(iring);
-    p.in_slots = iring + layout_.ring_ctl;
-    if (p.seg->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ::shm_unlink(qname.c_str());
-    p.pidfd = open_pidfd(p.pid);
-    p.in->cma_ok.store(probe_cma(p), std::memory_order_release);
+  } catch (...) {
+    for (const Peer& p : peers_local_) {
+      if (p.seg) ::munmap(p.seg, p.seg_len);
+      if (p.pidfd >= 0) ::close(p.pidfd);
+    }
+    peers_local_.clear();
+    ::shm_unlink(name_.c_str());
+    ::munmap(my_, layout_.total);
+    my_ = nullptr;
+    throw;
   }
+  if (my_->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) ::shm_unlink(name_.c_str());
   last_check_ns_ = now_ns();
 }
 
@@ -160,14 +176,18 @@ ShmWire::~ShmWire() {
     if (p.seg) ::munmap(p.seg, p.seg_len);
     if (p.pidfd >= 0) ::close(p.pidfd);
   }
-  // A failed communicator removes its name at once: a peer that never
-  // mapped it (dead, or its set-up failed) would otherwise leave it behind.
+  // A failed communicator removes its name, and a dead peer's: a rank that
+  // died before every peer mapped its segment would otherwise leave the name
+  // behind (unlinking a removed name is harmless).
   bool failed = my_ && my_->abort.claimed();
   for (const Peer& p : peers_local_) failed |= p.dead;
-  if (my_) {
-    if (my_->name_refs.fetch_sub(1, std::memory_order_acq_rel) == 1 || failed) ::shm_unlink(name_.c_str());
-    ::munmap(my_, layout_.total);
+  if (failed) {
+    ::shm_unlink(name_.c_str());
+    const std::string prefix = name_.substr(0, name_.rfind('.') + 1);
+    for (const Peer& p : peers_local_)
+      if (p.dead) ::shm_unlink((prefix + std::to_string(p.rank)).c_str());
   }
+  if (my_) ::munmap(my_, layout_.total);
 }
 
 }  // namespace shm
