@@ -7,6 +7,14 @@ Collectives run on braid's communicator; rendezvous goes through the store
 torch.distributed creates for the group. The job secret braid's TCP
 connections prove is BRAID_SECRET if set on every rank, else one rank 0
 draws and publishes in that store (see process_group.h).
+
+Compute threads: when several ranks of the first group share a host and
+neither OMP_NUM_THREADS nor OPENBLAS_NUM_THREADS is set (torchrun sets the
+first), that group lowers torch's intra-op threads and the loaded OpenBLAS's
+pool to cores // ranks on the host, as `braid run` does; Debian's default
+OpenBLAS otherwise runs a thread per core in every rank, which
+torch.set_num_threads does not govern. Set either variable to keep your own
+counts (threads.h).
 """
 import torch
 import torch.distributed as dist

@@ -6,6 +6,7 @@
 #include "braid/error.h"
 #include "dtype_map.h"
 #include "store_adapter.h"
+#include "threads.h"
 
 namespace braid_torch {
 
@@ -113,6 +114,7 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
       rank, size, braid::make_prefix_store(adapt_store(store, timeout), "braid/"), opt);
   collectives_ = std::make_shared<Completer>();
   p2p_ = std::make_shared<Completer>();
+  cap_compute_threads(comm_->host_size());
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {

@@ -17,6 +17,8 @@
 // Tensors that are not contiguous, and lists of
 // tensors, are staged through one contiguous buffer and copied back when
 // the operation completes.
+// The first group of a process may lower its compute threads when several
+// ranks share the host and no thread variable is set (threads.h).
 #pragma once
 
 #include <chrono>

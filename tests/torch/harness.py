@@ -24,13 +24,15 @@ def free_port():
 
 
 def spawn(script, world, args=(), env=None, timeout=240, expect_ok=True):
-    """Starts `world` ranks of `script`; returns [(rc, reports, stderr)] by rank."""
+    """Starts `world` ranks of `script`; returns [(rc, reports, stderr)] by rank.
+    `env` adds variables to each rank's environment; a value None removes one."""
     port = free_port()
     procs = []
     for rank in range(world):
         e = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         e.update(env or {})
+        e = {k: v for k, v in e.items() if v is not None}
         procs.append(subprocess.Popen([PYTHON, script, "--worker", *map(str, args)], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     out = []
