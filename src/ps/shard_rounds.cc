@@ -141,10 +141,11 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
   st_.max_read_lead = std::max(st_.max_read_lead, c - closed_);
   reply.clock = opt_.consistency == Consistency::kRoundK ? std::max(c, closed_) : c;
   const KeySpec& spec = layout_.key(h.key);
+  const size_t base = out.size();  // the reply is appended (a batch's replies share `out`)
   if (!spec.sparse) {
     const Dense& d = dense_[h.key];
-    out.resize(h.count * 4);
-    std::memcpy(out.data(), d.w.data() + (h.offset - uint64_t(d.begin)), h.count * 4);
+    out.resize(base + h.count * 4);
+    std::memcpy(out.data() + base, d.w.data() + (h.offset - uint64_t(d.begin)), h.count * 4);
     return;
   }
   std::vector<int64_t> rows(h.count);
@@ -154,8 +155,8 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
       throw Error(Errc::kInvalidArgument, where(h) + ": row " + std::to_string(r) +
                                               " of key '" + spec.name +
                                               "' is not on this server");
-  out.resize(h.count * uint64_t(spec.width) * 4);
-  float* o = reinterpret_cast<float*>(out.data());
+  out.resize(base + h.count * uint64_t(spec.width) * 4);
+  float* o = reinterpret_cast<float*>(out.data() + base);
   st_.pulls_owner += int64_t(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     if (hot_) hot_->count(h.key, rows[i]);
@@ -168,17 +169,32 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
 void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
                         std::vector<uint8_t>& out, int64_t deadline_ns) {
   std::unique_lock<std::mutex> lk(mu_);
+  out.clear();
+  if (h.op != wire::kBatch) {
+    handle_locked(h, payload, reply, out, lk, deadline_ns);
+    return;
+  }
   reply = h;
   reply.op = uint16_t(h.op | wire::kReply);
   reply.status = 0;
-  out.clear();
+  handle_batch(h, payload, out, lk, deadline_ns);
+  reply.payload = out.size();
+}
+
+void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& reply,
+                               std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                               int64_t deadline_ns) {
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  reply.payload = 0;
+  const size_t base = out.size();
   const int w = int(h.worker);
   if (wire::is_write(h.op)) {
     // A worker's writes reach a shard in request-id order (ps/chain.h), so
     // an id not above the last one applied is a re-send: applied already.
     if (h.req <= last_write_[size_t(w)]) {
       st_.writes_duplicate += 1;
-      reply.payload = 0;
       return;
     }
   }
@@ -231,7 +247,9 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
         s.report_correct = it->second.sums[2];
         s.report_workers = it->second.workers;
       }
-      wire::encode_stats(s, out);
+      std::vector<uint8_t> enc;
+      wire::encode_stats(s, enc);
+      out.insert(out.end(), enc.begin(), enc.end());
       break;
     }
     case wire::kBye:
@@ -242,7 +260,7 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
       throw Error(Errc::kProtocol, where(h) + ": unknown op");
   }
   if (wire::is_write(h.op)) last_write_[size_t(w)] = h.req;
-  reply.payload = out.size();
+  reply.payload = out.size() - base;
 }
 
 }  // namespace braid::ps

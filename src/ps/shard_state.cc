@@ -87,6 +87,7 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
     case wire::kStats:
     case wire::kBye: return 0;
     case wire::kReport: return 3 * sizeof(double);
+    case wire::kBatch: return batch_payload(h, w);
     case wire::kPush:
     case wire::kPull: break;
     default: bad("unknown op " + std::to_string(h.op));

@@ -44,6 +44,7 @@ class ShardState {
   uint64_t expected_payload(const wire::Header& h, int w) const;
   // Runs a validated frame; fills the reply's payload (and header clock).
   // May wait until `deadline_ns`. Throws as expected_payload, or kTimeout.
+  // A kBatch runs its sub-frames in order (shard_batch.cc).
   void handle(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
               std::vector<uint8_t>& out, int64_t deadline_ns);
 
@@ -90,6 +91,16 @@ class ShardState {
   };
 
   std::string where(const wire::Header& h) const;
+  // handle's body for one non-batch frame, under mu_; APPENDS its reply
+  // payload to `out` and sets reply.payload to that payload's length.
+  void handle_locked(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
+                     std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                     int64_t deadline_ns);
+  // kBatch (shard_batch.cc): the payload bound checked before it is read,
+  // and the run of its sub-frames.
+  uint64_t batch_payload(const wire::Header& h, int w) const;
+  void handle_batch(const wire::Header& h, const uint8_t* payload, std::vector<uint8_t>& out,
+                    std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
   ServerStats snapshot_locked() const;
   size_t sparse_row(KeyId k, int64_t row);  // creates on first touch
   Round& round(int64_t r);

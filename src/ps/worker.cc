@@ -152,15 +152,58 @@ int64_t Worker::push_pull(const std::vector<KeyData>& grads, const std::vector<K
   return *a == INT64_MAX ? clock + 1 : *a;
 }
 
-void Worker::report(int64_t clock, double loss_sum, double rows, double correct) {
-  auto frames = std::make_shared<std::vector<Frame>>(1);
-  Frame& f = frames->front();
-  f.h = impl_->header(wire::kReport, 0);
+Frame Worker::Impl::report_frame(int64_t clock, const double sums[3]) {
+  Frame f;
+  f.h = header(wire::kReport, 0);
   f.h.clock = clock;
+  f.own.assign(reinterpret_cast<const uint8_t*>(sums),
+               reinterpret_cast<const uint8_t*>(sums) + 3 * sizeof(double));
+  f.h.payload = 3 * sizeof(double);
+  return f;
+}
+
+Frame Worker::Impl::stats_frame(int s, int64_t round, uint16_t flags, std::vector<uint8_t>* into) {
+  BRAID_CHECK_ARG(s >= 0 && s < layout.servers(),
+                  "stats of server " + std::to_string(s) + " outside 0.." +
+                      std::to_string(layout.servers() - 1));
+  Frame f;
+  f.server = s;
+  f.h = header(wire::kStats, s);
+  f.h.clock = round;
+  if (flags != wire::kWaitRound || round >= 0) f.h.flags |= flags;
+  f.reply_into = into;
+  return f;
+}
+
+void Worker::report(int64_t clock, double loss_sum, double rows, double correct) {
   const double v[3] = {loss_sum, rows, correct};
-  f.own.assign(reinterpret_cast<const uint8_t*>(v), reinterpret_cast<const uint8_t*>(v) + sizeof v);
-  f.h.payload = sizeof v;
+  auto frames = std::make_shared<std::vector<Frame>>();
+  frames->push_back(impl_->report_frame(clock, v));
   impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+}
+
+int64_t Worker::step(const StepRequest& r, std::vector<ServerStats>* stats) {
+  Impl& m = *impl_;
+  const int S = m.layout.servers();
+  auto a = std::make_shared<int64_t>(INT64_MAX);
+  auto frames = std::make_shared<std::vector<Frame>>();
+  auto payloads = std::make_shared<std::vector<std::vector<uint8_t>>>(size_t(S));
+  if (r.push_round) {
+    frames->push_back(m.report_frame(r.clock, r.sums));
+    for (Frame& f : m.push_frames(r.grads, r.clock, true)) frames->push_back(std::move(f));
+  }
+  for (Frame& f : m.pull_frames(r.pull, r.pull_clock, a.get())) frames->push_back(std::move(f));
+  if (r.stats)
+    for (int s = 0; s < S; ++s)
+      frames->push_back(m.stats_frame(s, r.stats_round,
+                                      r.stats_wait && s == 0 ? wire::kWaitRound : 0,
+                                      &(*payloads)[size_t(s)]));
+  m.submit([&m, frames] { m.exchange(*frames); }).wait();
+  if (r.stats && stats) {
+    stats->clear();
+    for (int s = 0; s < S; ++s) stats->push_back(wire::decode_stats((*payloads)[size_t(s)]));
+  }
+  return *a == INT64_MAX ? r.pull_clock : *a;
 }
 
 ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
@@ -170,17 +213,9 @@ ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
 ServerStats Worker::final_stats(int s) { return impl_->stats(s, -1, wire::kWaitOthers); }
 
 ServerStats Worker::Impl::stats(int s, int64_t round, uint16_t flags) {
-  BRAID_CHECK_ARG(s >= 0 && s < layout.servers(),
-                  "stats of server " + std::to_string(s) + " outside 0.." +
-                      std::to_string(layout.servers() - 1));
-  auto frames = std::make_shared<std::vector<Frame>>(1);
   auto payload = std::make_shared<std::vector<uint8_t>>();
-  Frame& f = frames->front();
-  f.server = s;
-  f.h = header(wire::kStats, s);
-  f.h.clock = round;
-  if (flags != wire::kWaitRound || round >= 0) f.h.flags |= flags;
-  f.reply_into = payload.get();
+  auto frames = std::make_shared<std::vector<Frame>>();
+  frames->push_back(stats_frame(s, round, flags, payload.get()));
   submit([this, frames] { exchange(*frames); }).wait();
   return wire::decode_stats(*payload);
 }

@@ -84,6 +84,9 @@ struct Worker::Impl {
     return h;
   }
   void exchange(std::vector<Frame>& frames);
+  // exchange with replicas 1 (worker_batch.cc): a connection's frames go
+  // as batches.
+  void exchange_batched(std::vector<Frame>& frames, int64_t deadline);
   // One frame per server slice of dense key kd.key (header fields only).
   std::vector<Frame> dense_frames(const KeyData& kd, uint16_t op);
   std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);
@@ -91,6 +94,9 @@ struct Worker::Impl {
   Handle submit(std::function<void()> work);
   // One stats frame to server s with the kStats `flags` (wire.h).
   ServerStats stats(int s, int64_t round, uint16_t flags);
+  // The frames of report() and stats(); a stats reply lands in `into`.
+  Frame report_frame(int64_t clock, const double sums[3]);
+  Frame stats_frame(int s, int64_t round, uint16_t flags, std::vector<uint8_t>* into);
   void io_loop();
 };
 
