@@ -56,6 +56,7 @@ struct Worker::Impl {
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+  bool busy = false;  // a request is running (on either thread)
   std::thread io;
 
   Impl(const Layout& l, const WorkerOptions& o, std::shared_ptr<Store> st)
@@ -92,6 +93,11 @@ struct Worker::Impl {
   std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);
   std::vector<Frame> pull_frames(const std::vector<KeyData>& out, int64_t clock, int64_t* assigned);
   Handle submit(std::function<void()> work);
+  // Runs `frames`' exchange and returns when it is done (worker.cc).
+  void run_sync(std::vector<Frame>& frames);
+  // Runs one request, refused after an earlier failure; records the first
+  // failure (after one the connections' framing is unknown).
+  void run_request(const std::function<void()>& work);
   // One stats frame to server s with the kStats `flags` (wire.h).
   ServerStats stats(int s, int64_t round, uint16_t flags);
   // The frames of report() and stats(); a stats reply lands in `into`.
