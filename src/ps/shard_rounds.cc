@@ -11,10 +11,47 @@ namespace braid::ps {
 
 using wire::Header;
 
+// The element-wise sum of `parts` in their order, each sparse row once.
+// Every element is summed as 0 + parts[0] + parts[1] + ... (a part's
+// repeated rows in arrival order), so the result is the same whatever
+// order the rows came in. Sparse rows are merged by a stable sort of
+// (row, arrival) rather than a map per row: a round is thousands of rows.
+ShardState::Contribution ShardState::summed(const std::vector<const Contribution*>& parts) const {
+  Contribution sum;
+  for (const Contribution* c : parts)
+    for (const auto& [k, g] : c->dense) {
+      auto& acc = sum.dense[k];
+      if (acc.empty()) acc.assign(g.size(), 0.0f);
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+    }
+  std::map<KeyId, std::vector<std::pair<int64_t, const float*>>> by_key;
+  for (const Contribution* c : parts)
+    for (const auto& [k, sg] : c->sparse) {
+      const size_t width = size_t(layout_.key(k).width);
+      auto& v = by_key[k];
+      for (size_t r = 0; r < sg.rows.size(); ++r) v.push_back({sg.rows[r], sg.g.data() + r * width});
+    }
+  for (auto& [k, v] : by_key) {
+    const size_t width = size_t(layout_.key(k).width);
+    std::stable_sort(v.begin(), v.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    SparseGrad& out = sum.sparse[k];
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i == 0 || v[i].first != v[i - 1].first) {
+        out.rows.push_back(v[i].first);
+        out.g.resize(out.g.size() + width, 0.0f);
+      }
+      float* acc = out.g.data() + out.g.size() - width;
+      for (size_t j = 0; j < width; ++j) acc[j] += v[i].second[j];
+    }
+  }
+  return sum;
+}
+
 void ShardState::apply_now(const Header& h, const uint8_t* payload) {
   Contribution c;
   add_push(c, h, payload);
-  apply(c, 1, h.clock);  // lr of the pushing worker's clock
+  apply(summed({&c}), 1, h.clock);  // lr of the pushing worker's clock
   st_.pushes_accepted += 1;
 }
 
@@ -79,25 +116,10 @@ void ShardState::try_close() {
     rounds_.erase(it);
     // The sum in worker order, then the folded late pushes: a round's
     // result does not depend on the order pushes arrived in.
-    Contribution sum;
-    int contributors = 0;
-    auto add = [&](const Contribution& c) {
-      for (const auto& [k, g] : c.dense) {
-        auto& acc = sum.dense[k];
-        if (acc.empty()) acc.assign(g.size(), 0.0f);
-        for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-      }
-      for (const auto& [k, rows] : c.sparse)
-        for (const auto& [row, g] : rows) {
-          auto& acc = sum.sparse[k][row];
-          if (acc.empty()) acc.assign(g.size(), 0.0f);
-          for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-        }
-    };
+    std::vector<const Contribution*> parts;
     for (int w = 0; w < W_; ++w) {
       if (rd.clocked[size_t(w)]) {
-        add(rd.by_worker[size_t(w)]);
-        ++contributors;
+        parts.push_back(&rd.by_worker[size_t(w)]);
         ++contributed_[size_t(w)];
       } else if (!rd.by_worker[size_t(w)].empty()) {
         // Pushed but not clocked when K others closed the round: late,
@@ -105,10 +127,9 @@ void ShardState::try_close() {
         late(std::move(rd.by_worker[size_t(w)]), closed_ + 1);
       }
     }
-    for (const Contribution& c : rd.folded) {
-      add(c);
-      ++contributors;
-    }
+    for (const Contribution& c : rd.folded) parts.push_back(&c);
+    const int contributors = int(parts.size());
+    const Contribution sum = summed(parts);
     apply(sum, contributors, closed_);
     ++closed_;
     st_.rounds_closed = closed_;

@@ -77,10 +77,17 @@ class ShardState {
     std::vector<float> w, state;                // by position
     int64_t t = 0;
   };
+  // One sparse key's gradients: rows in arrival order (a row may repeat),
+  // `width` floats each in `g`. Flat, so a push of n rows costs a few
+  // allocations, not 2n.
+  struct SparseGrad {
+    std::vector<int64_t> rows;
+    std::vector<float> g;
+  };
   // One contribution: gradients by key (dense: the slice; sparse: by row).
   struct Contribution {
     std::map<KeyId, std::vector<float>> dense;
-    std::map<KeyId, std::map<int64_t, std::vector<float>>> sparse;
+    std::map<KeyId, SparseGrad> sparse;
     bool empty() const { return dense.empty() && sparse.empty(); }
   };
   struct Round {
@@ -110,6 +117,7 @@ class ShardState {
   void clock(int w, int64_t r);
   void late(Contribution&& c, int64_t into);  // counts; folds into round `into`
   void try_close();
+  Contribution summed(const std::vector<const Contribution*>& parts) const;
   void apply(const Contribution& sum, int contributors, int64_t round);
   void pull(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
             std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
