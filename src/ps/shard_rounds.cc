@@ -14,8 +14,8 @@ using wire::Header;
 // The element-wise sum of `parts` in their order, each sparse row once.
 // Every element is summed as 0 + parts[0] + parts[1] + ... (a part's
 // repeated rows in arrival order), so the result is the same whatever
-// order the rows came in. Sparse rows are merged by a stable sort of
-// (row, arrival) rather than a map per row: a round is thousands of rows.
+// order the rows came in. Sparse rows are merged by a sort of (row,
+// arrival) rather than a map per row: a round is thousands of rows.
 ShardState::Contribution ShardState::summed(const std::vector<const Contribution*>& parts) const {
   Contribution sum;
   for (const Contribution* c : parts)
@@ -24,25 +24,35 @@ ShardState::Contribution ShardState::summed(const std::vector<const Contribution
       if (acc.empty()) acc.assign(g.size(), 0.0f);
       for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
     }
-  std::map<KeyId, std::vector<std::pair<int64_t, const float*>>> by_key;
+  // (row, arrival, gradient): sorted by row then arrival, a row's pushes
+  // are summed in arrival order.
+  struct Entry {
+    int64_t row;
+    size_t seq;
+    const float* g;
+    bool operator<(const Entry& o) const { return row != o.row ? row < o.row : seq < o.seq; }
+  };
+  std::map<KeyId, std::vector<Entry>> by_key;
   for (const Contribution* c : parts)
     for (const auto& [k, sg] : c->sparse) {
       const size_t width = size_t(layout_.key(k).width);
       auto& v = by_key[k];
-      for (size_t r = 0; r < sg.rows.size(); ++r) v.push_back({sg.rows[r], sg.g.data() + r * width});
+      for (size_t r = 0; r < sg.rows.size(); ++r)
+        v.push_back({sg.rows[r], v.size(), sg.g.data() + r * width});
     }
   for (auto& [k, v] : by_key) {
     const size_t width = size_t(layout_.key(k).width);
-    std::stable_sort(v.begin(), v.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
     SparseGrad& out = sum.sparse[k];
+    out.rows.reserve(v.size());
+    out.g.reserve(v.size() * width);
     for (size_t i = 0; i < v.size(); ++i) {
-      if (i == 0 || v[i].first != v[i - 1].first) {
-        out.rows.push_back(v[i].first);
+      if (i == 0 || v[i].row != v[i - 1].row) {
+        out.rows.push_back(v[i].row);
         out.g.resize(out.g.size() + width, 0.0f);
       }
       float* acc = out.g.data() + out.g.size() - width;
-      for (size_t j = 0; j < width; ++j) acc[j] += v[i].second[j];
+      for (size_t j = 0; j < width; ++j) acc[j] += v[i].g[j];
     }
   }
   return sum;
@@ -51,7 +61,10 @@ ShardState::Contribution ShardState::summed(const std::vector<const Contribution
 void ShardState::apply_now(const Header& h, const uint8_t* payload) {
   Contribution c;
   add_push(c, h, payload);
-  apply(summed({&c}), 1, h.clock);  // lr of the pushing worker's clock
+  // One frame is one key: a dense slice is its own sum; rows are merged
+  // (a push may name a row twice).
+  if (!c.sparse.empty()) c = summed({&c});
+  apply(c, 1, h.clock);  // lr of the pushing worker's clock
   st_.pushes_accepted += 1;
 }
 
