@@ -15,10 +15,12 @@
 // connection proves the job secret (comm/store/auth.h) before any frame is
 // read, then says which worker it is (a worker id is taken once). One dead
 // or misbehaving connection ends only itself: the server keeps serving the
-// others. Frames (src/ps/wire.h) carry one key range each; every length is
-// checked against the server's own shapes before anything is allocated or
-// read; a bad frame gets an error reply (when the socket still takes one)
-// and the connection is dropped.
+// others. Frames (src/ps/wire.h) carry one key range each; with R = 1 a
+// request's frames to one server travel as one batch frame (Worker::step:
+// a training step is one frame per server). Every length is checked
+// against the server's own shapes before anything is allocated or read; a
+// bad frame gets an error reply (when the socket still takes one) and the
+// connection is dropped.
 //
 // Consistency (one option for the whole job). A worker's clock is the round
 // it is computing. Pushes of round c go to round c's buffer; a worker's last
