@@ -14,6 +14,12 @@
 #    for GPipe and 1F1B at p = 2 and 4, m = 4, 8, 16, and interleaved (v = 2)
 #    at p = 2, beside (p-1)/(m+p-1). p = 4 runs 4 ranks on however many
 #    cores there are: on fewer than 4 its bubble is not the schedule's.
+#    The bubble is the done record's bubble_fraction with bubble_method
+#    "span": per pipeline, each rank's waits in communication actions plus
+#    its time before its first action and after its last while another
+#    rank still runs, over ranks x the span from the first action to the
+#    last (check_schedule's definition, measured). Interleaved chunks are
+#    cut by the modules' estimated multiply-adds (two blocks each here).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -69,6 +75,7 @@ run_pp() {  # P M SCHEDULE [extra flags]
   local p=$1 m=$2 s=$3; shift 3
   "${clean_env[@]}" "$braid" train "${small[@]}" --pp "$p" --micro-batches "$m" --schedule "$s" "$@" \
     --json-log "$tmp/bb" >/dev/null 2>&1
+  [[ $(done_field "$tmp/bb" bubble_method) == '"span"' ]] || echo "# bubble by waits only (clocks differ)"
   printf '| %s | %s | %s | %.3f | %.3f | %s | %.0f |\n' "$p" "$m" "$s${1:+ v2}" \
     "$(done_field "$tmp/bb" bubble_fraction)" "$(calc "($p-1)/($m+$p-1)")" \
     "$(done_field "$tmp/bb" peak_activation_bytes)" "$(done_field "$tmp/bb" tokens_per_s)"

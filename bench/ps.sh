@@ -20,8 +20,13 @@
 #     decay every row's momentum each step, the servers' sparse updates
 #     only the touched rows' (tests/ps/ps_dlrm_test.cc compares the two
 #     with momentum 0, where they are the same training).
+# (c) hot keys: the DLRM workload (3 servers x 2 workers, BSP) without and
+#     with --hot-keys, HOT_STEPS steps (default 200), hot sets refreshed
+#     every 10 steps: each server's load in the window after the first
+#     refresh (the done record's "load"), rows served as owner and from
+#     replicas, requests/s and bytes/s, as a table.
 # The defaults are the measured setting; STEPS=60 SAMPLES=16384 ITERS=5
-# runs the whole script in well under a minute to check it end to end.
+# HOT_STEPS=40 runs the whole script in well under a minute to check it end to end.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -87,3 +92,26 @@ modes ""
 "${clean_env[@]}" "$braid" train "${data[@]}" --dp 3 --json-log "$out/dp.jsonl" >/dev/null
 logs+=("dp=$out/dp.jsonl")
 python3 "$here/bench/ps_time_to_target.py" "$eps" "$out/ps_time_to_target.svg" "${logs[@]}"
+
+echo
+echo "## (c) hot keys: per-server load after the first refresh, without and with --hot-keys"
+echo
+hot=(dlrm --batch 256 --threads 1 --quiet --servers 3 --workers 2 --consistency bsp
+  --steps "${HOT_STEPS:-200}" --hot-every 10)
+[ -n "${SAMPLES:-}" ] && hot+=(--samples "$SAMPLES")
+"${clean_env[@]}" "$braid" ps train "${hot[@]}" --json-log "$out/hot_off.jsonl" >/dev/null
+"${clean_env[@]}" "$braid" ps train "${hot[@]}" --hot-keys --json-log "$out/hot_on.jsonl" >/dev/null
+python3 - "$out/hot_off.jsonl" "$out/hot_on.jsonl" <<'PY'
+import json, sys
+done = [json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:3]]
+print(f"window: steps {done[0]['load']['split_step']}..{done[0]['steps'] - 1}; "
+      f"hot rows per server {done[1]['server_hot_rows']}")
+print()
+print("| server | hot keys | rows served as owner | rows served from replicas | requests/s | MB/s |")
+print("|---|---|---|---|---|---|")
+for s in range(len(done[0]["server_requests"])):
+    for name, d in zip(("off", "on"), done):
+        w = d["load"]["after"]
+        print(f"| {s} | {name} | {w['pulls_owner'][s]} | {w['pulls_replica'][s]} | "
+              f"{w['requests_per_s'][s]:.0f} | {w['bytes_per_s'][s] / 1e6:.1f} |")
+PY

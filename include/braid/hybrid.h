@@ -57,7 +57,8 @@ struct HybridOptions {
   bool sequence_parallel = false;
   int zero = 0;                   // 0, or 1: optimizer state sharded over dp
   // Cost of each of the GPT's top-level modules for cutting the stages
-  // (gpt_module_count(cfg) entries); empty: equal costs.
+  // (gpt_module_count(cfg) entries); empty: tp::gpt_module_costs(cfg),
+  // each module's multiply-adds.
   std::vector<double> module_costs;
 };
 
@@ -93,6 +94,8 @@ class HybridGpt {
   // Start and end of each of this rank's schedule actions in the last step
   // (for write_pipeline_trace over the mesh's pp group).
   const std::vector<ActionTiming>& timings() const;
+  // This rank's pipeline executor (its step span and waits: the bubble).
+  const PipelineExecutor& executor() const;
 
   const Mesh& mesh() const { return mesh_; }
   const Schedule& schedule() const;
@@ -133,10 +136,11 @@ class HybridGpt {
 // copy's shard of each global batch, with the vocabulary-parallel loss and
 // the hybrid's step hooks (DataParallel over dp, the sequence-parallel tp
 // sums, the clipping norm over tp and pp, ZeRO-1's gathers). `opts` are
-// the serial run's: the global batch (it must split into dp ·
-// micro_batches), seed and clip (by the global norm over every element
-// once: all_reduce over tp, then over pp); rank and world are set from the mesh's
-// dp coordinate; accum must be 1. Throws Error(kInvalidArgument) naming
+// the serial run's: the global batch (it must split into dp · accum ·
+// micro_batches), accum (rounds of the whole schedule per step, each over
+// 1/accum of the shard), seed and clip (by the global norm over every
+// element once: all_reduce over tp, then over pp); rank and world are set
+// from the mesh's dp coordinate. Throws Error(kInvalidArgument) naming
 // what does not split. Every step's StepStats equal nn::Trainer's on
 // nn::make_gpt with the same data, optimizer, schedule and options, within
 // rounding. Collective, as HybridGpt.

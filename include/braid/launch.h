@@ -33,6 +33,10 @@
 //       the other N-1 ranks
 //     or, for a rank killed by a signal, "... was killed by signal 9
 //     (SIGKILL); ...".
+//     A rank that marked its death survivable in the job's store
+//     (src/launch/survivable.h: a replicated parameter server) is named in
+//     one line ending "; the job goes on (<its reason>)" and the others
+//     run on.
 //
 // Returns the job's status: 0 when every rank exited 0; else the failed
 // rank's exit status (128 + signal number for a signal); 128 + signal when

@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/loss.h"
@@ -126,6 +127,11 @@ struct ScheduleCosts {
   double forward = 1.0;
   double backward = 2.0;
   double transfer = 0.0;  // per communication action
+  // [virtual stage] each stage's share of the model's cost, relative (e.g.
+  // the summed module costs partition_layers cut it by): a compute action
+  // of stage v costs forward (or backward) / chunks × weight[v] / mean
+  // weight. Empty: every stage weighs the same.
+  std::vector<double> stage_weight;
 };
 
 struct CheckOptions {
@@ -205,13 +211,19 @@ struct PipelineOptions {
 struct PipelineStep {
   int64_t step = 0;       // dropout keys: (seed, step, global row)
   uint64_t seed = 0;
+  // Which run of the schedule within the step (gradient accumulation runs
+  // it once per accumulation round, each over its share of the batch): 0
+  // starts the step's accounting (step_span, step_busy_s, the peaks),
+  // later rounds add to it.
+  int round = 0;
   int64_t first_row = 0;  // the global batch row of the input's row 0
   // dL/dlogits scale: 1 / (global batch · targets per sample), so that the
   // SUM of the pipeline copies' gradients is the global mean's.
   float scale = 0;
   nn::Loss* loss = nullptr;  // the last stage's; its forward returns a sum
   // Set as nn::Context::grad_ready on each chunk's last backward of the
-  // step, so it is called once per parameter of this rank (the model's,
+  // run (give it on the step's last round only), so it is called once per
+  // parameter of this rank (the model's,
   // never a slot copy's) as soon as its gradient for the step is final:
   // where data parallelism starts reducing buckets while the rest of that
   // backward runs. Empty: none.
@@ -290,8 +302,16 @@ class PipelineExecutor {
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
   const Schedule& schedule() const { return sched_; }
   const ScheduleReport& report() const { return report_; }
-  // Start and end of each of this rank's actions in the last step.
+  // Start and end of each of this rank's actions in the last run.
   const std::vector<ActionTiming>& timings() const { return timings_; }
+  // Over the step's runs (PipelineStep::round 0 up to the last): from the
+  // start of this rank's first action to the end of its last, on the
+  // monotonic clock, and the part of it spent in communication actions
+  // (waiting for a neighbour stage, and the transfers). The bubble of a
+  // pipeline is, per rank, those waits plus the time before its span and
+  // after it while another rank's span runs (pipeline_bubble).
+  ActionTiming step_span() const { return step_span_; }
+  double step_comm_s() const { return step_comm_s_; }
   // Forwards run again for a backward in the last step: 0 unless
   // PipelineOptions::activation_slots is below what the schedule keeps live.
   int recomputed() const { return recomputed_; }
@@ -346,7 +366,19 @@ class PipelineExecutor {
   int recomputed_ = 0;
   int64_t peak_held_ = 0, peak_activation_ = 0;
   int peak_live_ = 0;
+  ActionTiming step_span_;
+  double step_comm_s_ = 0;
 };
+
+// The bubble of one step of a pipeline from its ranks' step_span() and
+// step_comm_s() (clocks comparable: one host's monotonic clock): with
+// span = the latest end − the earliest start, rank r idles for
+// step_comm_s[r] + (span − its own span); returns [Σ idle, ranks × span],
+// whose ratio is check_schedule's bubble (1 − Σ busy / (ranks ×
+// makespan)) measured. One rank: [0, its span]. Error(kInvalidArgument)
+// when the two lists' sizes differ or are empty.
+std::pair<double, double> pipeline_bubble(const std::vector<ActionTiming>& spans,
+                                          const std::vector<double>& comm_s);
 
 // ---- In the step loop ----------------------------------------------------
 
@@ -391,8 +423,9 @@ class PipelineHooks : public nn::StepHooks {
 // (hooks()), so TrainOptions::clip clips by the norm over all stages and
 // StepStats are the whole pipeline's. `model` is what the executor runs
 // this rank's chunks of (the whole model, or this rank's stages);
-// TrainOptions::accum must be 1 (the schedule's micro-batches split the
-// batch). save/load are nn::Trainer's over this rank's parameters only.
+// TrainOptions::accum rounds each run the whole schedule over 1/accum of
+// the shard (which the schedule's micro-batches then split), adding to
+// the gradients, as nn::Trainer's accumulation does. save/load are nn::Trainer's over this rank's parameters only.
 class PipelineTrainer : public nn::Trainer {
  public:
   PipelineTrainer(PipelineExecutor& exec, nn::Module& model, nn::Dataset& data,

@@ -92,6 +92,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +176,15 @@ struct ServerOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
   bool hot_keys = false;        // read replicas of hot rows (top comment)
   int hot_max_rows = 32;        // the most rows a server makes hot
+  // Checkpoints (braid/ps_checkpoint.h; not under kAsp, which has no
+  // rounds). With save_dir set, the server writes its own shard when round
+  // N closes, for N a positive multiple of save_every or N == save_last,
+  // adding checkpoint_meta to the file's meta. With resume_from (a step
+  // directory, ps_checkpoint.h) it starts from the shards saved there
+  // instead of `init`.
+  std::string save_dir, resume_from;
+  int64_t save_every = 0, save_last = 0;
+  std::map<std::string, std::string> checkpoint_meta;
 };
 
 // Counters of one server (Server::stats, Worker::stats).

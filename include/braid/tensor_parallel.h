@@ -357,6 +357,14 @@ struct ModuleRange {
   size_t begin = 0, end = 0;
 };
 size_t gpt_module_count(const nn::GptConfig& cfg);
+// The relative cost of each of those modules (gpt_module_count entries):
+// multiply-adds per token of its forward, which its backward repeats about
+// twice over, so the ratios hold for forward + backward. A block:
+// 12·d² (QKV, output projection, a 4·d MLP) + 2·T·d (scores and their
+// weighted sum); lm_head d·V; the embedding and ln_f a few per feature.
+// What a pipeline cuts its stages by when nothing was measured: by count,
+// the embedding and ln_f would weigh as much as a block.
+std::vector<double> gpt_module_costs(const nn::GptConfig& cfg);
 
 struct TpGptOptions {
   bool sequence_parallel = false;

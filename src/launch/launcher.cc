@@ -17,6 +17,7 @@
 #include "launch/node_link.h"
 #include "launch/spawn.h"
 #include "launch/supervisor.h"
+#include "launch/survivable.h"
 
 namespace braid {
 
@@ -91,6 +92,7 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
   } else {
     store_addr = opt.master;
   }
+  std::shared_ptr<Store> marks;  // survivable ranks' marks, read by sup
   // Declared before the link, so the link's watcher (which may call
   // stop_remote) is joined before the supervisor goes away. Made after the
   // rendezvous, so a signal during it still ends the launcher at once.
@@ -111,6 +113,14 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
   so.world = world;
   so.grace = opt.grace;
   so.max_time = opt.max_time;
+  // Asked only when a rank fails; a store that cannot be reached then
+  // makes the death fatal (Supervisor::survivable).
+  const std::string mark_host = opt.node_rank == 0 ? "127.0.0.1" : master_host;
+  const int mark_port = opt.master.empty() ? server->port() : master_port;
+  so.survivable = [&marks, mark_host, mark_port, secret](int rank) {
+    if (!marks) marks = connect_tcp_store(mark_host, mark_port, secret, std::chrono::seconds(5));
+    return survivable_reason(*marks, rank);
+  };
   sup.emplace(so);
   if (link) {
     const std::string node =

@@ -19,6 +19,7 @@
 #include "braid/store.h"
 #include "launch/line_prefixer.h"
 #include "launch/signal_pipe.h"
+#include "launch/survivable.h"
 
 namespace braid::launch {
 
@@ -123,6 +124,19 @@ bool Supervisor::interrupted() {
   return sig;
 }
 
+std::optional<std::string> Supervisor::survivable_reason_of(int global) {
+  if (!opt_.survivable) return std::nullopt;
+  try {
+    return opt_.survivable(global);
+  } catch (const std::exception& e) {
+    // The question could not be answered (the store is gone): not survivable.
+    const std::string line = opt_.tool_name + ": could not tell whether rank " +
+                             std::to_string(global) + "'s death is survivable: " + e.what() + "\n";
+    write_all_fd(2, line.data(), line.size());
+    return std::nullopt;
+  }
+}
+
 int Supervisor::wait() {
   const std::string& tool = opt_.tool_name;
   const int n = size();
@@ -134,10 +148,10 @@ int Supervisor::wait() {
   uint64_t kill_at = 0, drained_by = 0;
   const uint64_t start = now_ns();
   const uint64_t grace_ns = uint64_t(opt_.grace.count()) * 1000000ull;
-  int live = 0;
+  int live = 0, survived = 0;
   for (auto& r : ranks_) live += r->alive ? 1 : 0;
   auto others = [&] {
-    int k = world - 1;
+    int k = world - 1 - survived;
     return "stopped the other " + std::to_string(k) + (k == 1 ? " rank" : " ranks");
   };
   auto all_local = [&] { return "stopped all " + std::to_string(n) + " local ranks"; };
@@ -205,6 +219,12 @@ int Supervisor::wait() {
         StopCause c{StopCause::kRankFailed, shell_status(st),
                     "rank " + std::to_string(r->global) + " (pid " + std::to_string(r->child.pid) +
                         " on host " + host + ") " + describe_wait_status(st)};
+        if (const auto why = survivable_reason_of(r->global)) {
+          ++survived;
+          const std::string line = tool + ": " + c.what + "; the job goes on (" + *why + ")\n";
+          write_all_fd(2, line.data(), line.size());
+          continue;
+        }
         begin_stop(c.status, c.what + "; " + others(), &c);
       }
     }
@@ -270,6 +290,10 @@ int run_forked(const std::string& tool, int n, const std::function<int(const For
   SupervisorOptions opt;
   opt.tool_name = tool;
   opt.prefix_output = false;
+  opt.survivable = [&dir](int rank) {
+    // A view without a member count: it never removes the ranks' directory.
+    return survivable_reason(*make_file_store(dir), rank);
+  };
   Supervisor sup(opt);
   for (int i = 0; i < n; ++i)
     sup.start_fork([&](int rank) { return body(ForkedRank{rank, n, dir, secret}); });

@@ -6,7 +6,9 @@
 // copies prefixed output, forwards SIGINT, SIGTERM and SIGHUP to every
 // rank's group and SIGUSR1 (a braid rank dumps its flight recorder; the job
 // goes on) to every rank's own pid, and stops the job at the first of:
-//   - a rank that exits non-zero or is killed by a signal;
+//   - a rank that exits non-zero or is killed by a signal, unless
+//     `survivable` gives a reason its death is survivable (then one line
+//     names it, launch/survivable.h, and the job goes on);
 //   - a signal to the supervisor;
 //   - max_time passing;
 //   - stop_remote() (another node of the job failed).
@@ -25,6 +27,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +48,10 @@ struct SupervisorOptions {
   int world = 0;            // ranks in the whole job, for messages; 0: the local ranks
   std::chrono::milliseconds grace{std::chrono::seconds(3)};  // SIGTERM -> SIGKILL
   std::chrono::milliseconds max_time{0};                     // 0: no limit
+  // Asked about a rank that failed while the job is not stopping: a reason
+  // makes its death survivable. Unset, or nothing returned, or a throw:
+  // the job stops.
+  std::function<std::optional<std::string>(int global_rank)> survivable;
 };
 
 // Why wait() began to stop the job (not for stop_remote()).
@@ -94,6 +101,7 @@ class Supervisor {
   struct Rank;
   struct Remote;
   void kill_all(int sig);
+  std::optional<std::string> survivable_reason_of(int global);
   void add_rank(Child c);
   // What a forked child must close: the signal pipe and the ranks' pipes.
   std::vector<int> inherited_fds() const;
@@ -119,7 +127,9 @@ struct ForkedRank {
 // What bench and train do when started plainly with N ranks: forks n ranks
 // of this process under a Supervisor (output straight through) that meet
 // through a fresh private file store with a fresh secret, runs body in each
-// and returns the job's status. The store's directory is removed at the end.
+// and returns the job's status. A rank that marked itself survivable in that
+// store (launch/survivable.h) may die without stopping the others. The
+// store's directory is removed at the end.
 int run_forked(const std::string& tool, int n, const std::function<int(const ForkedRank&)>& body);
 
 }  // namespace braid::launch

@@ -78,6 +78,7 @@ struct Server::Impl {
     for (int s : view.shards_of(o.rank)) {
       ServerOptions so = o;
       so.rank = s;
+      if (s != o.rank) so.save_dir.clear();  // saved by its home server (ps_checkpoint.h)
       auto sh = std::make_unique<Shard>();
       sh->id = s;
       sh->state = std::make_unique<ShardState>(layout, so, init, init_sparse);

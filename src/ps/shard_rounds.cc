@@ -148,6 +148,9 @@ void ShardState::try_close() {
     st_.rounds_closed = closed_;
     send_hot_locked();
     cv_.notify_all();
+    // Last: a failed save (kIo) reaches the clocking worker as its error,
+    // after the round is closed and its waiters are woken.
+    save_locked();
   }
 }
 

@@ -66,6 +66,12 @@ class ShardState {
   void hot_set(std::vector<uint8_t>& out) const;
   void count_replica_pulls(int64_t rows);
 
+  // Checkpoints (braid/ps_checkpoint.h; shard_checkpoint.cc). save_locked
+  // runs at a round close, under the mutex, and writes the shard when that
+  // round count is due; restore runs in the constructor.
+  void save_locked();
+  void restore(const std::string& step_dir);
+
  private:
   struct Dense {
     int64_t begin = 0, end = 0;

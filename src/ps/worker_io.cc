@@ -52,7 +52,11 @@ int Worker::Impl::connect(int shard, int server, int64_t deadline) {
 }
 
 int Worker::Impl::route(int shard, uint16_t op, int* server, int64_t deadline) {
-  *server = wire::is_write(op) ? view.head(shard) : view.tail(shard);
+  try {
+    *server = wire::is_write(op) ? view.head(shard) : view.tail(shard);
+  } catch (const Error& e) {  // the chain lost every member: name who asked, and for what
+    throw Error(e.code(), who(shard, op) + ": " + e.what());
+  }
   auto it = conns.find({shard, *server});
   return it != conns.end() ? it->second : connect(shard, *server, deadline);
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,8 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "braid/store.h"
+#include "launch/survivable.h"
 #include "support/multiproc.h"
 
 using namespace std::chrono_literals;
@@ -347,6 +350,45 @@ TEST(Supervisor, ForkedRankThatThrowsOrReturnsOutOfRangeFails) {
   Outcome wide = run_supervisor(
       [] { return braid::launch::run_forked("braid bench", 1, [](const ForkedRank&) { return 256; }); });
   EXPECT_EQ(wide.status, 1) << wide.err;
+}
+
+// A rank that marked its death survivable dies (SIGKILL); the other two
+// finish normally. The job's status is theirs, and one line names the dead
+// rank with its reason. Rank 2 of the second job then fails: that still
+// stops the job, and the summary counts only the ranks that were stopped.
+TEST(Supervisor, RankMarkedSurvivableDiesAndTheJobGoesOn) {
+  for (const bool then_fail : {false, true}) {
+    SCOPED_TRACE(then_fail ? "then rank 2 fails" : "the others finish");
+    const std::string dir = braid::testing::temp_dir("sup_survivable");
+    Outcome o = run_supervisor([&] {
+      return braid::launch::run_forked("braid ps", 3, [&](const ForkedRank& r) {
+        auto store = braid::make_file_store(r.store_dir);
+        if (r.rank == 1) {
+          braid::launch::mark_survivable(*store, 1, "a spare");
+          write_pid(dir, "pid.1");
+          ::raise(SIGKILL);
+        }
+        // Once rank 1 is reaped (its /proc entry gone), the supervisor has
+        // decided about its death.
+        const pid_t dead = await_pid(dir, "pid.1");
+        while (::kill(dead, 0) == 0) std::this_thread::sleep_for(10ms);
+        if (then_fail && r.rank == 2) return 3;
+        if (then_fail) std::this_thread::sleep_for(100s);
+        return 0;
+      });
+    });
+    EXPECT_TRUE(o.exited);
+    const std::regex died(R"(braid ps: rank 1 \(pid \d+ on host .+\) was killed by signal 9 \(SIGKILL\); the job goes on \(a spare\)\n)");
+    EXPECT_TRUE(std::regex_search(o.err, died)) << o.err;
+    if (!then_fail) {
+      EXPECT_EQ(o.status, 0) << o.err;
+      EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+      continue;
+    }
+    EXPECT_EQ(o.status, 3) << o.err;
+    EXPECT_TRUE(std::regex_match(summary(o), std::regex(R"(braid ps: rank 2 \(pid \d+ on host .+\) exited with status 3; stopped the other 1 rank)")))
+        << o.err;
+  }
 }
 
 TEST(Supervisor, TimeLimitStopsTheJobWith124) {

@@ -352,10 +352,14 @@ TEST(Hybrid, BadInputIsRefusedByName) {
     nn::TrainOptions six = serial_options();
     six.global_batch = 6;
     refused([&] { HybridTrainer(*model, data, opt, schedule(), six); },
-            "global batch 6 does not split into dp=2 copies of 2 micro-batches");
+            "global batch 6 does not split into dp=2 copies of 1 accumulation rounds of 2 "
+            "micro-batches");
     nn::TrainOptions accum = serial_options();
-    accum.accum = 2;
-    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); }, "accum 2");
+    accum.accum = 3;
+    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); },
+            "copies of 3 accumulation rounds");
+    accum.accum = 0;
+    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); }, "accum 0 (at least 1)");
     // The refusals came before any collective: the model still trains.
     HybridTrainer tr(*model, data, opt, schedule(), serial_options());
     EXPECT_TRUE(std::isfinite(tr.step().loss));

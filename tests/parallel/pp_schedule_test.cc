@@ -3,14 +3,17 @@
 // peak-activation figures their papers give; hand-broken schedules (a
 // missing receive, a send order that deadlocks under blocking sends, a
 // backward before its forward, crossed messages) are rejected with the
-// rank, the action and what it waits for; the timeline and the layer split.
+// rank, the action and what it waits for; the timeline and the layer split;
+// per-stage costs show why interleaved chunks must be cut by cost.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "braid/error.h"
+#include "braid/models.h"
 #include "braid/pipeline.h"
+#include "braid/tensor_parallel.h"
 
 namespace braid::parallel {
 namespace {
@@ -75,6 +78,78 @@ TEST(PipelineSchedule, InterleavedHasASmallerBubbleThan1f1b) {
       for (int rank = 0; rank < p; ++rank)  // in chunk activations (half size)
         EXPECT_LE(two.peak_live[size_t(rank)], 2 * m) << what;
     }
+}
+
+// Each stage's summed cost under `bounds` (partition_layers').
+std::vector<double> stage_costs(const std::vector<double>& cost, const std::vector<size_t>& b) {
+  std::vector<double> w;
+  for (size_t k = 0; k + 1 < b.size(); ++k) {
+    w.push_back(0);
+    for (size_t i = b[k]; i < b[k + 1]; ++i) w.back() += cost[i];
+  }
+  return w;
+}
+
+TEST(PipelineSchedule, InterleavedNeedsChunksCutByCostNotByCount) {
+  // bench/model_parallel.sh's pipeline GPT: 11 modules (emb, 8 blocks,
+  // ln_f, lm_head), of which the blocks carry nearly all the work.
+  nn::GptConfig cfg;
+  cfg.dim = 256;
+  cfg.heads = 4;
+  cfg.layers = 8;
+  cfg.context = 64;
+  const std::vector<double> cost = tp::gpt_module_costs(cfg);
+  ASSERT_EQ(cost.size(), tp::gpt_module_count(cfg));
+  for (size_t i = 1; i <= 8; ++i) {
+    EXPECT_EQ(cost[i], cost[1]);
+    EXPECT_GT(cost[i], 10 * cost.back()) << "a block against lm_head";
+  }
+  EXPECT_LT(cost.front(), 1e-3 * cost[1]);
+  EXPECT_LT(cost[9], 1e-2 * cost[1]);
+  CheckOptions o;
+  auto bubble = [&](const Schedule& s, const std::vector<size_t>& bounds) {
+    o.costs.stage_weight = stage_costs(cost, bounds);
+    return check_schedule(s, o).bubble;
+  };
+  const Schedule one = one_f_one_b_schedule(2, 8), two = interleaved_schedule(2, 8, 2);
+  const std::vector<double> equal(cost.size(), 1.0);
+  // By count, 4 chunks get 1, 3, 3 and 1 blocks: rank 0's chunks differ
+  // threefold, so the interleaved ranks wait on each other at every
+  // exchange, and its bubble exceeds 1F1B's, as measured before the fix.
+  const std::vector<size_t> by_count = partition_layers(equal, 4);
+  EXPECT_EQ(by_count, (std::vector<size_t>{0, 2, 5, 8, 11}));
+  const double one_count = bubble(one, partition_layers(equal, 2));
+  EXPECT_GT(bubble(two, by_count), one_count);
+  // By cost every chunk gets two blocks, and interleaved is below 1F1B
+  // again, near its equal-chunk figure (p−1)/(vM+p−1) = 1/17.
+  const std::vector<size_t> by_cost = partition_layers(cost, 4);
+  EXPECT_EQ(by_cost, (std::vector<size_t>{0, 3, 5, 7, 11}));
+  const double one_cost = bubble(one, partition_layers(cost, 2));
+  EXPECT_LT(bubble(two, by_cost), one_cost);
+  EXPECT_NEAR(bubble(two, by_cost), 1.0 / 17, 0.02);
+  // Weights that are all equal change nothing.
+  o.costs.stage_weight = {3, 3, 3, 3};
+  EXPECT_NEAR(check_schedule(two, o).bubble, 1.0 / 17, 1e-12);
+  o.costs.stage_weight = {1, 2};
+  EXPECT_TRUE(contains(rejection(two, o), "2 stage weights for 4 stages")) << "wrong count";
+}
+
+TEST(PipelineSchedule, MeasuredBubbleCountsWaitsAndTheTimeOutsideEachSpan) {
+  // Rank 0 runs [0, 10] and waits 1 inside; rank 1 runs [2, 12] and waits
+  // 3: span 12, idle 1 + 2 (after its end) + 3 + 2 (before its start).
+  const auto [idle, total] = pipeline_bubble({{0, 10}, {2, 12}}, {1, 3});
+  EXPECT_DOUBLE_EQ(idle, 8);
+  EXPECT_DOUBLE_EQ(total, 24);
+  // One stage waits for no one.
+  const auto one = pipeline_bubble({{5, 9}}, {0});
+  EXPECT_DOUBLE_EQ(one.first, 0);
+  EXPECT_DOUBLE_EQ(one.second, 4);
+  try {
+    pipeline_bubble({{0, 1}, {0, 1}}, {0});
+    ADD_FAILURE() << "mismatched lists accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "2 spans and 1 communication times")) << e.what();
+  }
 }
 
 TEST(PipelineSchedule, GeneratedSchedulesAlsoPassWithBufferedSends) {

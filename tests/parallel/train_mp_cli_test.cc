@@ -17,6 +17,7 @@
 namespace {
 
 using braid::testing::braid_bin;
+using braid::testing::expect_same_losses;
 using braid::testing::CommandResult;
 using braid::testing::run_command;
 
@@ -31,17 +32,6 @@ std::vector<nlohmann::json> train(const std::string& extra, int steps, const std
                                 extra + " --json-log " + log);
   EXPECT_EQ(r.status, 0) << extra << "\n" << r.out;
   return braid::testing::read_json_lines(log);
-}
-
-void expect_same_losses(const std::vector<nlohmann::json>& a,
-                        const std::vector<nlohmann::json>& b, const std::string& what) {
-  ASSERT_EQ(b.size(), a.size()) << what;
-  for (size_t i = 0; i + 1 < a.size(); ++i) {
-    double la = a[i]["loss"], lb = b[i]["loss"];
-    EXPECT_NEAR(lb, la, 1e-5 * la) << what << ", step " << i;
-  }
-  double fa = a.back()["final_loss"], fb = b.back()["final_loss"];
-  EXPECT_NEAR(fb, fa, 1e-5 * fa) << what;
 }
 
 TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
@@ -69,6 +59,7 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
     const double bubble = done["bubble_fraction"];
     EXPECT_GE(bubble, 0) << l.flags;
     EXPECT_LT(bubble, 1) << l.flags;
+    EXPECT_EQ(done["bubble_method"], "span") << l.flags << ": one host, one clock";
     // A one-stage pipeline has no communication actions, so no bubble.
     if (l.pp == 1) {
       EXPECT_EQ(bubble, 0) << l.flags;

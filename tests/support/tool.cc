@@ -1,5 +1,6 @@
 #include "support/tool.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -28,6 +29,18 @@ std::vector<nlohmann::json> read_json_lines(const std::string& path) {
   while (std::getline(f, line))
     if (!line.empty()) v.push_back(nlohmann::json::parse(line));
   return v;
+}
+
+void expect_same_losses(const std::vector<nlohmann::json>& a,
+                        const std::vector<nlohmann::json>& b, const std::string& what) {
+  ASSERT_EQ(b.size(), a.size()) << what;
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    double la = a[i]["loss"], lb = b[i]["loss"];
+    EXPECT_NEAR(lb, la, 1e-5 * la) << what << ", step " << i;
+  }
+  if (a.empty()) return;
+  double fa = a.back()["final_loss"], fb = b.back()["final_loss"];
+  EXPECT_NEAR(fb, fa, 1e-5 * fa) << what;
 }
 
 }  // namespace braid::testing

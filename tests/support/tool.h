@@ -20,4 +20,10 @@ CommandResult run_command(const std::string& cmd);
 
 // The JSON objects of a JSON-lines file (a --json-log), blank lines skipped.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
+
+// gtest expectations that two `braid train` JSON logs (step records, then
+// the done record) hold the same number of records, every step's loss
+// within 1e-5 relative and the same final loss.
+void expect_same_losses(const std::vector<nlohmann::json>& a,
+                        const std::vector<nlohmann::json>& b, const std::string& what);
 }  // namespace braid::testing

@@ -32,8 +32,22 @@
 // exchange, waits for the round included), `read_lead` (the largest lead
 // over the slowest worker any pull was served with; SSP keeps it <= s),
 // pushes accepted / late / dropped / folded over all servers, and each
-// server's requests and bytes. Its counters ride on the step's exchange
-// (read after its pull), so logging adds no round trip.
+// server's requests and bytes, their rates since the last step, and the
+// sparse rows it served as owner and from hot copies (ps_load.h; the done
+// record adds the windows before and after the first hot-set refresh). Its
+// counters ride on the step's exchange (read after its pull), so logging
+// adds no round trip.
+//
+// --hot-keys: workers call refresh_hot every --hot-every steps, right after
+// their pull, and then pull that step's rows again (hot ones from
+// replicas). --save-dir: the servers save their shards at round closes
+// (braid/ps_checkpoint.h); --resume: every rank finds the same step
+// directory, the servers start from it and the workers at its round.
+//
+// With --replicas R >= 2 a dedicated server may die and the job goes on;
+// --kill-server injects such a death and the log says what the fail-over
+// took and lost (ps_faults.h). With chains the push is its own request, so
+// the fail-over time measured around it is the push's alone.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -48,8 +62,11 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/ps.h"
+#include "braid/ps_checkpoint.h"
 #include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
+#include "ps_load.h"
+#include "ps_faults.h"
 #include "ps_train.h"
 #include "subcommands.h"
 #include "train_setup.h"
@@ -132,11 +149,19 @@ ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int 
   if (o.rule.kind == ps::UpdateRule::kAdagrad) o.rule.eps = 1e-10f;
   o.lr = setup.sched;
   o.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  o.hot_keys = f.hot_keys;
+  o.hot_max_rows = f.hot_max_rows;
+  o.save_dir = f.save_dir;
+  o.save_every = f.save_every;
+  o.save_last = f.save_dir.empty() ? 0 : setup.steps;
+  o.checkpoint_meta = {{"seed", std::to_string(f.seed)}, {"model", f.model}};
   return o;
 }
 
 nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
-  nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array();
+  nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array(),
+                 owner = nlohmann::json::array(), replica = nlohmann::json::array(),
+                 hot = nlohmann::json::array();
   int64_t acc = 0, late = 0, drop = 0, fold = 0;
   for (const auto& s : all) {
     acc += s.pushes_accepted;
@@ -145,13 +170,21 @@ nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
     fold += s.pushes_folded;
     req.push_back(s.requests);
     bytes.push_back(s.bytes_in + s.bytes_out);
+    owner.push_back(s.pulls_owner);
+    replica.push_back(s.pulls_replica);
+    hot.push_back(s.hot_rows);
   }
-  return {{"pushes_accepted", acc}, {"pushes_late", late},   {"pushes_dropped", drop},
-          {"pushes_folded", fold},  {"server_requests", req}, {"server_bytes", bytes}};
+  // Sparse rows served to pulls as their owner and from hot copies, and
+  // the rows each server made hot (--hot-keys).
+  return {{"pushes_accepted", acc},      {"pushes_late", late},
+          {"pushes_dropped", drop},      {"pushes_folded", fold},
+          {"server_requests", req},      {"server_bytes", bytes},
+          {"server_pulls_owner", owner}, {"server_pulls_replica", replica},
+          {"server_hot_rows", hot}};
 }
 
 int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
-               SparseTables& sparse) {
+               SparseTables& sparse, int64_t start) {
   const bool logger = w == 0;
   const auto mode = ps::parse_consistency(f.consistency);
   const auto [slow_rank, slow_factor] = parse_slow(f.slow);
@@ -168,6 +201,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   if (setup.loss) trainer.set_loss(*setup.loss);
   PsHooks hooks;
   hooks.sparse = &sparse;
+  FailoverProbe faults(job, f, w, setup.steps);
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -184,13 +218,20 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
                  f.workers > 1 ? "s" : "", f.servers, f.servers > 1 ? "s" : "",
                  f.placement.c_str(), f.consistency.c_str(),
                  mode == ps::Consistency::kSsp ? (" s=" + std::to_string(f.staleness)).c_str() : "");
-  StepReporter report(f, 0, setup.steps, std::min<int64_t>(20, setup.steps / 5), logger);
+  StepReporter report(f, start, setup.steps, std::min<int64_t>(20, (setup.steps - start) / 5),
+                      logger);
+  LoadMeter load(start + f.hot_every);
   const bool wait_round = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
-  // The pull for clock c: the dense keys and the rows batch c names.
+  // --hot-keys: the steps whose rows are pulled after a hot-set refresh.
+  auto refresh_at = [&](int64_t c) {
+    return f.hot_keys && c < setup.steps && c > start && (c - start) % f.hot_every == 0;
+  };
+  // The pull for clock c: the dense keys and the rows batch c names (at a
+  // refresh step, pulled after the refresh instead).
   auto add_pull = [&](ps::StepRequest& r, int64_t c) {
     r.pull = pull_all;
     r.pull_clock = c;
-    if (!sparse.empty()) sparse.add_pull(r.pull, trainer.input_of(c));
+    if (!sparse.empty() && !refresh_at(c)) sparse.add_pull(r.pull, trainer.input_of(c));
   };
   // Runs r; `stats` gets the servers' counters (the logger asks, after the
   // pull). Under k-of-n a straggler's pull may be assigned a later (open)
@@ -209,7 +250,7 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   const double t0 = now_s();
   ps::StepRequest first;
   first.stats = logger;
-  add_pull(first, 0);
+  add_pull(first, start);
   int64_t clock = exchange(first), taken = 0;
   double last_loss = 0;
   while (clock < setup.steps) {
@@ -231,7 +272,28 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     r.stats_round = clock;
     r.stats_wait = wait_round;
     const double t_exchange = now_s();
+    faults.before_push(clock);
+    if (f.replicas > 1) {
+      ps::StepRequest push = r;
+      push.pull.clear();
+      push.stats = false;
+      worker.step(push);
+      r.push_round = false;
+      faults.after_push(clock);
+    }
     const int64_t next = exchange(r);
+    if (f.replicas == 1) faults.after_push(clock);
+    // Under BSP exactly `next` rounds are closed on every server now, so
+    // every worker learns the same hot set; batch next's rows are then
+    // pulled, the hot ones from replicas.
+    if (refresh_at(next)) {
+      worker.refresh_hot();
+      ps::StepRequest rows;
+      rows.pull_clock = next;
+      sparse.add_pull(rows.pull, trainer.input_of(next));
+      worker.step(rows);
+      sparse.store_pulled();
+    }
     if (logger) {
       const nlohmann::json local = st.loss;
       if (stats[0].report_rows > 0) st.loss = stats[0].report_loss / stats[0].report_rows;
@@ -248,13 +310,16 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
         rec["compute_s"] = compute_s;
         rec["exchange_s"] = now_s() - t_exchange;
         rec.update(load_fields(stats));
+        rec.update(load.sample(clock, rec["time"], stats));
         rec["loss_workers"] = stats[0].report_workers;
         rec["worker_loss"] = local;
+        rec.update(faults.step_fields(clock));
         jlog << rec.dump() << '\n';
       }
     }
     clock = next;
   }
+  faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
     // The final parameters: every round applied (SSP: s rounds may be open).
@@ -273,6 +338,12 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
     nlohmann::json rounds = nlohmann::json::array();
     for (const auto& s : all) rounds.push_back(s.rounds_closed);
     done["rounds_closed"] = rounds;
+    done["resumed_at"] = start;
+    done["load"] = load.windows();
+    nlohmann::json hot = nlohmann::json::array();
+    for (const auto& [k, row] : worker.hot_rows()) hot.push_back({k, row, layout.row_server(row)});
+    done["hot_rows"] = hot;
+    done.update(faults.done_fields(worker, all));
     const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
     const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";
     done["test_accuracy"] = ev.accuracy;
@@ -310,18 +381,37 @@ int run_rank(const Job& job, PsFlags f) {
   std::vector<std::vector<float>> init;
   SparseTables sparse(*setup.model, setup.model->parameters());
   sparse.add_keys(layout, init);
+  // --resume: every rank finds the same step directory (nothing writes
+  // one before every worker has pulled, i.e. before all of them read it).
+  int64_t start = 0;
+  std::string resume_dir;
+  if (!f.resume.empty()) {
+    const ps::ResumePoint rp = ps::find_resume_point(f.resume, f.servers);
+    Checkpoint meta;
+    meta.meta = rp.meta;
+    start = resume_step(meta, f.seed, rp.step_dir);
+    BRAID_CHECK_ARG(start < setup.steps, "braid ps: the checkpoint in " + rp.step_dir +
+                                             " is at step " + std::to_string(start) +
+                                             ", --steps " + std::to_string(setup.steps) +
+                                             " leaves nothing to train");
+    resume_dir = rp.step_dir;
+  }
+  std::unique_ptr<ServerFaults> faults;
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {
+    faults = std::make_unique<ServerFaults>(job, f, server);
     ps::ServerOptions o = server_options(f, setup, server);
     o.secret = job.secret;
+    o.resume_from = resume_dir;
     srv = std::make_unique<ps::Server>(
         layout, o, job.store, init,
         [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
   }
   int rc = 0;
-  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse);
+  if (is_worker) rc = run_worker(job, f, job.rank, setup, layout, sparse, start);
   // A server lives until every worker has said goodbye; the job's
-  // supervisor or launcher ends it sooner when a rank fails.
+  // supervisor or launcher ends it sooner when a rank fails (other than a
+  // server that marked its death survivable, ps_faults.h).
   if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
   return rc;
 }
@@ -336,13 +426,28 @@ void check_flags(const PsFlags& f) {
                   "braid ps: --consistency kofn needs --round-k K with 1 <= K <= --workers");
   BRAID_CHECK_ARG(f.clip == 0, "braid ps: --clip needs the global gradient norm, which the "
                                "servers do not compute; not supported");
-  BRAID_CHECK_ARG(f.resume.empty() && f.checkpoint_every == 0,
-                  "braid ps: --resume and --checkpoint-every are not supported (server "
-                  "checkpoints are not built yet); --checkpoint writes the final weights");
+  BRAID_CHECK_ARG(f.checkpoint_every == 0,
+                  "braid ps: --checkpoint writes the final weights only; the servers' state is "
+                  "saved with --save-dir DIR --save-every N");
+  BRAID_CHECK_ARG(f.save_every >= 0, "braid ps: --save-every must be >= 0");
+  BRAID_CHECK_ARG(f.save_every == 0 || !f.save_dir.empty(), "braid ps: --save-every needs --save-dir");
+  BRAID_CHECK_ARG(f.save_dir.empty() || mode != ps::Consistency::kAsp,
+                  "braid ps: --save-dir: servers save at round closes, and asp has no rounds");
+  BRAID_CHECK_ARG(f.init_from.empty() || f.resume.empty(),
+                  "braid ps: --init-from and --resume exclude each other");
+  if (f.hot_keys) {
+    BRAID_CHECK_ARG(f.model == "dlrm", "braid ps: --hot-keys needs sparse rows (dlrm)");
+    BRAID_CHECK_ARG(mode == ps::Consistency::kBsp || mode == ps::Consistency::kSsp,
+                    "braid ps: --hot-keys needs --consistency bsp or ssp");
+    BRAID_CHECK_ARG(f.replicas == 1, "braid ps: --hot-keys needs --replicas 1");
+    BRAID_CHECK_ARG(f.hot_every >= 1 && f.hot_max_rows >= 1,
+                    "braid ps: --hot-every and --hot-max-rows must be >= 1");
+  }
   BRAID_CHECK_ARG(f.model != "dlrm" || f.accum == 1,
                   "braid ps train dlrm: --accum must be 1 (a micro-batch's rows are pulled "
                   "before its forward and its touched rows pushed after its backward)");
   parse_slow(f.slow);
+  parse_kill_server(f);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
@@ -384,6 +489,21 @@ int ps_main(int argc, char** argv) {
   app.add_option("--replicas", f.replicas,
                  "servers keeping each shard, as a chain: writes at the head, reads at the "
                  "tail, fail-over when one dies (1)");
+  app.get_option("--resume")->description(
+      "resume from the servers' checkpoint: a --save-dir or one of its step-N directories");
+  app.add_option("--save-dir", f.save_dir,
+                 "each server saves its shard (parameters, optimizer state, rounds) under "
+                 "DIR/step-N/ at the end (and every --save-every steps)");
+  app.add_option("--save-every", f.save_every, "with --save-dir: also every N steps");
+  app.add_flag("--hot-keys", f.hot_keys,
+               "dlrm, bsp/ssp: servers replicate their most-pulled rows to the other "
+               "servers, workers read them there");
+  app.add_option("--hot-every", f.hot_every, "--hot-keys: workers refresh hot sets every N steps (10)");
+  app.add_option("--hot-max-rows", f.hot_max_rows, "--hot-keys: the most rows a server makes hot (32)");
+  app.add_option("--kill-server", f.kill_server,
+                 "fault injection (tests, bench/ps_failover.sh): SERVER:STEP kills server "
+                 "SERVER (0-based) just before worker 0 pushes step STEP; repeatable; with "
+                 "--replicas >= 2 the job goes on");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {

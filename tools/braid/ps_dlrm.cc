@@ -56,6 +56,7 @@ void SparseTables::init_row(ps::KeyId key, int64_t row, float* out) const {
 }
 
 void SparseTables::add_rows_pull(std::vector<ps::KeyData>& out) {
+  pending_ = true;
   for (Table& t : tables_) {
     t.buf.resize(t.rows.size() * size_t(t.bag->dim()));
     if (!t.rows.empty()) out.push_back({ps::KeyId(t.key), t.rows, t.buf.data()});
@@ -63,6 +64,8 @@ void SparseTables::add_rows_pull(std::vector<ps::KeyData>& out) {
 }
 
 void SparseTables::store_pulled() {
+  if (!pending_) return;
+  pending_ = false;
   for (Table& t : tables_) {
     float* w = t.bag->weight().data.f32();
     const size_t dim = size_t(t.bag->dim());

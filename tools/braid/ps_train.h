@@ -20,7 +20,16 @@ struct PsFlags : TrainFlags {
   int servers = 1, workers = 1;
   std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
   int staleness = 0, round_k = 0, replicas = 1;
+  std::vector<std::string> kill_server;  // SERVER:STEP (ps_faults.h)
   double timeout_s = 300;
+  // Server checkpoints (braid/ps_checkpoint.h); --resume names a save dir
+  // or one of its step directories.
+  std::string save_dir;
+  int64_t save_every = 0;
+  // Hot keys: workers refresh their hot sets every hot_every steps.
+  bool hot_keys = false;
+  int64_t hot_every = 10;
+  int hot_max_rows = 32;
 };
 
 struct Job {
@@ -69,7 +78,8 @@ class SparseTables {
   bool empty() const { return tables_.empty(); }
   // Worker: appends to `out` a pull of the rows batch input `x` names, into
   // buffers that stay valid until the next add_pull; store_pulled then
-  // writes them into the tables.
+  // writes them into the tables (once: later calls do nothing until the
+  // next add_pull).
   void add_pull(std::vector<ps::KeyData>& out, const Tensor& x);
   void store_pulled();
   // Worker: every row of every table (before evaluating the whole model).
@@ -89,6 +99,7 @@ class SparseTables {
   std::vector<Table> tables_;
   std::vector<nn::Parameter*> params_;
   int64_t dense_ = 0, bag_ = 0;  // the input row's layout (dlrm.h)
+  bool pending_ = false;         // rows pulled and not stored yet
   void add_rows_pull(std::vector<ps::KeyData>& out);
 };
 

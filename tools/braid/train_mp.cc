@@ -13,8 +13,13 @@
 // samples and its losses equal the single-process run's within rounding.
 // Rank 0 prints the mesh, shows the progress and writes the JSON log: step
 // records carry every world rank's compute_s / exposed_comm_s / bubble_s
-// (arrays indexed by world rank), the done record the measured bubble
-// fraction, each stage's peak activation bytes and tokens/s.
+// (arrays indexed by world rank; bubble_s is the rank's waits in the
+// schedule's communication actions), the done record the measured bubble
+// fraction (see add_bubble), each stage's peak activation bytes and
+// tokens/s. --accum, --init-from, --save-init and --recompute mean what
+// they mean in one process: accumulation rounds of the whole schedule,
+// weights from / to a checkpoint in the serial layout, and every block
+// recomputing its activations in its backward.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/checkpoint.h"
 #include "braid/comm.h"
 #include "braid/error.h"
 #include "braid/hybrid.h"
@@ -60,11 +66,6 @@ void settle(MpFlags& f) {
   auto reject = [](const std::string& why) { throw Error(Errc::kInvalidArgument, why); };
   if (f.model != "gpt")
     reject("--tp/--pp/--schedule train the gpt model only, not model " + f.model);
-  if (f.accum != 1) reject("--accum is not supported with --tp/--pp: use --micro-batches");
-  if (f.recompute)
-    reject("--recompute is not supported with --tp/--pp");
-  if (!f.init_from.empty()) reject("--init-from is not supported with --tp/--pp: use --resume");
-  if (!f.save_init.empty()) reject("--save-init is not supported with --tp/--pp");
   if (f.virtual_stages == 0) f.virtual_stages = f.schedule == "interleaved" ? 2 : 1;
   if (f.schedule == "interleaved" && f.virtual_stages < 2)
     reject("--schedule interleaved needs --virtual-stages >= 2");
@@ -74,10 +75,10 @@ void settle(MpFlags& f) {
   if (f.pp_balance && f.pp * f.virtual_stages < 2)
     reject("--pp-balance needs more than one pipeline stage (--pp 2 or more)");
   apply_model_defaults(f);
-  if (f.batch % (int64_t(f.dp) * f.micro_batches) != 0)
+  if (f.batch % (int64_t(f.dp) * f.accum * f.micro_batches) != 0)
     reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
-           std::to_string(f.dp) + " copies of --micro-batches " +
-           std::to_string(f.micro_batches));
+           std::to_string(f.dp) + " copies of --accum " + std::to_string(f.accum) +
+           " rounds of --micro-batches " + std::to_string(f.micro_batches));
 }
 
 // --print-schedule: the checked schedule's timeline, then which world ranks
@@ -97,10 +98,64 @@ int print_schedule(const MpFlags& f) {
   return 0;
 }
 
-// Per world rank, its last step's split, gathered on every rank.
+// Per world rank, its last step's split, gathered on every rank: the
+// record's, then the executor's span and waits over the step (the bubble)
+// and whether its pipeline's ranks share this host's clock.
 struct RankSplit {
   double compute_s, comm_s, bubble_s, step_s, peak_act;
+  double span_start, span_end, pipe_comm_s, pipe_one_host;
 };
+
+// --init-from: this rank's slices of the checkpoint's "model/<name>"
+// tensors, which hold the serial model's full shapes (what --save-init
+// writes in any layout, or in one process).
+void load_initial_weights(const parallel::HybridGpt& model, const std::string& path) {
+  const Checkpoint ck = load_checkpoint(path);
+  const parallel::Mesh& mesh = model.mesh();
+  for (const parallel::tp::Sharded& s : model.shards()) {
+    const std::string key = "model/" + s.param->name;
+    auto it = ck.tensors.find(key);
+    if (it == ck.tensors.end())
+      throw Error(Errc::kCorrupt, "--init-from " + path + " lacks " + key);
+    if (it->second.shape() != s.full)
+      throw Error(Errc::kCorrupt, "--init-from " + path + ": " + key + " has shape " +
+                                      shape_str(it->second.shape()) + ", the model's is " +
+                                      shape_str(s.full));
+    s.param->data.copy_from(
+        parallel::tp::slice_shard(it->second, s.spec, mesh.coord().tp, mesh.tp_size()));
+  }
+}
+
+// Accumulates one step's bubble over every pipeline copy (dp, tp) from the
+// gathered splits: [idle, ranks × span] (parallel::pipeline_bubble) when
+// each pipeline's ranks share one host's clock; else the record's waits
+// in communication actions over the step time, which misses the time a
+// rank sits before its first action and after its last.
+void add_bubble(const std::vector<RankSplit>& split, const MpFlags& f, double acc[2],
+                bool& spans) {
+  spans = true;
+  for (const RankSplit& q : split) spans = spans && q.pipe_one_host > 0;
+  if (!spans) {
+    for (const RankSplit& q : split) {
+      acc[0] += q.bubble_s;
+      acc[1] += q.step_s;
+    }
+    return;
+  }
+  for (int d = 0; d < f.dp; ++d)
+    for (int t = 0; t < f.tp; ++t) {
+      std::vector<parallel::ActionTiming> span;
+      std::vector<double> comm;
+      for (int p = 0; p < f.pp; ++p) {
+        const RankSplit& q = split[size_t((d * f.pp + p) * f.tp + t)];  // mesh.h's layout
+        span.push_back({q.span_start, q.span_end});
+        comm.push_back(q.pipe_comm_s);
+      }
+      const auto [idle, total] = parallel::pipeline_bubble(span, comm);
+      acc[0] += idle;
+      acc[1] += total;
+    }
+}
 
 int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   const int rank = comm->rank(), world = comm->size();
@@ -130,8 +185,12 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
     std::fflush(stdout);
   }
   nn::Optimizer& opt = *setup.opt;
+  // As build_setup in one process: the loaded weights are the ones saved.
+  if (!f.init_from.empty()) load_initial_weights(*model, f.init_from);
+  if (!f.save_init.empty()) model->save(f.save_init, opt, 0);
   parallel::HybridTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
   if (!f.resume.empty()) trainer.load(f.resume);
+  const double pipe_one_host = mesh.pp()->host_size() == mesh.pp()->size() ? 1 : 0;
 
   std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
@@ -150,23 +209,25 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   StepReporter report(f, first, steps, std::min<int64_t>(20, steps / 5), logger);
   double last_loss = 0;
   std::vector<RankSplit> split(static_cast<size_t>(world));
-  std::vector<double> bubble_sum(size_t(world), 0), step_sum(size_t(world), 0);
+  double bubble_acc[2] = {0, 0};  // [idle, ranks × span] over the measured steps
+  bool bubble_spans = true;
   std::vector<int64_t> stage_peak(size_t(f.pp), 0);
   for (int64_t s = first; s < steps; ++s) {
     const nn::StepStats st = trainer.step();
     const parallel::HybridStepRecord& r = trainer.last();
     last_loss = st.loss;
-    RankSplit mine{r.compute_s, r.comm_s, r.bubble_s, r.step_s, double(r.peak_activation_bytes)};
+    const parallel::PipelineExecutor& ex = model->executor();
+    RankSplit mine{r.compute_s,          r.comm_s,           r.bubble_s,
+                   r.step_s,             double(r.peak_activation_bytes),
+                   ex.step_span().start, ex.step_span().end, ex.step_comm_s(),
+                   pipe_one_host};
     comm->all_gather(&mine, split.data(), sizeof(RankSplit) / sizeof(double), DType::kF64);
     for (int w = 0; w < world; ++w) {
       const RankSplit& q = split[size_t(w)];
       const int stage = (w / f.tp) % f.pp;  // mesh.h: world rank = (d·pp + p)·tp + t
       stage_peak[size_t(stage)] = std::max(stage_peak[size_t(stage)], int64_t(q.peak_act));
-      if (report.measured(s)) {
-        bubble_sum[size_t(w)] += q.bubble_s;
-        step_sum[size_t(w)] += q.step_s;
-      }
     }
+    if (report.measured(s)) add_bubble(split, f, bubble_acc, bubble_spans);
     report.after_step(s, st, r.comm_s / std::max(1e-12, r.step_s));
     if (jlog.is_open()) {
       nlohmann::json rec = step_record(st), c = nlohmann::json::array(),
@@ -188,12 +249,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   if (!f.trace.empty() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
     parallel::write_pipeline_trace(*mesh.pp(), model->schedule(), model->timings(), f.trace);
 
-  double bubble_total = 0, step_total = 0;
-  for (int w = 0; w < world; ++w) {
-    bubble_total += bubble_sum[size_t(w)];
-    step_total += step_sum[size_t(w)];
-  }
-  const double bubble_frac = step_total > 0 ? bubble_total / step_total : 0;
+  const double bubble_frac = bubble_acc[1] > 0 ? bubble_acc[0] / bubble_acc[1] : 0;
   nlohmann::json done = done_record(f, steps, last_loss, report.seconds(), throughput);
   done.update({{"dp", f.dp},
                {"tp", f.tp},
@@ -204,6 +260,9 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                {"sequence_parallel", f.sequence_parallel},
                {"zero", f.zero},
                {"bubble_fraction", bubble_frac},
+               // "span": idle share of the pipelines' spans, check_schedule's
+               // bubble measured; "waits": communication waits over step time
+               {"bubble_method", bubble_spans ? "span" : "waits"},
                {"peak_activation_bytes", stage_peak},
                // world rank 0's share: stage 0, tp rank 0
                {"rank0_param_bytes", model->parameter_bytes()},
@@ -250,7 +309,8 @@ int train_mp_main(int argc, char** argv) {
   app.add_flag("--print-schedule", f.print_schedule,
                "print the checked schedule's timeline and exit without training");
   app.add_flag("--pp-balance", f.pp_balance,
-               "cut the stages by each layer's measured forward+backward time, not by count");
+               "cut the stages by each layer's measured forward+backward time, not by its "
+               "estimated multiply-adds");
   app.add_option("--trace", f.trace, "write the last step's pipeline as a Chrome trace to FILE");
   app.add_option("--zero", f.zero, "ZeRO stage over dp: 0 none, 1 optimizer state sharded")
       ->check(CLI::Range(0, 1));

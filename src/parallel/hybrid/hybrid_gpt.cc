@@ -26,7 +26,7 @@ HybridGpt::HybridGpt(const Mesh& mesh, const nn::GptConfig& cfg, uint64_t seed,
   Schedule sched = make_schedule(o.schedule, mesh_.pp_size(), o.micro_batches, o.chunks);
   const size_t count = tp::gpt_module_count(cfg);
   std::vector<double> costs = o.module_costs;
-  if (costs.empty()) costs.assign(count, 1.0);
+  if (costs.empty()) costs = tp::gpt_module_costs(cfg);
   BRAID_CHECK_ARG(costs.size() == count,
                   "hybrid: " + std::to_string(costs.size()) + " module costs for the GPT's " +
                       std::to_string(count) + " top-level modules");
@@ -85,6 +85,7 @@ int64_t HybridGpt::optimizer_bytes(const nn::Optimizer& opt) const {
 }
 
 const std::vector<ActionTiming>& HybridGpt::timings() const { return impl_->exec->timings(); }
+const PipelineExecutor& HybridGpt::executor() const { return *impl_->exec; }
 
 std::unique_ptr<HybridGpt> make_hybrid_gpt(const Mesh& mesh, const nn::GptConfig& cfg,
                                            uint64_t seed, const std::string& schedule,

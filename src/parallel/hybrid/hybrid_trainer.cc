@@ -84,12 +84,13 @@ namespace {
 // The serial run's options at this rank's place among the pipeline copies.
 nn::TrainOptions placed(nn::TrainOptions o, const Mesh& mesh, int micro_batches) {
   const int dp = mesh.dp_size();
-  BRAID_CHECK_ARG(o.global_batch > 0 && o.global_batch % (int64_t(dp) * micro_batches) == 0,
+  BRAID_CHECK_ARG(o.accum >= 1, "hybrid: accum " + std::to_string(o.accum) + " (at least 1)");
+  BRAID_CHECK_ARG(o.global_batch > 0 &&
+                      o.global_batch % (int64_t(dp) * micro_batches * o.accum) == 0,
                   "hybrid: global batch " + std::to_string(o.global_batch) +
                       " does not split into dp=" + std::to_string(dp) + " copies of " +
+                      std::to_string(o.accum) + " accumulation rounds of " +
                       std::to_string(micro_batches) + " micro-batches");
-  BRAID_CHECK_ARG(o.accum == 1, "hybrid: accum " + std::to_string(o.accum) +
-                                    " (the schedule's micro-batches split the batch: use 1)");
   o.rank = mesh.coord().dp;
   o.world = dp;
   return o;

@@ -11,6 +11,7 @@
 // max-plus equations, so the order in which ranks are advanced here does
 // not change them. When no rank can move and some have not finished, the
 // schedule deadlocks: every blocked rank is named with what it waits for.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -36,6 +37,11 @@ struct Channel {
 class Player {
  public:
   Player(const Schedule& s, const CheckOptions& o) : s_(s), o_(o), p_(s.ranks) {
+    const auto& w = o.costs.stage_weight;
+    weight_.assign(size_t(s.stages()), 1.0);
+    double mean = 0;
+    for (double x : w) mean += x / double(w.size());
+    for (size_t v = 0; v < w.size(); ++v) weight_[v] = w[v] / mean;
     chan_.resize(size_t(p_ * p_));
     index_.resize(size_t(p_));
     for (int r = 0; r < p_; ++r) {
@@ -116,7 +122,8 @@ class Player {
     const double start = now;
     if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
       const bool fwd = a.kind == ActionKind::kForward;
-      const double cost = (fwd ? o_.costs.forward : o_.costs.backward) / s_.chunks;
+      const double cost = (fwd ? o_.costs.forward : o_.costs.backward) / s_.chunks *
+                          weight_[size_t(s_.stage_of(r, a.chunk))];
       now += cost;
       rep.busy[size_t(r)] += cost;
       live_[size_t(r)] += fwd ? 1 : -1;
@@ -199,6 +206,7 @@ class Player {
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> live_;
+  std::vector<double> weight_;  // [stage] costs.stage_weight over its mean (1 when empty)
 };
 
 }  // namespace
@@ -207,6 +215,14 @@ ScheduleReport check_schedule(const Schedule& s, const CheckOptions& opt) {
   BRAID_CHECK_ARG(opt.costs.forward >= 0 && opt.costs.backward >= 0 && opt.costs.transfer >= 0 &&
                       opt.send_slots >= 0,
                   "check_schedule: costs and send_slots must be ≥ 0");
+  const auto& w = opt.costs.stage_weight;
+  double sum = 0;
+  for (double x : w) sum += x;
+  BRAID_CHECK_ARG(w.empty() || (int(w.size()) == s.stages() && sum > 0 &&
+                                std::all_of(w.begin(), w.end(), [](double x) { return x >= 0; })),
+                  "check_schedule: " + std::to_string(w.size()) + " stage weights for " +
+                      std::to_string(s.stages()) +
+                      " stages (want one per stage, ≥ 0, not all 0; or none)");
   pp_detail::check_lists(s);
   return Player(s, opt).play();
 }

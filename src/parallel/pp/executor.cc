@@ -216,9 +216,13 @@ void PipelineExecutor::run(const Tensor& input, const Tensor& target, const Pipe
   input_ = &input;
   target_ = &target;
   sums_[0] = sums_[1] = sums_[2] = 0;
-  recomputed_ = 0;
-  peak_held_ = peak_activation_ = 0;
-  peak_live_ = 0;
+  if (ps.round == 0) {
+    recomputed_ = 0;
+    peak_held_ = peak_activation_ = 0;
+    peak_live_ = 0;
+    step_span_ = {0, 0};
+    step_comm_s_ = 0;
+  }
   for (auto& st : stages_) st->slots.clear();
   const auto& list = sched_.actions[size_t(rank_)];
   timings_.assign(list.size(), {});
@@ -235,11 +239,33 @@ void PipelineExecutor::run(const Tensor& input, const Tensor& target, const Pipe
       default: break;
     }
     timings_[i].end = now_s();
+    if (a.kind == ActionKind::kComm) step_comm_s_ += timings_[i].end - timings_[i].start;
+    // 0 marks a step not begun: the monotonic clock reads 0 only at boot.
+    if (step_span_.start == 0) step_span_.start = timings_[i].start;
+    step_span_.end = timings_[i].end;
     account();
     if (opts_.after_action) opts_.after_action(int(i));
   }
   ps_ = nullptr;
   for (int k = 0; k < 3; ++k) sums[k] += sums_[k];
+}
+
+std::pair<double, double> pipeline_bubble(const std::vector<ActionTiming>& spans,
+                                          const std::vector<double>& comm_s) {
+  BRAID_CHECK_ARG(!spans.empty() && spans.size() == comm_s.size(),
+                  "pipeline_bubble: " + std::to_string(spans.size()) + " spans and " +
+                      std::to_string(comm_s.size()) + " communication times");
+  double first = spans[0].start, last = spans[0].end;
+  for (const ActionTiming& t : spans) {
+    first = std::min(first, t.start);
+    last = std::max(last, t.end);
+  }
+  const double span = last - first;
+  if (spans.size() == 1) return {0.0, span};
+  double idle = 0;
+  for (size_t r = 0; r < spans.size(); ++r)
+    idle += comm_s[r] + (span - (spans[r].end - spans[r].start));
+  return {idle, double(spans.size()) * span};
 }
 
 ActionTiming& PipelineExecutor::loop_timing(ActionKind kind) {

@@ -53,22 +53,28 @@ PipelineTrainer::PipelineTrainer(PipelineExecutor& exec, nn::Module& model, nn::
                                  nn::Optimizer& opt, nn::LrSchedule schedule,
                                  nn::TrainOptions opts)
     : nn::Trainer(model, data, opt, schedule, opts), exec_(exec), pipe_hooks_(exec, hooks()) {
-  BRAID_CHECK_ARG(opts.accum == 1, "pipeline: accum " + std::to_string(opts.accum) +
-                                       " (the schedule's micro-batches split the batch: use 1)");
   params_ = exec.parameters();
   set_hooks(pipe_hooks_);
 }
 
 void PipelineTrainer::forward_backward(nn::StepState& st) {
-  load_micro_batch(st, 0, int64_t(shard_.size()));
-  PipelineStep ps;
-  ps.step = step_;
-  ps.seed = opts_.seed;
-  ps.first_row = sampler_.shard_begin();
-  ps.scale = loss_scale();
-  ps.loss = loss_;
-  ps.grad_ready = hooks_->grad_ready_hook();
-  exec_.run(x_, y_, ps, st.sums);
+  // Accumulation rounds run the whole schedule one after another, each
+  // over its share of the shard (the schedule's micro-batches split that),
+  // as nn::Trainer runs its micro-batches: gradients add up, and they are
+  // final, so grad-ready fires, only in the last round.
+  const int64_t rows = int64_t(shard_.size()) / opts_.accum;
+  for (int k = 0; k < opts_.accum; ++k) {
+    load_micro_batch(st, k, rows);
+    PipelineStep ps;
+    ps.step = step_;
+    ps.seed = opts_.seed;
+    ps.round = k;
+    ps.first_row = sampler_.shard_begin() + k * rows;
+    ps.scale = loss_scale();
+    ps.loss = loss_;
+    if (k + 1 == opts_.accum) ps.grad_ready = hooks_->grad_ready_hook();
+    exec_.run(x_, y_, ps, st.sums);
+  }
 }
 
 }  // namespace braid::parallel

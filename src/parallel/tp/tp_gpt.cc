@@ -17,6 +17,15 @@ namespace braid::parallel::tp {
 
 size_t gpt_module_count(const nn::GptConfig& cfg) { return size_t(cfg.layers) + 3; }
 
+std::vector<double> gpt_module_costs(const nn::GptConfig& cfg) {
+  const double d = double(cfg.dim), T = double(cfg.context), V = double(cfg.vocab);
+  std::vector<double> cost(gpt_module_count(cfg), 12 * d * d + 2 * T * d);
+  cost.front() = 2 * d;     // token row + position row
+  cost[cost.size() - 2] = 5 * d;  // a layer norm
+  cost.back() = d * V;
+  return cost;
+}
+
 namespace {
 
 // Module i of the GPT with its shards appended to `shards`.

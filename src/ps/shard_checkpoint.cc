@@ -1,0 +1,203 @@
+// A shard's checkpoint: what ShardState holds that training depends on,
+// written at a round close and read back in place of the initial values.
+// Format and what resumes: include/braid/ps_checkpoint.h.
+#include <cstring>
+#include <filesystem>
+
+#include "braid/checkpoint.h"
+#include "braid/ps_checkpoint.h"
+#include "ps/shard_state.h"
+
+namespace braid::ps {
+
+namespace {
+
+const char* rule_name(UpdateRule::Kind k) {
+  switch (k) {
+    case UpdateRule::kSgd: return "sgd";
+    case UpdateRule::kAdagrad: return "adagrad";
+    case UpdateRule::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+// A view for saving: the checkpoint only reads it.
+Tensor view_of(const void* data, Shape shape, DType dt = DType::kF32) {
+  return Tensor::view(const_cast<void*>(data), std::move(shape), dt);
+}
+
+// Reads what a checkpoint file says, naming the file and the entry when it
+// is missing or malformed (kCorrupt) or differs from this job (kInvalidArgument).
+struct Reader {
+  const Checkpoint& ck;
+  const std::string& path;
+
+  [[noreturn]] void corrupt(const std::string& why) const {
+    throw Error(Errc::kCorrupt, "parameter-server checkpoint " + path + ": " + why);
+  }
+  [[noreturn]] void mismatch(const std::string& why) const {
+    throw Error(Errc::kInvalidArgument, "parameter-server checkpoint " + path + ": " + why);
+  }
+  const std::string& meta(const std::string& k) const {
+    auto it = ck.meta.find(k);
+    if (it == ck.meta.end()) corrupt("meta '" + k + "' is missing");
+    return it->second;
+  }
+  int64_t number(const std::string& k) const {
+    const std::string& v = meta(k);
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+      n = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size()) corrupt("meta '" + k + "' = '" + v + "' is not a number");
+    return n;
+  }
+  void expect(const std::string& k, int64_t want, const std::string& what) const {
+    const int64_t got = number(k);
+    if (got != want)
+      mismatch(what + ": the checkpoint has " + std::to_string(got) + ", this job " +
+               std::to_string(want));
+  }
+  // The tensor `name` with `numel` elements of `dt` (absent when numel is 0).
+  const void* tensor(const std::string& name, int64_t numel, DType dt = DType::kF32) const {
+    auto it = ck.tensors.find(name);
+    if (numel == 0) return nullptr;
+    if (it == ck.tensors.end()) corrupt("tensor '" + name + "' is missing");
+    if (it->second.dtype() != dt || it->second.numel() != numel)
+      mismatch("tensor '" + name + "' has " + std::to_string(it->second.numel()) +
+               " elements of another shape or type than the " + std::to_string(numel) +
+               " this job keeps");
+    return it->second.raw();
+  }
+};
+
+}  // namespace
+
+void ShardState::save_locked() {
+  const bool due = (opt_.save_every > 0 && closed_ % opt_.save_every == 0) ||
+                   (opt_.save_last > 0 && closed_ == opt_.save_last);
+  if (opt_.save_dir.empty() || !due) return;
+  Checkpoint ck;
+  ck.meta = opt_.checkpoint_meta;
+  const int slots = opt_.rule.slots();
+  ck.meta["ps/format"] = "1";
+  ck.meta["ps/servers"] = std::to_string(layout_.servers());
+  ck.meta["ps/shard"] = std::to_string(opt_.rank);
+  ck.meta["ps/step"] = std::to_string(closed_);
+  ck.meta["step"] = std::to_string(closed_);  // braid::resume_step's convention
+  ck.meta["ps/rule"] = rule_name(opt_.rule.kind);
+  ck.meta["ps/slots"] = std::to_string(slots);
+  ck.meta["ps/keys"] = std::to_string(layout_.size());
+  ck.meta["ps/updates_applied"] = std::to_string(st_.updates_applied);
+  // Sparse rows in position order (the index maps row -> position).
+  std::vector<std::vector<int64_t>> rows(layout_.size());
+  for (KeyId k = 0; k < layout_.size(); ++k) {
+    const KeySpec& spec = layout_.key(k);
+    if (!spec.sparse) {
+      const Dense& d = dense_[k];
+      const std::string p = "dense/" + spec.name;
+      ck.meta[p + "/range"] = std::to_string(d.begin) + "," + std::to_string(d.end) + "," +
+                              std::to_string(spec.size);
+      ck.meta[p + "/t"] = std::to_string(d.t);
+      if (!d.w.empty()) ck.tensors[p + "/w"] = view_of(d.w.data(), {int64_t(d.w.size())});
+      if (!d.state.empty())
+        ck.tensors[p + "/state"] = view_of(d.state.data(), {int64_t(d.state.size())});
+      continue;
+    }
+    const Sparse& sp = sparse_[k];
+    const std::string p = "sparse/" + spec.name;
+    const int64_t n = int64_t(sp.index.size());
+    rows[k].resize(size_t(n));
+    for (const auto& [row, pos] : sp.index) rows[k][pos] = row;
+    ck.meta[p + "/rows"] = std::to_string(n);
+    ck.meta[p + "/width"] = std::to_string(spec.width);
+    ck.meta[p + "/t"] = std::to_string(sp.t);
+    if (n == 0) continue;
+    // Checkpoints store no i64: each id as its two i32 halves, as in memory.
+    ck.tensors[p + "/rows"] = view_of(rows[k].data(), {n, 2}, DType::kI32);
+    ck.tensors[p + "/w"] = view_of(sp.w.data(), {n, spec.width});
+    if (slots > 0) ck.tensors[p + "/state"] = view_of(sp.state.data(), {n, spec.width * slots});
+  }
+  const std::string dir = step_dir_path(opt_.save_dir, closed_);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(Errc::kIo, "parameter server " + std::to_string(opt_.rank) +
+                               ": creating checkpoint directory " + dir + ": " + ec.message());
+  save_checkpoint(shard_file(dir, opt_.rank), ck);
+}
+
+void ShardState::restore(const std::string& step_dir) {
+  const std::string path = shard_file(step_dir, opt_.rank);
+  const Checkpoint ck = load_checkpoint(path);
+  const Reader rd{ck, path};
+  rd.expect("ps/format", 1, "format version");
+  rd.expect("ps/servers", layout_.servers(), "server count (re-sharding is not supported)");
+  rd.expect("ps/shard", opt_.rank, "shard");
+  rd.expect("ps/keys", int64_t(layout_.size()), "key count");
+  if (rd.meta("ps/rule") != rule_name(opt_.rule.kind))
+    rd.mismatch("update rule " + rd.meta("ps/rule") + ", this job's is " +
+                rule_name(opt_.rule.kind));
+  const int slots = opt_.rule.slots();
+  rd.expect("ps/slots", slots, "optimizer state slots per element (e.g. momentum on or off)");
+  const int64_t step = rd.number("ps/step");
+  if (step < 0) rd.corrupt("negative step " + std::to_string(step));
+  for (KeyId k = 0; k < layout_.size(); ++k) {
+    const KeySpec& spec = layout_.key(k);
+    if (!spec.sparse) {
+      Dense& d = dense_[k];
+      const std::string p = "dense/" + spec.name;
+      const std::string want = std::to_string(d.begin) + "," + std::to_string(d.end) + "," +
+                               std::to_string(spec.size);
+      if (rd.meta(p + "/range") != want)
+        rd.mismatch("dense key '" + spec.name + "' has slice,size " + rd.meta(p + "/range") +
+                    ", this job " + want);
+      const int64_t n = d.end - d.begin;
+      if (n > 0) std::memcpy(d.w.data(), rd.tensor(p + "/w", n), size_t(n) * 4);
+      if (n * slots > 0)
+        std::memcpy(d.state.data(), rd.tensor(p + "/state", n * slots), size_t(n * slots) * 4);
+      d.t = rd.number(p + "/t");
+      continue;
+    }
+    Sparse& sp = sparse_[k];
+    const std::string p = "sparse/" + spec.name;
+    rd.expect(p + "/width", spec.width, "width of sparse key '" + spec.name + "'");
+    const int64_t n = rd.number(p + "/rows");
+    if (n < 0 || n > spec.rows) rd.corrupt("sparse key '" + spec.name + "' holds " +
+                                           std::to_string(n) + " rows");
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(ids.data(), rd.tensor(p + "/rows", 2 * n, DType::kI32), size_t(n) * 8);
+    const auto* w = static_cast<const float*>(rd.tensor(p + "/w", n * spec.width));
+    const auto* st = static_cast<const float*>(rd.tensor(p + "/state", n * spec.width * slots));
+    sp.index.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t r = ids[i];
+      if (r < 0 || r >= spec.rows || layout_.row_server(r) != opt_.rank ||
+          !sp.index.emplace(r, i).second)
+        rd.corrupt("sparse key '" + spec.name + "': row " + std::to_string(r) +
+                   " is out of range, another shard's or repeated");
+    }
+    sp.w.assign(w, w + n * spec.width);
+    if (slots > 0) sp.state.assign(st, st + n * spec.width * slots);
+    else sp.state.clear();
+    sp.t = rd.number(p + "/t");
+  }
+  for (const auto& [name, t] : ck.tensors) {
+    const bool dense = name.rfind("dense/", 0) == 0, sparse = name.rfind("sparse/", 0) == 0;
+    const std::string key = name.substr(name.find('/') + 1, name.rfind('/') - name.find('/') - 1);
+    bool known = false;
+    for (KeyId k = 0; k < layout_.size() && !known; ++k)
+      known = layout_.key(k).name == key && layout_.key(k).sparse == sparse;
+    if ((dense || sparse) && !known)
+      rd.mismatch("tensor '" + name + "' names a key this job does not have");
+  }
+  closed_ = step;
+  clocks_.assign(size_t(W_), step);
+  st_.rounds_closed = step;
+  st_.updates_applied = rd.number("ps/updates_applied");
+}
+
+}  // namespace braid::ps

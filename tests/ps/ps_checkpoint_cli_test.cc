@@ -1,0 +1,165 @@
+// Parameter-server checkpoints end to end with the real binary (BRAID_BIN):
+// under BSP, a braid ps train dlrm job that stops after 4 steps and resumes
+// from its servers' shards trains exactly as one that ran 8 steps straight
+// (every step's loss and every final weight, tables included), for SGD with
+// momentum and for Adam, also resumed in another placement or from a step
+// directory written by --save-every. Damaged or mismatched checkpoints are
+// refused with an error naming the file and what differs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "braid/checkpoint.h"
+#include "support/multiproc.h"
+#include "support/tool.h"
+#include "support/weights.h"
+
+namespace {
+
+using braid::testing::braid_bin;
+using braid::testing::read_json_lines;
+using braid::testing::run_command;
+using Log = std::vector<nlohmann::json>;
+namespace fs = std::filesystem;
+
+const std::string kBase =
+    " ps train dlrm --batch 64 --threads 1 --quiet --samples 4096 --test-samples 1024 "
+    "--features 4 --rows 300 --workers 2";
+const std::string kJob = kBase + " --dim 8 --servers 2 --consistency bsp";
+
+// Runs kJob plus `args` for `steps` steps; its log, final weights in
+// dir/name.ckpt.
+Log run(const std::string& dir, const std::string& name, int steps, const std::string& args) {
+  auto r = run_command(braid_bin() + kJob + " --steps " + std::to_string(steps) + " " + args +
+                       " --json-log " + dir + "/" + name + ".jsonl --checkpoint " + dir + "/" +
+                       name + ".ckpt");
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  return read_json_lines(dir + "/" + name + ".jsonl");
+}
+
+// Runs kBase plus `args`, then `job` (kJob's other flags), which must fail;
+// its output.
+std::string refused(const std::string& args,
+                    const std::string& job = " --dim 8 --servers 2 --consistency bsp") {
+  auto r = run_command(braid_bin() + kBase + " " + args + job);
+  EXPECT_NE(r.status, 0) << args << "\n" << r.out;
+  return r.out;
+}
+
+// `rest` (steps 4..7, then done) against `full` (steps 0..7, then done).
+void expect_same_training(const Log& full, const Log& rest, const std::string& what) {
+  ASSERT_EQ(full.size(), 9u) << what;
+  ASSERT_EQ(rest.size(), 5u) << what;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rest[i]["step"], full[4 + i]["step"]) << what;
+    const double a = full[4 + i]["loss"], b = rest[i]["loss"];
+    EXPECT_NEAR(b, a, 1e-6 * std::fabs(a)) << what << ", step " << 4 + i;
+  }
+  EXPECT_EQ(rest.back()["resumed_at"], 4) << what;
+  EXPECT_NEAR(double(rest.back()["test_log_loss"]), double(full.back()["test_log_loss"]), 1e-6)
+      << what;
+}
+
+// Every model tensor of two final-weight checkpoints within 1e-6.
+void expect_same_weights(const std::string& pa, const std::string& pb, const std::string& what) {
+  size_t tables = 0;
+  const auto diffs = braid::testing::weight_diffs(pa, pb);
+  for (const auto& [name, worst] : diffs) {
+    EXPECT_LE(worst, 1e-6) << what << ": " << name;
+    if (name.find("emb.") != std::string::npos) ++tables;
+  }
+  EXPECT_EQ(tables, 4u) << what;
+  EXPECT_GT(diffs.size(), tables) << what;
+}
+
+// Straight 8 steps saving every 4; 4 steps, stopped; resumed from the stop
+// (with `resume_args`) and from the straight run's step-4 directory.
+void check_resume(const std::string& rule, const std::string& resume_args) {
+  const std::string dir = braid::testing::temp_dir("ps_ckpt_" + rule);
+  const std::string r = " --server-rule " + rule + " --momentum 0.9";
+  const Log full = run(dir, "full", 8, r + " --save-dir " + dir + "/every --save-every 4");
+  EXPECT_TRUE(fs::exists(dir + "/every/step-00000004/shard-1.ckpt"));
+  EXPECT_TRUE(fs::exists(dir + "/every/step-00000008/shard-0.ckpt"));
+  const Log half = run(dir, "half", 4, r + " --save-dir " + dir + "/stop");
+  ASSERT_EQ(half.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(half[i]["loss"], full[i]["loss"]) << "step " << i;
+
+  const Log rest = run(dir, "rest", 8, r + " --resume " + dir + "/stop " + resume_args);
+  expect_same_training(full, rest, rule + " resumed from the stop");
+  expect_same_weights(dir + "/full.ckpt", dir + "/rest.ckpt", rule + " resumed from the stop");
+
+  const Log mid = run(dir, "mid", 8, r + " --resume " + dir + "/every/step-00000004");
+  expect_same_training(full, mid, rule + " resumed from --save-every's step 4");
+  expect_same_weights(dir + "/full.ckpt", dir + "/mid.ckpt", rule + " from step 4");
+}
+
+TEST(PsCheckpoint, BspResumeEqualsStraightRunWithSgdMomentum) { check_resume("sgd", ""); }
+
+TEST(PsCheckpoint, BspResumeEqualsStraightRunWithAdamInAnotherPlacement) {
+  check_resume("adam", "--placement colocated");
+}
+
+TEST(PsCheckpoint, IncompleteStepDirectoryIsSkipped) {
+  const std::string dir = braid::testing::temp_dir("ps_ckpt_partial");
+  const Log full = run(dir, "full", 8, "");
+  run(dir, "half", 4, "--save-dir " + dir + "/s");
+  // A newer step whose second shard was never written (a job stopped
+  // mid-save): resuming takes step 4.
+  fs::create_directories(dir + "/s/step-00000006");
+  fs::copy_file(dir + "/s/step-00000004/shard-0.ckpt", dir + "/s/step-00000006/shard-0.ckpt");
+  const Log rest = run(dir, "rest", 8, "--resume " + dir + "/s");
+  expect_same_training(full, rest, "skipping the incomplete step 6");
+}
+
+TEST(PsCheckpoint, DamagedOrMismatchedCheckpointsAreRefused) {
+  const std::string dir = braid::testing::temp_dir("ps_ckpt_bad");
+  run(dir, "half", 4, "--server-rule adam --save-dir " + dir + "/s");
+  const std::string step = dir + "/s/step-00000004";
+
+  std::string out = refused("--steps 8 --resume " + dir + "/s", " --dim 8 --servers 3");
+  EXPECT_NE(out.find("shard files of 3 servers"), std::string::npos) << out;
+  out = refused("--steps 8 --resume " + step, " --dim 8 --servers 3");
+  EXPECT_NE(out.find("not shard-0..shard-2.ckpt"), std::string::npos) << out;
+  out = refused("--steps 8 --server-rule adagrad --resume " + step);
+  EXPECT_NE(out.find("update rule adamw, this job's is adagrad"), std::string::npos) << out;
+  out = refused("--steps 8 --server-rule adam --resume " + step, " --dim 16 --servers 2");
+  EXPECT_NE(out.find("step-00000004/shard-"), std::string::npos) << out;
+  EXPECT_NE(out.find("this job"), std::string::npos) << out;
+  out = refused("--steps 8 --server-rule adam --seed 7 --resume " + step);
+  EXPECT_NE(out.find("seed"), std::string::npos) << out;
+  out = refused("--steps 4 --server-rule adam --resume " + step);
+  EXPECT_NE(out.find("leaves nothing to train"), std::string::npos) << out;
+  out = refused("--steps 8 --resume " + dir + "/nowhere");
+  EXPECT_NE(out.find("nowhere: not a directory"), std::string::npos) << out;
+  out = refused("--steps 8 --save-dir " + dir + "/asp", " --servers 2 --consistency asp");
+  EXPECT_NE(out.find("asp has no rounds"), std::string::npos) << out;
+  // A save that fails stops the job, naming the directory.
+  out = refused("--steps 2 --save-dir /dev/null/ps");
+  EXPECT_NE(out.find("creating checkpoint directory /dev/null/ps/step-00000002"),
+            std::string::npos)
+      << out;
+  out = refused("--steps 8 --checkpoint-every 2 --checkpoint " + dir + "/x.ckpt");
+  EXPECT_NE(out.find("--save-dir DIR --save-every N"), std::string::npos) << out;
+
+  // One flipped byte in shard 1's payload: its checksum fails, naming the file.
+  const std::string shard1 = step + "/shard-1.ckpt";
+  {
+    std::fstream f(shard1, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-200, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-200, std::ios::end);
+    c = char(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  out = refused("--steps 8 --server-rule adam --resume " + step);
+  EXPECT_NE(out.find("checkpoint " + shard1), std::string::npos) << out;
+  EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
+}
+
+}  // namespace

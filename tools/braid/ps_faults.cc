@@ -1,0 +1,186 @@
+// Why the kill goes through the store rather than a signal from worker 0:
+// under braid run, mpirun or srun a worker knows neither the server's pid
+// nor its host; every rank shares the store.
+#include "ps_faults.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "braid/error.h"
+#include "launch/survivable.h"
+#include "ps/chain.h"
+
+namespace braid::tool {
+
+namespace {
+
+std::string kill_key(int server) { return "ps/fault/kill/" + std::to_string(server); }
+std::string died_key(int server) { return "ps/fault/died/" + std::to_string(server); }
+std::string acked_key(int worker) { return "ps/fault/acked/" + std::to_string(worker); }
+
+// Wall-clock seconds: the death is stamped by one process and read by
+// another, possibly on another host.
+double wall_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::vector<KillAt> parse_kill_server(const PsFlags& f) {
+  std::vector<KillAt> out;
+  for (const std::string& s : f.kill_server) {
+    const size_t colon = s.find(':');
+    char *end1 = nullptr, *end2 = nullptr;
+    const long server = colon == std::string::npos ? -1 : std::strtol(s.c_str(), &end1, 10);
+    const long long step = colon == std::string::npos ? -1 : std::strtoll(s.c_str() + colon + 1, &end2, 10);
+    if (colon == std::string::npos || colon == 0 || end1 != s.c_str() + colon || !end2 || *end2 ||
+        colon + 1 == s.size() || server < 0 || server >= f.servers || step < 0)
+      throw Error(Errc::kInvalidArgument,
+                  "--kill-server '" + s + "': expected SERVER:STEP with 0 <= SERVER < --servers (" +
+                      std::to_string(f.servers) + ") and STEP >= 0");
+    out.push_back({int(server), int64_t(step)});
+  }
+  BRAID_CHECK_ARG(out.empty() || f.placement == "dedicated",
+                  "--kill-server needs --placement dedicated: a colocated server is also a "
+                  "worker, whose death ends the job");
+  return out;
+}
+
+ServerFaults::ServerFaults(const Job& job, const PsFlags& f, int server) {
+  if (f.placement == "dedicated" && f.replicas >= 2)
+    launch::mark_survivable(*job.store, job.rank,
+                            "parameter server " + std::to_string(server) + ": each of its " +
+                                std::to_string(f.replicas) +
+                                " shards is also kept by other servers (--replicas " +
+                                std::to_string(f.replicas) + ")");
+  bool armed = false;
+  for (const KillAt& k : parse_kill_server(f)) armed = armed || k.server == server;
+  if (!armed) return;
+  // Polls rather than blocks in Store::wait, so the destructor can stop it.
+  watcher_ = std::thread([this, store = job.store, server] {
+    const std::string key = kill_key(server);
+    while (!stop_) {
+      if (store->check(key)) {
+        store->set_str(died_key(server), std::to_string(wall_s()));
+        ::raise(SIGKILL);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+}
+
+ServerFaults::~ServerFaults() {
+  stop_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64_t steps)
+    : job_(job),
+      servers_(f.servers),
+      replicas_(f.replicas),
+      worker_(worker),
+      workers_(f.workers),
+      kills_(parse_kill_server(f)) {
+  for (const KillAt& k : kills_)
+    BRAID_CHECK_ARG(k.step < steps, "--kill-server " + std::to_string(k.server) + ":" +
+                                        std::to_string(k.step) + ": the run has steps 0.." +
+                                        std::to_string(steps - 1));
+}
+
+void FailoverProbe::before_push(int64_t clock) {
+  if (worker_ != 0) return;
+  for (const KillAt& k : kills_) {
+    if (k.step != clock) continue;
+    job_.store->set_str(kill_key(k.server), "1");
+    // Polled finely (not Store::wait, whose back-off reaches 10 ms): the
+    // time from the death to this push counts in the fail-over time.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!job_.store->check(died_key(k.server))) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(Errc::kTimeout, "--kill-server " + std::to_string(k.server) + ":" +
+                                        std::to_string(k.step) + ": server " +
+                                        std::to_string(k.server) + " did not die within 60 s");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    done_.push_back({k, std::stod(job_.store->get_str(died_key(k.server)))});
+  }
+  push_started_ = wall_s();
+}
+
+void FailoverProbe::after_push(int64_t clock) {
+  const double t = wall_s();
+  for (Measured& m : done_)
+    if (m.at.step == clock && m.failover_s < 0) {
+      m.failover_s = t - m.died;
+      m.push_s = t - push_started_;
+    }
+}
+
+nlohmann::json FailoverProbe::step_fields(int64_t clock) const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Measured& m : done_)
+    if (m.at.step == clock) {
+      out["killed_server"] = m.at.server;
+      out["failover_s"] = m.failover_s;
+      out["failover_push_s"] = m.push_s;
+    }
+  return out;
+}
+
+void FailoverProbe::publish(const ps::Worker& worker) {
+  if (replicas_ < 2 && kills_.empty()) return;
+  const ps::WorkerStats ws = worker.worker_stats();
+  nlohmann::json j = {{"pushes", ws.pushes_acked}, {"clocks", ws.clocks_acked}};
+  job_.store->set_str(acked_key(worker_), j.dump());
+}
+
+nlohmann::json FailoverProbe::done_fields(const ps::Worker& worker,
+                                          const std::vector<ps::ServerStats>& tails) {
+  nlohmann::json out = nlohmann::json::object();
+  if (replicas_ < 2 && kills_.empty()) return out;
+  const ps::WorkerStats own = worker.worker_stats();
+  nlohmann::json failovers = nlohmann::json::array();
+  for (const Measured& m : done_)
+    failovers.push_back({{"server", m.at.server},
+                         {"step", m.at.step},
+                         {"failover_s", m.failover_s},
+                         {"push_s", m.push_s}});
+  out["failovers"] = failovers;
+  out["reroutes"] = own.reroutes;
+  out["max_reroute_s"] = own.max_reroute_s;
+  out["epoch"] = own.epoch;
+  // Every worker published before its goodbye, and final_stats (which
+  // `tails` come from) waited for every goodbye.
+  std::vector<int64_t> pushes(size_t(servers_), 0), clocks(size_t(servers_), 0);
+  for (int w = 0; w < workers_; ++w) {
+    job_.store->wait({acked_key(w)}, std::chrono::seconds(60));
+    const nlohmann::json j = nlohmann::json::parse(job_.store->get_str(acked_key(w)));
+    for (int s = 0; s < servers_; ++s) {
+      pushes[size_t(s)] += j.at("pushes").at(size_t(s)).get<int64_t>();
+      clocks[size_t(s)] += j.at("clocks").at(size_t(s)).get<int64_t>();
+    }
+  }
+  nlohmann::json chains = nlohmann::json::array();
+  for (int s = 0; s < servers_; ++s) {
+    const ps::ServerStats& t = tails.at(size_t(s));
+    chains.push_back({{"shard", s},
+                      {"pushes_acked", pushes[size_t(s)]},
+                      {"tail_pushes_accepted", t.pushes_accepted},
+                      {"clocks_acked", clocks[size_t(s)]},
+                      {"tail_rounds_closed", t.rounds_closed},
+                      {"tail_updates_applied", t.updates_applied},
+                      {"tail_writes_duplicate", t.writes_duplicate}});
+  }
+  out["chains"] = chains;
+  ps::ChainView view(servers_, replicas_, job_.store);
+  nlohmann::json dead = nlohmann::json::array();
+  for (int p = 0; p < servers_; ++p)
+    if (view.dead(p)) dead.push_back(p);
+  out["dead_servers"] = dead;
+  return out;
+}
+
+}  // namespace braid::tool
