@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parameter-server benchmark (issue 23).
 #
-#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT
+#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT, COLOCATED
 #
 # (a) push_pull throughput, 2 servers x 2 workers (braid ps bench):
 #     dense 4 MiB keys in GB/s per worker beside braid bench's 2-rank
@@ -10,9 +10,11 @@
 # (b) time to a target log loss (floor + EPS, EPS default 0.03) on the DLRM
 #     workload with worker 1 slowed 2x: braid ps train dlrm under BSP, ASP,
 #     SSP s=2 and s=4, k-of-n (k = n-1 = 2 of 3 workers), 3 workers and 2
-#     servers, and all-reduce data parallel (braid train dlrm --dp 3), from
-#     the JSON logs (bench/ps_time_to_target.py); the plot goes to
-#     OUT/ps_time_to_target.svg (OUT default: a temporary directory, kept).
+#     servers, dedicated and (unless COLOCATED=0) co-located in workers 0
+#     and 1 (rows MODE-colo), and all-reduce data parallel (braid train
+#     dlrm --dp 3), from the JSON logs (bench/ps_time_to_target.py), with
+#     worker 0's median step split into compute and exchange; the plot goes
+#     to OUT/ps_time_to_target.svg (OUT default: a temporary directory, kept).
 #     braid train --dp has no straggler flag: its row is without one.
 #     SGD momentum 0.9 (the default): data parallel's dense table gradients
 #     decay every row's momentum each step, the servers' sparse updates
@@ -74,11 +76,19 @@ run_ps() {  # NAME ARGS...: one braid ps train dlrm run
   "${clean_env[@]}" "$braid" ps train "${ps[@]}" "$@" --json-log "$out/$name.jsonl" >/dev/null
   logs+=("$name=$out/$name.jsonl")
 }
-run_ps bsp --consistency bsp
-run_ps asp --consistency asp
-run_ps ssp2 --consistency ssp --staleness 2
-run_ps ssp4 --consistency ssp --staleness 4
-run_ps kofn --consistency kofn --round-k 2
+modes() {  # SUFFIX ARGS...: every consistency mode, each row named MODE+SUFFIX
+  local sfx=$1
+  shift
+  run_ps "bsp$sfx" --consistency bsp "$@"
+  run_ps "asp$sfx" --consistency asp "$@"
+  run_ps "ssp2$sfx" --consistency ssp --staleness 2 "$@"
+  run_ps "ssp4$sfx" --consistency ssp --staleness 4 "$@"
+  run_ps "kofn$sfx" --consistency kofn --round-k 2 "$@"
+}
+modes ""
+# Co-located: servers 0 and 1 run inside workers 0 and 1 (3 processes, not
+# 5, on this machine's cores); rows named MODE-colo, compared with bsp-colo.
+[ "${COLOCATED:-1}" = 1 ] && modes -colo --placement colocated
 "${clean_env[@]}" "$braid" train "${data[@]}" --dp 3 --json-log "$out/dp.jsonl" >/dev/null
 logs+=("dp=$out/dp.jsonl")
 python3 "$here/bench/ps_time_to_target.py" "$eps" "$out/ps_time_to_target.svg" "${logs[@]}"

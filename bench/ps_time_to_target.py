@@ -12,9 +12,11 @@ braid train --dp, the running sum of rank 0's compute + exposed
 communication + idle seconds. The target is the done record's
 best_log_loss (the test split's entropy floor) + EPS; a mode's time to
 target is the time of the first step whose smoothed loss is <= target.
-Prints a markdown table (with each mode's speed-up over the one named bsp)
-and writes the plot: smoothed loss against wall time, one line per log.
+Prints a markdown table (with each mode's speed-up over the one named bsp,
+or for a name MODE-X over bsp-X, and for braid ps train worker 0's median
+step split into compute_s and exchange_s) and writes the plot: smoothed loss against wall time, one line per log.
 """
+import statistics
 import json
 import os
 import sys
@@ -24,7 +26,7 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 
 
 def read(path):
-    steps, done, elapsed = [], None, 0.0
+    steps, done, elapsed, split = [], None, 0.0, []
     for line in open(path):
         r = json.loads(line)
         if r.get("event") == "done":
@@ -32,6 +34,8 @@ def read(path):
             continue
         if "time" in r:
             t = r["time"]
+            if "compute_s" in r:
+                split.append((r["compute_s"], r["exchange_s"]))
         else:
             elapsed += r["compute_s"][0] + r["exposed_comm_s"][0] + r["idle_s"][0]
             t = elapsed
@@ -43,7 +47,8 @@ def read(path):
         acc.append(loss)
         w = acc[-WINDOW:]
         smooth.append((t, sum(w) / len(w)))
-    return smooth, done
+    med = tuple(statistics.median(x[i] for x in split) * 1e3 for i in (0, 1)) if split else None
+    return smooth, done, med
 
 
 def svg(curves, target, path):
@@ -87,20 +92,23 @@ def main():
     curves, rows, target = {}, [], None
     for arg in sys.argv[3:]:
         name, path = arg.split("=", 1)
-        smooth, done = read(path)
+        smooth, done, med = read(path)
         target = done["best_log_loss"] + eps if target is None else target
         hit = next((t for t, y in smooth if y <= target), None)
         curves[name] = smooth
-        rows.append((name, hit, smooth[-1][0], done.get("test_log_loss")))
-    base = next((hit for name, hit, _, _ in rows if name == "bsp"), None)
+        rows.append((name, hit, smooth[-1][0], done.get("test_log_loss"), med))
+    hits = {name: hit for name, hit, *_ in rows}
     print(f"target log loss {target:.4f} (floor + {eps})\n")
-    print("| mode | time to target (s) | vs bsp | run time (s) | final test log loss |")
-    print("|---|---|---|---|---|")
-    for name, hit, total, test in rows:
+    print("| mode | time to target (s) | vs bsp | run time (s) | final test log loss "
+          "| step compute / comm (ms, median) |")
+    print("|---|---|---|---|---|---|")
+    for name, hit, total, test, med in rows:
+        base = hits.get("bsp" + (name[name.index("-"):] if "-" in name else ""))
         speed = f"{base / hit:.2f}x" if hit and base else "-"
         reached = f"{hit:.2f}" if hit is not None else "not reached"
         tl = f"{test:.4f}" if test is not None else "-"
-        print(f"| {name} | {reached} | {speed} | {total:.2f} | {tl} |")
+        split = f"{med[0]:.3f} / {med[1]:.3f}" if med else "-"
+        print(f"| {name} | {reached} | {speed} | {total:.2f} | {tl} | {split} |")
     svg(curves, target, out)
     print(f"\nplot: {out}")
 

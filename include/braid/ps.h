@@ -15,10 +15,12 @@
 // connection proves the job secret (comm/store/auth.h) before any frame is
 // read, then says which worker it is (a worker id is taken once). One dead
 // or misbehaving connection ends only itself: the server keeps serving the
-// others. Frames (src/ps/wire.h) carry one key range each; every length is
-// checked against the server's own shapes before anything is allocated or
-// read; a bad frame gets an error reply (when the socket still takes one)
-// and the connection is dropped.
+// others. Frames (src/ps/wire.h) carry one key range each; with R = 1 a
+// request's frames to one server travel as one batch frame (Worker::step:
+// a training step is one frame per server). Every length is checked
+// against the server's own shapes before anything is allocated or read; a
+// bad frame gets an error reply (when the socket still takes one) and the
+// connection is dropped.
 //
 // Consistency (one option for the whole job). A worker's clock is the round
 // it is computing. Pushes of round c go to round c's buffer; a worker's last
@@ -279,6 +281,28 @@ struct KeyData {
   float* data = nullptr;
 };
 
+// One training step's requests, made together by Worker::step: with R = 1
+// each server gets them as ONE frame (a batch), so a step costs one round
+// trip per server instead of one per request.
+struct StepRequest {
+  // When push_round: round `clock`'s training sums go to server 0 (as
+  // report), then `grads` are pushed advancing the clock (as push with
+  // advance).
+  bool push_round = false;
+  int64_t clock = 0;
+  std::vector<KeyData> grads;
+  double sums[3] = {0, 0, 0};  // loss sum, rows, correct
+  // Then `pull` is pulled for a worker at `pull_clock` (as pull); none when
+  // empty.
+  std::vector<KeyData> pull;
+  int64_t pull_clock = 0;
+  // Then, when stats, every server's counters are read (as stats(s,
+  // stats_round, stats_wait && s == 0)).
+  bool stats = false;
+  int64_t stats_round = -1;
+  bool stats_wait = false;
+};
+
 // The client side: one authenticated connection per server. Calls on one
 // Worker run in the order made; the async forms return at once and run on
 // the worker's I/O thread; requests to different servers are in flight
@@ -303,6 +327,10 @@ class Worker {
   // push (advancing the clock), then pull for clock + 1.
   int64_t push_pull(const std::vector<KeyData>& grads, const std::vector<KeyData>& out,
                     int64_t clock);
+  // The requests of `r`, in its order, as one exchange (StepRequest). Returns
+  // the clock the pull was assigned (pull_clock without a pull); fills
+  // `stats` (one per server) when r.stats.
+  int64_t step(const StepRequest& r, std::vector<ServerStats>* stats = nullptr);
   Handle push_async(std::vector<KeyData> grads, int64_t clock, bool advance);
   Handle pull_async(std::vector<KeyData> out, int64_t clock, int64_t* assigned = nullptr);
 

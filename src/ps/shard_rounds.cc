@@ -11,9 +11,59 @@ namespace braid::ps {
 
 using wire::Header;
 
+// The element-wise sum of `parts` in their order, each sparse row once.
+// Every element is summed as 0 + parts[0] + parts[1] + ... (a part's
+// repeated rows in arrival order), so the result is the same whatever
+// order the rows came in. Sparse rows are merged by a sort of (row,
+// arrival) rather than a map per row: a round is thousands of rows.
+ShardState::Contribution ShardState::summed(const std::vector<const Contribution*>& parts) const {
+  Contribution sum;
+  for (const Contribution* c : parts)
+    for (const auto& [k, g] : c->dense) {
+      auto& acc = sum.dense[k];
+      if (acc.empty()) acc.assign(g.size(), 0.0f);
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+    }
+  // (row, arrival, gradient): sorted by row then arrival, a row's pushes
+  // are summed in arrival order.
+  struct Entry {
+    int64_t row;
+    size_t seq;
+    const float* g;
+    bool operator<(const Entry& o) const { return row != o.row ? row < o.row : seq < o.seq; }
+  };
+  std::map<KeyId, std::vector<Entry>> by_key;
+  for (const Contribution* c : parts)
+    for (const auto& [k, sg] : c->sparse) {
+      const size_t width = size_t(layout_.key(k).width);
+      auto& v = by_key[k];
+      for (size_t r = 0; r < sg.rows.size(); ++r)
+        v.push_back({sg.rows[r], v.size(), sg.g.data() + r * width});
+    }
+  for (auto& [k, v] : by_key) {
+    const size_t width = size_t(layout_.key(k).width);
+    if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
+    SparseGrad& out = sum.sparse[k];
+    out.rows.reserve(v.size());
+    out.g.reserve(v.size() * width);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i == 0 || v[i].row != v[i - 1].row) {
+        out.rows.push_back(v[i].row);
+        out.g.resize(out.g.size() + width, 0.0f);
+      }
+      float* acc = out.g.data() + out.g.size() - width;
+      for (size_t j = 0; j < width; ++j) acc[j] += v[i].g[j];
+    }
+  }
+  return sum;
+}
+
 void ShardState::apply_now(const Header& h, const uint8_t* payload) {
   Contribution c;
   add_push(c, h, payload);
+  // One frame is one key: a dense slice is its own sum; rows are merged
+  // (a push may name a row twice).
+  if (!c.sparse.empty()) c = summed({&c});
   apply(c, 1, h.clock);  // lr of the pushing worker's clock
   st_.pushes_accepted += 1;
 }
@@ -79,25 +129,10 @@ void ShardState::try_close() {
     rounds_.erase(it);
     // The sum in worker order, then the folded late pushes: a round's
     // result does not depend on the order pushes arrived in.
-    Contribution sum;
-    int contributors = 0;
-    auto add = [&](const Contribution& c) {
-      for (const auto& [k, g] : c.dense) {
-        auto& acc = sum.dense[k];
-        if (acc.empty()) acc.assign(g.size(), 0.0f);
-        for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-      }
-      for (const auto& [k, rows] : c.sparse)
-        for (const auto& [row, g] : rows) {
-          auto& acc = sum.sparse[k][row];
-          if (acc.empty()) acc.assign(g.size(), 0.0f);
-          for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-        }
-    };
+    std::vector<const Contribution*> parts;
     for (int w = 0; w < W_; ++w) {
       if (rd.clocked[size_t(w)]) {
-        add(rd.by_worker[size_t(w)]);
-        ++contributors;
+        parts.push_back(&rd.by_worker[size_t(w)]);
         ++contributed_[size_t(w)];
       } else if (!rd.by_worker[size_t(w)].empty()) {
         // Pushed but not clocked when K others closed the round: late,
@@ -105,10 +140,9 @@ void ShardState::try_close() {
         late(std::move(rd.by_worker[size_t(w)]), closed_ + 1);
       }
     }
-    for (const Contribution& c : rd.folded) {
-      add(c);
-      ++contributors;
-    }
+    for (const Contribution& c : rd.folded) parts.push_back(&c);
+    const int contributors = int(parts.size());
+    const Contribution sum = summed(parts);
     apply(sum, contributors, closed_);
     ++closed_;
     st_.rounds_closed = closed_;
@@ -144,10 +178,11 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
   st_.max_read_lead = std::max(st_.max_read_lead, c - closed_);
   reply.clock = opt_.consistency == Consistency::kRoundK ? std::max(c, closed_) : c;
   const KeySpec& spec = layout_.key(h.key);
+  const size_t base = out.size();  // the reply is appended (a batch's replies share `out`)
   if (!spec.sparse) {
     const Dense& d = dense_[h.key];
-    out.resize(h.count * 4);
-    std::memcpy(out.data(), d.w.data() + (h.offset - uint64_t(d.begin)), h.count * 4);
+    out.resize(base + h.count * 4);
+    std::memcpy(out.data() + base, d.w.data() + (h.offset - uint64_t(d.begin)), h.count * 4);
     return;
   }
   std::vector<int64_t> rows(h.count);
@@ -157,8 +192,8 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
       throw Error(Errc::kInvalidArgument, where(h) + ": row " + std::to_string(r) +
                                               " of key '" + spec.name +
                                               "' is not on this server");
-  out.resize(h.count * uint64_t(spec.width) * 4);
-  float* o = reinterpret_cast<float*>(out.data());
+  out.resize(base + h.count * uint64_t(spec.width) * 4);
+  float* o = reinterpret_cast<float*>(out.data() + base);
   st_.pulls_owner += int64_t(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     if (hot_) hot_->count(h.key, rows[i]);
@@ -171,17 +206,32 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
 void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
                         std::vector<uint8_t>& out, int64_t deadline_ns) {
   std::unique_lock<std::mutex> lk(mu_);
+  out.clear();
+  if (h.op != wire::kBatch) {
+    handle_locked(h, payload, reply, out, lk, deadline_ns);
+    return;
+  }
   reply = h;
   reply.op = uint16_t(h.op | wire::kReply);
   reply.status = 0;
-  out.clear();
+  handle_batch(h, payload, out, lk, deadline_ns);
+  reply.payload = out.size();
+}
+
+void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& reply,
+                               std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                               int64_t deadline_ns) {
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  reply.payload = 0;
+  const size_t base = out.size();
   const int w = int(h.worker);
   if (wire::is_write(h.op)) {
     // A worker's writes reach a shard in request-id order (ps/chain.h), so
     // an id not above the last one applied is a re-send: applied already.
     if (h.req <= last_write_[size_t(w)]) {
       st_.writes_duplicate += 1;
-      reply.payload = 0;
       return;
     }
   }
@@ -234,7 +284,9 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
         s.report_correct = it->second.sums[2];
         s.report_workers = it->second.workers;
       }
-      wire::encode_stats(s, out);
+      std::vector<uint8_t> enc;
+      wire::encode_stats(s, enc);
+      out.insert(out.end(), enc.begin(), enc.end());
       break;
     }
     case wire::kBye:
@@ -245,7 +297,7 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
       throw Error(Errc::kProtocol, where(h) + ": unknown op");
   }
   if (wire::is_write(h.op)) last_write_[size_t(w)] = h.req;
-  reply.payload = out.size();
+  reply.payload = out.size() - base;
 }
 
 }  // namespace braid::ps

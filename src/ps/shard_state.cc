@@ -92,6 +92,7 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
     case wire::kStats:
     case wire::kBye: return 0;
     case wire::kReport: return 3 * sizeof(double);
+    case wire::kBatch: return batch_payload(h, w);
     case wire::kPush:
     case wire::kPull: break;
     default: bad("unknown op " + std::to_string(h.op));
@@ -243,12 +244,9 @@ void ShardState::add_push(Contribution& c, const Header& h, const uint8_t* paylo
   }
   std::vector<int64_t> rows = frame_rows(layout_, opt_.rank, h, payload, where(h));
   const float* g = reinterpret_cast<const float*>(payload + h.count * 8);
-  auto& table = c.sparse[h.key];
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::vector<float>& acc = table[rows[i]];
-    if (acc.empty()) acc.assign(size_t(spec.width), 0.0f);
-    for (int64_t j = 0; j < spec.width; ++j) acc[size_t(j)] += g[i * size_t(spec.width) + size_t(j)];
-  }
+  SparseGrad& table = c.sparse[h.key];
+  table.rows.insert(table.rows.end(), rows.begin(), rows.end());
+  table.g.insert(table.g.end(), g, g + rows.size() * size_t(spec.width));
 }
 
 ShardState::Round& ShardState::round(int64_t r) {
@@ -271,15 +269,16 @@ void ShardState::apply(const Contribution& sum, int contributors, int64_t r) {
     apply_update(opt_.rule, d.w.data(), mean.data(), d.state.data(), int64_t(g.size()), lr, ++d.t,
                  layout_.key(k).decay);
   }
-  for (const auto& [k, rows] : sum.sparse) {
+  for (const auto& [k, sg] : sum.sparse) {
     Sparse& sp = sparse_[k];
     const int64_t width = layout_.key(k).width;
     const int slots = opt_.rule.slots();
     ++sp.t;
-    for (const auto& [row, g] : rows) {
-      const size_t pos = sparse_row(k, row);
-      mean.resize(g.size());
-      for (size_t i = 0; i < g.size(); ++i) mean[i] = g[i] * inv;
+    mean.resize(size_t(width));
+    for (size_t r = 0; r < sg.rows.size(); ++r) {
+      const size_t pos = sparse_row(k, sg.rows[r]);
+      const float* g = sg.g.data() + r * size_t(width);
+      for (size_t i = 0; i < size_t(width); ++i) mean[i] = g[i] * inv;
       // A row's slots lie together, slot-major over its width.
       float* state = sp.state.data() + pos * size_t(width * slots);
       apply_update(opt_.rule, sp.w.data() + pos * size_t(width), mean.data(), state, width, lr,

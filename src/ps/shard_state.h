@@ -44,6 +44,7 @@ class ShardState {
   uint64_t expected_payload(const wire::Header& h, int w) const;
   // Runs a validated frame; fills the reply's payload (and header clock).
   // May wait until `deadline_ns`. Throws as expected_payload, or kTimeout.
+  // A kBatch runs its sub-frames in order (shard_batch.cc).
   void handle(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
               std::vector<uint8_t>& out, int64_t deadline_ns);
 
@@ -82,10 +83,17 @@ class ShardState {
     std::vector<float> w, state;                // by position
     int64_t t = 0;
   };
+  // One sparse key's gradients: rows in arrival order (a row may repeat),
+  // `width` floats each in `g`. Flat, so a push of n rows costs a few
+  // allocations, not 2n.
+  struct SparseGrad {
+    std::vector<int64_t> rows;
+    std::vector<float> g;
+  };
   // One contribution: gradients by key (dense: the slice; sparse: by row).
   struct Contribution {
     std::map<KeyId, std::vector<float>> dense;
-    std::map<KeyId, std::map<int64_t, std::vector<float>>> sparse;
+    std::map<KeyId, SparseGrad> sparse;
     bool empty() const { return dense.empty() && sparse.empty(); }
   };
   struct Round {
@@ -96,6 +104,16 @@ class ShardState {
   };
 
   std::string where(const wire::Header& h) const;
+  // handle's body for one non-batch frame, under mu_; APPENDS its reply
+  // payload to `out` and sets reply.payload to that payload's length.
+  void handle_locked(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
+                     std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                     int64_t deadline_ns);
+  // kBatch (shard_batch.cc): the payload bound checked before it is read,
+  // and the run of its sub-frames.
+  uint64_t batch_payload(const wire::Header& h, int w) const;
+  void handle_batch(const wire::Header& h, const uint8_t* payload, std::vector<uint8_t>& out,
+                    std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
   ServerStats snapshot_locked() const;
   size_t sparse_row(KeyId k, int64_t row);  // creates on first touch
   Round& round(int64_t r);
@@ -105,6 +123,7 @@ class ShardState {
   void clock(int w, int64_t r);
   void late(Contribution&& c, int64_t into);  // counts; folds into round `into`
   void try_close();
+  Contribution summed(const std::vector<const Contribution*>& parts) const;
   void apply(const Contribution& sum, int contributors, int64_t round);
   void pull(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
             std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);

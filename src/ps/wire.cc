@@ -1,7 +1,11 @@
 // Frame I/O for the parameter server (layout and rules in wire.h).
 #include "ps/wire.h"
 
+#include <sys/socket.h>
 #include <sys/uio.h>
+
+#include <cerrno>
+#include <climits>
 
 #include <algorithm>
 #include <cstring>
@@ -23,6 +27,7 @@ const char* op_name(uint16_t op) {
     case kHotPull: return "hot pull";
     case kHotSet: return "hot set";
     case kBye: return "bye";
+    case kBatch: return "batch";
     default: return "unknown op";
   }
 }
@@ -49,9 +54,37 @@ void send_frame_parts(int fd, const Header& h,
     throw Error(Errc::kInternal, std::string(what) + ": frame payload " +
                                      std::to_string(h.payload) + " != parts " +
                                      std::to_string(total));
-  comm::write_full(fd, &h, sizeof h, deadline_ns, what);
+  std::vector<iovec> iov;
+  iov.reserve(parts.size() + 1);
+  iov.push_back({const_cast<Header*>(&h), sizeof h});
   for (auto& p : parts)
-    if (p.second) comm::write_full(fd, p.first, p.second, deadline_ns, what);
+    if (p.second) iov.push_back({const_cast<void*>(p.first), p.second});
+  write_gather(fd, iov, deadline_ns, what);
+}
+
+void write_gather(int fd, std::vector<iovec>& iov, int64_t deadline_ns, const char* what) {
+  size_t at = 0;
+  while (at < iov.size()) {
+    msghdr m{};
+    m.msg_iov = iov.data() + at;
+    m.msg_iovlen = std::min<size_t>(iov.size() - at, IOV_MAX);
+    ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      // Blocked (a full socket buffer) or failed: write_full sends this
+      // part waiting up to the deadline, or throws naming the failure (a
+      // closed peer is kPeerDied); then gathering goes on.
+      comm::write_full(fd, iov[at].iov_base, iov[at].iov_len, deadline_ns, what);
+      ++at;
+      continue;
+    }
+    size_t n = size_t(w);
+    while (at < iov.size() && n >= iov[at].iov_len) n -= iov[at++].iov_len;
+    if (n) {
+      iov[at].iov_base = static_cast<uint8_t*>(iov[at].iov_base) + n;
+      iov[at].iov_len -= n;
+    }
+  }
 }
 
 Header recv_header(int fd, int64_t deadline_ns, const char* what) {

@@ -17,6 +17,8 @@
 // connections, so a chain replica can detect a re-sent write.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -48,6 +50,15 @@ enum Op : uint16_t {
   kHotPush = 8,
   kHotPull = 9,
   kHotSet = 10,
+  // Several requests of one worker to one server in one frame (replicas 1):
+  // `count` sub-frames, the payload their concatenation, each a header and
+  // its payload as if sent alone. The server runs them in order under one
+  // lock; the reply's payload is their replies, concatenated the same way.
+  // Sub-frames are push, pull, clock, report or stats; a failing one fails
+  // the whole batch (those before it stay applied, as separate frames
+  // would). Why: a training step is tens of key ranges per server, and a
+  // frame each made a step a few hundred syscalls and thread wake-ups.
+  kBatch = 11,
   kReply = 0x80,
 };
 
@@ -56,6 +67,12 @@ enum Op : uint16_t {
 // kHot (on hello): the connection comes from a peer server and carries
 // its hot-key refreshes.
 enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4, kHot = 8, kWaitOthers = 16 };
+
+// The most sub-frames one kBatch may carry.
+constexpr uint64_t kMaxBatchFrames = 4096;
+inline bool batchable(uint16_t op) {
+  return op == kPush || op == kPull || op == kClock || op == kReport || op == kStats;
+}
 
 // Writes change a shard's state and travel down its chain (head to tail);
 // every other op after hello is a read, served by the tail.
@@ -85,9 +102,12 @@ const char* op_name(uint16_t op);
 // magic; the caller checks the rest before reading the payload.
 void send_frame(int fd, const Header& h, const void* payload, int64_t deadline_ns,
                 const char* what);
-// Sends header, then the parts in order; h.payload must equal their total.
+// Sends header, then the parts in order (gathered: a few syscalls for many
+// parts); h.payload must equal their total.
 void send_frame_parts(int fd, const Header& h, const std::vector<std::pair<const void*, size_t>>& parts,
                       int64_t deadline_ns, const char* what);
+// Sends every byte `iov` names, in order (it is consumed).
+void write_gather(int fd, std::vector<iovec>& iov, int64_t deadline_ns, const char* what);
 Header recv_header(int fd, int64_t deadline_ns, const char* what);
 void recv_payload(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what);
 

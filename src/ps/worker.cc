@@ -45,14 +45,57 @@ bool Handle::test() {
 void Worker::Impl::io_loop() {
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
-    cv.wait(lk, [&] { return stopping || !queue.empty(); });
+    cv.wait(lk, [&] { return stopping || (!queue.empty() && !busy); });
     if (queue.empty()) return;
     auto work = std::move(queue.front());
     queue.pop_front();
+    busy = true;
     lk.unlock();
     work();
     lk.lock();
+    busy = false;
+    cv.notify_all();
   }
+}
+
+void Worker::Impl::run_request(const std::function<void()>& work) {
+  try {
+    if (!broken.empty())
+      throw Error(Errc::kPeerDied, "parameter-server worker " + std::to_string(opt.rank) +
+                                       " is unusable after an earlier error: " + broken);
+    work();
+  } catch (const Error& e) {
+    if (broken.empty()) broken = e.what();
+    throw;
+  }
+}
+
+// A blocking call runs on the caller's thread when no request is queued or
+// running, which saves two thread hand-offs per call; otherwise it takes its
+// turn on the I/O thread, so requests still run in the order made. `busy`
+// keeps the two threads from running requests at once.
+void Worker::Impl::run_sync(std::vector<Frame>& frames) {
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    if (busy || !queue.empty()) {
+      lk.unlock();
+      submit([this, &frames] { exchange(frames); }).wait();
+      return;
+    }
+    busy = true;
+  }
+  auto idle = [this] {
+    std::lock_guard<std::mutex> lk(mu);
+    busy = false;
+    cv.notify_all();
+  };
+  try {
+    run_request([&] { exchange(frames); });
+  } catch (...) {
+    idle();
+    throw;
+  }
+  idle();
 }
 
 Handle Worker::Impl::submit(std::function<void()> work) {
@@ -62,13 +105,7 @@ Handle Worker::Impl::submit(std::function<void()> work) {
     queue.push_back([this, st, work = std::move(work)] {
       std::exception_ptr err;
       try {
-        if (!broken.empty())
-          throw Error(Errc::kPeerDied, "parameter-server worker " + std::to_string(opt.rank) +
-                                           " is unusable after an earlier error: " + broken);
-        work();
-      } catch (const Error& e) {
-        if (broken.empty()) broken = e.what();
-        err = std::current_exception();
+        run_request(work);
       } catch (...) {
         err = std::current_exception();
       }
@@ -133,13 +170,15 @@ Handle Worker::pull_async(std::vector<KeyData> out, int64_t clock, int64_t* assi
 }
 
 void Worker::push(const std::vector<KeyData>& grads, int64_t clock, bool advance) {
-  push_async(grads, clock, advance).wait();
+  std::vector<Frame> frames = impl_->push_frames(grads, clock, advance);
+  impl_->run_sync(frames);
 }
 
 int64_t Worker::pull(const std::vector<KeyData>& out, int64_t clock) {
-  int64_t assigned = clock;
-  pull_async(out, clock, &assigned).wait();
-  return assigned;
+  int64_t a = INT64_MAX;
+  std::vector<Frame> frames = impl_->pull_frames(out, clock, &a);
+  impl_->run_sync(frames);
+  return a == INT64_MAX ? clock : a;
 }
 
 int64_t Worker::push_pull(const std::vector<KeyData>& grads, const std::vector<KeyData>& out,
@@ -148,19 +187,62 @@ int64_t Worker::push_pull(const std::vector<KeyData>& grads, const std::vector<K
   auto a = std::make_shared<int64_t>(INT64_MAX);
   auto frames = std::make_shared<std::vector<Frame>>(impl_->push_frames(grads, clock, true));
   for (Frame& f : impl_->pull_frames(out, clock + 1, a.get())) frames->push_back(std::move(f));
-  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  impl_->run_sync(*frames);
   return *a == INT64_MAX ? clock + 1 : *a;
 }
 
-void Worker::report(int64_t clock, double loss_sum, double rows, double correct) {
-  auto frames = std::make_shared<std::vector<Frame>>(1);
-  Frame& f = frames->front();
-  f.h = impl_->header(wire::kReport, 0);
+Frame Worker::Impl::report_frame(int64_t clock, const double sums[3]) {
+  Frame f;
+  f.h = header(wire::kReport, 0);
   f.h.clock = clock;
+  f.own.assign(reinterpret_cast<const uint8_t*>(sums),
+               reinterpret_cast<const uint8_t*>(sums) + 3 * sizeof(double));
+  f.h.payload = 3 * sizeof(double);
+  return f;
+}
+
+Frame Worker::Impl::stats_frame(int s, int64_t round, uint16_t flags, std::vector<uint8_t>* into) {
+  BRAID_CHECK_ARG(s >= 0 && s < layout.servers(),
+                  "stats of server " + std::to_string(s) + " outside 0.." +
+                      std::to_string(layout.servers() - 1));
+  Frame f;
+  f.server = s;
+  f.h = header(wire::kStats, s);
+  f.h.clock = round;
+  if (flags != wire::kWaitRound || round >= 0) f.h.flags |= flags;
+  f.reply_into = into;
+  return f;
+}
+
+void Worker::report(int64_t clock, double loss_sum, double rows, double correct) {
   const double v[3] = {loss_sum, rows, correct};
-  f.own.assign(reinterpret_cast<const uint8_t*>(v), reinterpret_cast<const uint8_t*>(v) + sizeof v);
-  f.h.payload = sizeof v;
-  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  auto frames = std::make_shared<std::vector<Frame>>();
+  frames->push_back(impl_->report_frame(clock, v));
+  impl_->run_sync(*frames);
+}
+
+int64_t Worker::step(const StepRequest& r, std::vector<ServerStats>* stats) {
+  Impl& m = *impl_;
+  const int S = m.layout.servers();
+  auto a = std::make_shared<int64_t>(INT64_MAX);
+  auto frames = std::make_shared<std::vector<Frame>>();
+  auto payloads = std::make_shared<std::vector<std::vector<uint8_t>>>(size_t(S));
+  if (r.push_round) {
+    frames->push_back(m.report_frame(r.clock, r.sums));
+    for (Frame& f : m.push_frames(r.grads, r.clock, true)) frames->push_back(std::move(f));
+  }
+  for (Frame& f : m.pull_frames(r.pull, r.pull_clock, a.get())) frames->push_back(std::move(f));
+  if (r.stats)
+    for (int s = 0; s < S; ++s)
+      frames->push_back(m.stats_frame(s, r.stats_round,
+                                      r.stats_wait && s == 0 ? wire::kWaitRound : 0,
+                                      &(*payloads)[size_t(s)]));
+  m.run_sync(*frames);
+  if (r.stats && stats) {
+    stats->clear();
+    for (int s = 0; s < S; ++s) stats->push_back(wire::decode_stats((*payloads)[size_t(s)]));
+  }
+  return *a == INT64_MAX ? r.pull_clock : *a;
 }
 
 ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
@@ -170,18 +252,10 @@ ServerStats Worker::stats(int s, int64_t round, bool wait_round) {
 ServerStats Worker::final_stats(int s) { return impl_->stats(s, -1, wire::kWaitOthers); }
 
 ServerStats Worker::Impl::stats(int s, int64_t round, uint16_t flags) {
-  BRAID_CHECK_ARG(s >= 0 && s < layout.servers(),
-                  "stats of server " + std::to_string(s) + " outside 0.." +
-                      std::to_string(layout.servers() - 1));
-  auto frames = std::make_shared<std::vector<Frame>>(1);
   auto payload = std::make_shared<std::vector<uint8_t>>();
-  Frame& f = frames->front();
-  f.server = s;
-  f.h = header(wire::kStats, s);
-  f.h.clock = round;
-  if (flags != wire::kWaitRound || round >= 0) f.h.flags |= flags;
-  f.reply_into = payload.get();
-  submit([this, frames] { exchange(*frames); }).wait();
+  auto frames = std::make_shared<std::vector<Frame>>();
+  frames->push_back(stats_frame(s, round, flags, payload.get()));
+  run_sync(*frames);
   return wire::decode_stats(*payload);
 }
 
@@ -195,7 +269,7 @@ int64_t Worker::refresh_hot() {
     f.h = impl_->header(wire::kHotSet, s);
     f.reply_into = &(*payloads)[size_t(s)];
   }
-  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  impl_->run_sync(*frames);
   std::set<std::pair<KeyId, int64_t>> hot;
   for (int s = 0; s < S; ++s) {
     const std::vector<uint8_t>& p = (*payloads)[size_t(s)];
@@ -232,7 +306,7 @@ void Worker::finish() {
     f.h = impl_->header(wire::kBye, s);
     frames->push_back(std::move(f));
   }
-  impl_->submit([this, frames] { impl_->exchange(*frames); }).wait();
+  impl_->run_sync(*frames);
 }
 
 }  // namespace braid::ps

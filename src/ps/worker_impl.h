@@ -56,6 +56,7 @@ struct Worker::Impl {
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+  bool busy = false;  // a request is running (on either thread)
   std::thread io;
 
   Impl(const Layout& l, const WorkerOptions& o, std::shared_ptr<Store> st)
@@ -84,13 +85,24 @@ struct Worker::Impl {
     return h;
   }
   void exchange(std::vector<Frame>& frames);
+  // exchange with replicas 1 (worker_batch.cc): a connection's frames go
+  // as batches.
+  void exchange_batched(std::vector<Frame>& frames, int64_t deadline);
   // One frame per server slice of dense key kd.key (header fields only).
   std::vector<Frame> dense_frames(const KeyData& kd, uint16_t op);
   std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);
   std::vector<Frame> pull_frames(const std::vector<KeyData>& out, int64_t clock, int64_t* assigned);
   Handle submit(std::function<void()> work);
+  // Runs `frames`' exchange and returns when it is done (worker.cc).
+  void run_sync(std::vector<Frame>& frames);
+  // Runs one request, refused after an earlier failure; records the first
+  // failure (after one the connections' framing is unknown).
+  void run_request(const std::function<void()>& work);
   // One stats frame to server s with the kStats `flags` (wire.h).
   ServerStats stats(int s, int64_t round, uint16_t flags);
+  // The frames of report() and stats(); a stats reply lands in `into`.
+  Frame report_frame(int64_t clock, const double sums[3]);
+  Frame stats_frame(int s, int64_t round, uint16_t flags, std::vector<uint8_t>* into);
   void io_loop();
 };
 

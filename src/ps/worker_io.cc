@@ -89,6 +89,10 @@ bool connection_lost(const Error& e) {
 // park, so a pass over writes always completes or loses a server.
 void Worker::Impl::exchange(std::vector<Frame>& frames) {
   const int64_t deadline = wire::deadline_after(opt.timeout);
+  if (view.replicas() == 1) {
+    exchange_batched(frames, deadline);
+    return;
+  }
   int64_t lost_at = 0;
   std::vector<float> tmp;
   const bool split = view.replicas() > 1;

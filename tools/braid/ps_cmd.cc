@@ -9,34 +9,45 @@
 // launch::Supervisor, meeting through a private file store; under braid run
 // / torchrun / mpirun / srun it joins the job (whose size must match).
 //
-// A worker's step at clock c: pull every parameter for clock c (the server
-// decides how long that waits; under k-of-n it answers with the open round,
-// which becomes c), forward/backward its shard of global batch c, report
-// its loss sums to server 0, push its gradients (dlrm: the tables' touched rows) (scaled by W: the trainer
-// gives each rank its share of the global mean, the server averages) with
-// the clock flag. The optimizer runs on the servers (ps.h).
+// A worker's step at clock c: forward/backward its shard of global batch c
+// with the parameters pulled for c, then ONE exchange with the servers
+// (ps::Worker::step, one frame per server): report its loss sums to server
+// 0, push its gradients (dlrm: the tables' touched rows; scaled by W: the
+// trainer gives each rank its share of the global mean, the server
+// averages) with the clock flag, and pull for clock c + 1 every dense
+// parameter and the table rows batch c + 1 names (the server decides how
+// long that waits; under k-of-n it answers with the open round, which
+// becomes the next clock, and a straggler pulls that batch's rows again).
+// The optimizer runs on the servers (ps.h). Why one exchange: a step of
+// this size is a fraction of a millisecond of compute, so each round trip
+// to the servers is a large share of it.
 //
 // Worker 0 writes the JSON log: braid train's step fields, where `loss` is
 // over the global batch in BSP and k-of-n (the workers that made the round)
 // and over the reports in so far under ASP/SSP (`loss_workers` says how
 // many), plus `clock`, the server-0 `clocks` of every worker read right after
 // this worker's pull (`clock_spread` = max − min), `time` (seconds since
-// the worker started, after the step) and `read_lead` (the
-// largest lead over the slowest worker any pull was served with; SSP keeps it
-// <= s), pushes accepted / late /
-// dropped / folded over all servers, and each server's requests and bytes,
-// their rates since the last step, and the sparse rows it served as owner
-// and from hot copies (ps_load.h; the done record adds the windows before
-// and after the first hot-set refresh).
+// the worker started, after the step), `compute_s` (the step's forward and
+// backward, a --slow-worker's sleep included) and `exchange_s` (its
+// exchange, waits for the round included), `read_lead` (the largest lead
+// over the slowest worker any pull was served with; SSP keeps it <= s),
+// pushes accepted / late / dropped / folded over all servers, and each
+// server's requests and bytes, their rates since the last step, and the
+// sparse rows it served as owner and from hot copies (ps_load.h; the done
+// record adds the windows before and after the first hot-set refresh). Its
+// counters ride on the step's exchange (read after its pull), so logging
+// adds no round trip.
 //
 // --hot-keys: workers call refresh_hot every --hot-every steps, right after
-// their pull. --save-dir: the servers save their shards at round closes
+// their pull, and then pull that step's rows again (hot ones from
+// replicas). --save-dir: the servers save their shards at round closes
 // (braid/ps_checkpoint.h); --resume: every rank finds the same step
 // directory, the servers start from it and the workers at its round.
 //
 // With --replicas R >= 2 a dedicated server may die and the job goes on;
 // --kill-server injects such a death and the log says what the fail-over
-// took and lost (ps_faults.h).
+// took and lost (ps_faults.h). With chains the push is its own request, so
+// the fail-over time measured around it is the push's alone.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -75,20 +86,18 @@ std::vector<ps::KeyData> key_data(const std::vector<nn::Parameter*>& params, boo
   return out;
 }
 
-// The worker's StepHooks: no local optimizer; after the step, report the
-// sums and push the gradients with the clock flag. A dlrm worker pulls the
-// rows its micro-batch names before the forward.
+// The worker's StepHooks: no local optimizer, no I/O inside the step.
+// After the step the gradients are scaled for the push and the sums kept;
+// the loop sends both with its next pull (one exchange per step).
 struct PsHooks : nn::StepHooks {
-  ps::Worker* worker = nullptr;
-  PsTrainer* trainer = nullptr;
   SparseTables* sparse = nullptr;
-  FailoverProbe* faults = nullptr;
   int workers = 1;
-  int64_t clock = 0;
   // --slow-worker: this worker's compute takes `slow` times as long. The
   // extra time is spent before the push, so its gradient arrives late (as a
   // straggler's does), and asleep, so it leaves the core to the others.
   double slow = 1, step_t0 = 0;
+  std::vector<ps::KeyData> grads;  // the step's push: dense keys, then touched rows
+  double sums[3] = {0, 0, 0};      // the step's loss sum, rows, correct
   void begin_step(int64_t, const std::vector<nn::Parameter*>& ps) override {
     step_t0 = now_s();
     // The tables' dense gradients are off (their touched rows are pushed
@@ -98,24 +107,18 @@ struct PsHooks : nn::StepHooks {
     for (size_t k = 0; k < ps.size(); ++k)
       if (!sparse->is_table(k)) ps[k]->grad.zero();
   }
-  void before_forward(size_t unit) override {
-    if (unit == 0) sparse->pull_rows(*worker, trainer->batch_input(), clock);
-  }
   void optimizer_step(nn::Optimizer&, const std::vector<nn::Parameter*>&, float) override {}
   void after_step(nn::StepState& st) override {
     if (slow > 1)
       std::this_thread::sleep_for(std::chrono::duration<double>((slow - 1) * (now_s() - step_t0)));
-    worker->report(clock, st.sums[0], st.sums[1], st.sums[2]);
+    std::copy(st.sums, st.sums + 3, sums);
     for (size_t k = 0; k < params.size(); ++k) {
       if (sparse->is_table(k)) continue;
       float* g = params[k]->grad.f32();
       for (int64_t i = 0; i < params[k]->size(); ++i) g[i] *= float(workers);
     }
-    std::vector<ps::KeyData> grads = key_data(params, true, *sparse);
+    grads = key_data(params, true, *sparse);
     sparse->add_push(grads, float(workers));
-    faults->before_push(clock);
-    worker->push(grads, clock, true);
-    faults->after_push(clock);
   }
   std::vector<nn::Parameter*> params;
 };
@@ -197,11 +200,8 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   PsTrainer trainer(*setup.model, *setup.train, *setup.opt, setup.sched, setup.opts);
   if (setup.loss) trainer.set_loss(*setup.loss);
   PsHooks hooks;
-  hooks.worker = &worker;
-  hooks.trainer = &trainer;
   hooks.sparse = &sparse;
   FailoverProbe faults(job, f, w, setup.steps);
-  hooks.faults = &faults;
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -221,46 +221,103 @@ int run_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::La
   StepReporter report(f, start, setup.steps, std::min<int64_t>(20, (setup.steps - start) / 5),
                       logger);
   LoadMeter load(start + f.hot_every);
-  double last_loss = 0;
-  int64_t clock = start, taken = 0;
-  const double t0 = now_s();
-  while (clock < setup.steps) {
-    clock = worker.pull(pull_all, clock);
-    if (clock >= setup.steps) break;
-    // Under BSP exactly `clock` rounds are closed on every server now, so
-    // every worker learns the same hot set.
-    if (f.hot_keys && clock > start && (clock - start) % f.hot_every == 0) worker.refresh_hot();
-    nlohmann::json rec;
-    if (jlog.is_open()) {
-      const ps::ServerStats s0 = worker.stats(0);
-      const auto [lo, hi] = std::minmax_element(s0.clocks.begin(), s0.clocks.end());
-      rec = {{"clock", clock}, {"clocks", s0.clocks}, {"clock_spread", *hi - *lo},
-             {"read_lead", s0.max_read_lead}};
+  const bool wait_round = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
+  // --hot-keys: the steps whose rows are pulled after a hot-set refresh.
+  auto refresh_at = [&](int64_t c) {
+    return f.hot_keys && c < setup.steps && c > start && (c - start) % f.hot_every == 0;
+  };
+  // The pull for clock c: the dense keys and the rows batch c names (at a
+  // refresh step, pulled after the refresh instead).
+  auto add_pull = [&](ps::StepRequest& r, int64_t c) {
+    r.pull = pull_all;
+    r.pull_clock = c;
+    if (!sparse.empty() && !refresh_at(c)) sparse.add_pull(r.pull, trainer.input_of(c));
+  };
+  // Runs r; `stats` gets the servers' counters (the logger asks, after the
+  // pull). Under k-of-n a straggler's pull may be assigned a later (open)
+  // round, whose batch names other rows: those are pulled again for it.
+  std::vector<ps::ServerStats> stats;
+  auto exchange = [&](ps::StepRequest& r) {
+    int64_t got = worker.step(r, &stats);
+    while (!sparse.empty() && !r.pull.empty() && got != r.pull_clock && got < setup.steps) {
+      r.push_round = false;
+      add_pull(r, got);
+      got = worker.step(r, &stats);
     }
-    hooks.clock = clock;
+    if (!r.pull.empty()) sparse.store_pulled();
+    return got;
+  };
+  const double t0 = now_s();
+  ps::StepRequest first;
+  first.stats = logger;
+  add_pull(first, start);
+  int64_t clock = exchange(first), taken = 0;
+  double last_loss = 0;
+  while (clock < setup.steps) {
+    // Server 0's counters right after this step's pull.
+    const ps::ServerStats at_pull = logger ? stats.at(0) : ps::ServerStats{};
     trainer.set_next_step(clock);
+    const double t_compute = now_s();
     nn::StepStats st = trainer.step();
+    const double compute_s = now_s() - t_compute;
     ++taken;
+    ps::StepRequest r;
+    r.push_round = true;
+    r.clock = clock;
+    r.grads = std::move(hooks.grads);
+    std::copy(hooks.sums, hooks.sums + 3, r.sums);
+    r.pull_clock = clock + 1;
+    if (clock + 1 < setup.steps) add_pull(r, clock + 1);
+    r.stats = logger;
+    r.stats_round = clock;
+    r.stats_wait = wait_round;
+    const double t_exchange = now_s();
+    faults.before_push(clock);
+    if (f.replicas > 1) {
+      ps::StepRequest push = r;
+      push.pull.clear();
+      push.stats = false;
+      worker.step(push);
+      r.push_round = false;
+      faults.after_push(clock);
+    }
+    const int64_t next = exchange(r);
+    if (f.replicas == 1) faults.after_push(clock);
+    // Under BSP exactly `next` rounds are closed on every server now, so
+    // every worker learns the same hot set; batch next's rows are then
+    // pulled, the hot ones from replicas.
+    if (refresh_at(next)) {
+      worker.refresh_hot();
+      ps::StepRequest rows;
+      rows.pull_clock = next;
+      sparse.add_pull(rows.pull, trainer.input_of(next));
+      worker.step(rows);
+      sparse.store_pulled();
+    }
     if (logger) {
-      const bool wait = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
-      std::vector<ps::ServerStats> all;
-      for (int s = 0; s < f.servers; ++s) all.push_back(worker.stats(s, clock, wait && s == 0));
       const nlohmann::json local = st.loss;
-      if (all[0].report_rows > 0) st.loss = all[0].report_loss / all[0].report_rows;
+      if (stats[0].report_rows > 0) st.loss = stats[0].report_loss / stats[0].report_rows;
       last_loss = st.loss;
       report.after_step(clock, st);
       if (jlog.is_open()) {
+        const auto [lo, hi] = std::minmax_element(at_pull.clocks.begin(), at_pull.clocks.end());
+        nlohmann::json rec = {{"clock", clock},
+                              {"clocks", at_pull.clocks},
+                              {"clock_spread", *hi - *lo},
+                              {"read_lead", at_pull.max_read_lead}};
         rec.update(step_record(st));
         rec["time"] = now_s() - t0;
-        rec.update(load_fields(all));
-        rec.update(load.sample(clock, rec["time"], all));
-        rec["loss_workers"] = all[0].report_workers;
+        rec["compute_s"] = compute_s;
+        rec["exchange_s"] = now_s() - t_exchange;
+        rec.update(load_fields(stats));
+        rec.update(load.sample(clock, rec["time"], stats));
+        rec["loss_workers"] = stats[0].report_workers;
         rec["worker_loss"] = local;
         rec.update(faults.step_fields(clock));
         jlog << rec.dump() << '\n';
       }
     }
-    ++clock;
+    clock = next;
   }
   faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {

@@ -1,8 +1,8 @@
 // braid ps train dlrm: the DLRM model's embedding tables as sparse keys of
-// the parameter servers (ps_train.h). A worker's step at clock c pulls the
-// dense keys (ps_cmd.cc), then, once its micro-batch is gathered, only the
-// table rows that batch names; backward leaves each table's gradient as
-// rows (EmbeddingBag::touched_rows / row_grads), and those rows alone are
+// the parameter servers (ps_train.h). A worker's pull for clock c carries
+// the dense keys and only the table rows batch c names (ps_cmd.cc);
+// backward leaves each table's gradient as rows
+// (EmbeddingBag::touched_rows / row_grads), and those rows alone are
 // pushed. A row a batch does not name is neither read nor written.
 #include <algorithm>
 #include <cstring>
@@ -26,7 +26,7 @@ SparseTables::SparseTables(nn::Module& model, const std::vector<nn::Parameter*>&
     const auto it = std::find(params.begin(), params.end(), &bag.weight());
     BRAID_CHECK_ARG(it != params.end(), "braid ps: table " + std::to_string(f) +
                                             " is not among the model's parameters");
-    tables_.push_back({size_t(it - params.begin()), &bag, {}, {}});
+    tables_.push_back({size_t(it - params.begin()), &bag, {}, {}, {}});
   }
 }
 
@@ -55,13 +55,17 @@ void SparseTables::init_row(ps::KeyId key, int64_t row, float* out) const {
   std::memcpy(out, p->data.f32() + row * width, size_t(width) * sizeof(float));
 }
 
-void SparseTables::pull(ps::Worker& worker, int64_t clock) {
-  std::vector<ps::KeyData> req;
+void SparseTables::add_rows_pull(std::vector<ps::KeyData>& out) {
+  pending_ = true;
   for (Table& t : tables_) {
     t.buf.resize(t.rows.size() * size_t(t.bag->dim()));
-    if (!t.rows.empty()) req.push_back({ps::KeyId(t.key), t.rows, t.buf.data()});
+    if (!t.rows.empty()) out.push_back({ps::KeyId(t.key), t.rows, t.buf.data()});
   }
-  if (!req.empty()) worker.pull(req, clock);
+}
+
+void SparseTables::store_pulled() {
+  if (!pending_) return;
+  pending_ = false;
   for (Table& t : tables_) {
     float* w = t.bag->weight().data.f32();
     const size_t dim = size_t(t.bag->dim());
@@ -70,7 +74,7 @@ void SparseTables::pull(ps::Worker& worker, int64_t clock) {
   }
 }
 
-void SparseTables::pull_rows(ps::Worker& worker, const Tensor& x, int64_t clock) {
+void SparseTables::add_pull(std::vector<ps::KeyData>& out, const Tensor& x) {
   if (tables_.empty()) return;
   const int64_t B = x.shape().at(0), width = x.shape().at(1);
   const float* in = x.f32();
@@ -87,7 +91,7 @@ void SparseTables::pull_rows(ps::Worker& worker, const Tensor& x, int64_t clock)
     std::sort(t.rows.begin(), t.rows.end());
     t.rows.erase(std::unique(t.rows.begin(), t.rows.end()), t.rows.end());
   }
-  pull(worker, clock);
+  add_rows_pull(out);
 }
 
 void SparseTables::pull_all(ps::Worker& worker, int64_t clock) {
@@ -95,7 +99,10 @@ void SparseTables::pull_all(ps::Worker& worker, int64_t clock) {
     t.rows.resize(size_t(t.bag->rows()));
     for (size_t r = 0; r < t.rows.size(); ++r) t.rows[r] = int64_t(r);
   }
-  pull(worker, clock);
+  std::vector<ps::KeyData> req;
+  add_rows_pull(req);
+  if (!req.empty()) worker.pull(req, clock);
+  store_pulled();
 }
 
 void SparseTables::add_push(std::vector<ps::KeyData>& out, float scale) {
@@ -103,9 +110,9 @@ void SparseTables::add_push(std::vector<ps::KeyData>& out, float scale) {
     const std::vector<int64_t>& rows = t.bag->touched_rows();
     if (rows.empty()) continue;
     const Tensor& g = t.bag->row_grads();
-    t.buf.assign(g.f32(), g.f32() + g.numel());
-    for (float& v : t.buf) v *= scale;
-    out.push_back({ps::KeyId(t.key), rows, t.buf.data()});
+    t.grads.assign(g.f32(), g.f32() + g.numel());
+    for (float& v : t.grads) v *= scale;
+    out.push_back({ps::KeyId(t.key), rows, t.grads.data()});
   }
 }
 

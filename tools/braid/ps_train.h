@@ -38,18 +38,28 @@ struct Job {
   std::string secret;
 };
 
-// A Trainer whose hooks may read the micro-batch it is about to run (a
-// parameter-server worker pulls the embedding rows that batch names).
+// A Trainer that can gather any step's input ahead of running it (a
+// parameter-server worker pulls the embedding rows the next batch names
+// together with its push of this step's gradients).
 class PsTrainer : public nn::Trainer {
  public:
   using nn::Trainer::Trainer;
-  const Tensor& batch_input() const { return x_; }
+  // This rank's input rows of step `step`, as step() will gather them.
+  const Tensor& input_of(int64_t step) {
+    sampler_.shard(step, ahead_);
+    data_.gather(ahead_.data(), int64_t(ahead_.size()), ahead_x_, ahead_y_);
+    return ahead_x_;
+  }
+
+ private:
+  std::vector<int64_t> ahead_;
+  Tensor ahead_x_, ahead_y_;
 };
 
 // The embedding tables of a DLRM model as sparse keys (rows by id); every
 // other parameter stays a dense key. Key id = position in the model's
-// parameter list. A worker pulls, before its forward, only the rows its
-// micro-batch names and pushes, after backward, only the rows it touched
+// parameter list. A worker pulls, before a step, only the rows its batch
+// names and pushes, after backward, only the rows it touched
 // (EmbeddingBag's sparse gradient; the tables' dense gradients are off).
 // A model without tables (mlp) has none, and everything below is a no-op.
 class SparseTables {
@@ -65,8 +75,13 @@ class SparseTables {
   // A table row's initial value (the servers' init_sparse): the model's own.
   void init_row(ps::KeyId key, int64_t row, float* out) const;
 
-  // Worker: pulls the rows micro-batch `x` names into the tables.
-  void pull_rows(ps::Worker& worker, const Tensor& x, int64_t clock);
+  bool empty() const { return tables_.empty(); }
+  // Worker: appends to `out` a pull of the rows batch input `x` names, into
+  // buffers that stay valid until the next add_pull; store_pulled then
+  // writes them into the tables (once: later calls do nothing until the
+  // next add_pull).
+  void add_pull(std::vector<ps::KeyData>& out, const Tensor& x);
+  void store_pulled();
   // Worker: every row of every table (before evaluating the whole model).
   void pull_all(ps::Worker& worker, int64_t clock);
   // Worker: appends the touched rows' gradients times `scale` to `out`;
@@ -78,12 +93,14 @@ class SparseTables {
     size_t key = 0;
     nn::EmbeddingBag* bag = nullptr;
     std::vector<int64_t> rows;  // scratch: rows of the pull in flight
-    std::vector<float> buf;     // scratch: pulled rows / scaled gradients
+    std::vector<float> buf;     // scratch: the pulled rows
+    std::vector<float> grads;   // scratch: scaled gradients of the push in flight
   };
   std::vector<Table> tables_;
   std::vector<nn::Parameter*> params_;
   int64_t dense_ = 0, bag_ = 0;  // the input row's layout (dlrm.h)
-  void pull(ps::Worker& worker, int64_t clock);
+  bool pending_ = false;         // rows pulled and not stored yet
+  void add_rows_pull(std::vector<ps::KeyData>& out);
 };
 
 // braid ps bench (ps_bench.cc): argv[0] is "bench".
