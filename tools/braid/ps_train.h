@@ -103,6 +103,12 @@ class SparseTables {
   void add_rows_pull(std::vector<ps::KeyData>& out);
 };
 
+// One rank of a `braid ps train` job (ps_cmd.cc): a worker, a server or
+// both, as the placement says.
+int run_ps_rank(const Job& job, PsFlags f);
+// --slow-worker RANK:FACTOR; {-1, 1} when empty. Throws kInvalidArgument.
+std::pair<int, double> parse_slow(const std::string& s);
+
 // braid ps bench (ps_bench.cc): argv[0] is "bench".
 int ps_bench_main(int argc, char** argv);
 

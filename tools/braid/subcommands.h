@@ -16,7 +16,7 @@ int bench_probe(Communicator& comm, const std::string& probe_out);
 int train_main(int argc, char** argv);  // train_cmd.cc: braid train
 int env_main(int argc, char** argv);    // env_cmd.cc:   braid env
 int doctor_main(int argc, char** argv); // doctor_cmd.cc: braid doctor (checks: doctor.h)
-int ps_main(int argc, char** argv);     // ps_cmd.cc:    braid ps train
+int ps_main(int argc, char** argv);     // ps_main.cc:   braid ps train
 // train_dp.cc: braid train --dp N (and any rank of a launched job).
 bool dp_requested(int argc, char** argv);
 int train_dp_main(int argc, char** argv);
