@@ -61,9 +61,16 @@
 // flight along a chain; a worker's re-sends keep their ids and order), so a
 // member drops a write whose id is not above the last it applied from that
 // worker (ServerStats::writes_duplicate). With R = 1 the chain is the server
-// alone and nothing changes. A replacement server catching up by state
-// transfer is not built: a chain only shrinks, and a chain whose members
-// all died fails its requests with kPeerDied.
+// alone and nothing changes. A chain whose members all died fails its
+// requests with kPeerDied.
+// Joins (ServerOptions::join, src/ps/chain_join.h): a replacement server,
+// under a fresh id from replacement_id, joins a shard's chain as its new
+// tail. The current tail pauses the shard's writes (holds its forwarding
+// lock), streams the shard's full state to it, records the join in the
+// store (a new epoch) and resumes: every write it acknowledged before is in
+// the copy, every later one is forwarded to the new tail and acknowledged
+// only after it. Servers answer with their epoch; a worker that sees a
+// newer one re-reads the view and reads from the new tail.
 // Hot keys (ServerOptions::hot_keys; BSP or SSP, R = 1). Every server
 // counts the pulls of each sparse row it owns. At each round close it adds
 // to its hot set the rows whose count is at least 8× the mean count over the
@@ -185,7 +192,16 @@ struct ServerOptions {
   std::string save_dir, resume_from;
   int64_t save_every = 0, save_last = 0;
   std::map<std::string, std::string> checkpoint_meta;
+  // Joining (needs replicas >= 2): the shards whose chains this server
+  // joins as their new tail, one after another, before the constructor
+  // returns; `rank` is then its id from replacement_id (>= the layout's
+  // server count), and `init` only shapes the state the transfer replaces.
+  std::vector<int> join;
 };
+
+// A fresh id for a replacement server of a job of `servers` servers: >=
+// servers, unique in the job (a counter in the store), never reused.
+int replacement_id(Store& store, int servers);
 
 // Counters of one server (Server::stats, Worker::stats).
 struct ServerStats {
@@ -234,6 +250,11 @@ class Server {
   // Blocks until every worker has said goodbye (Worker::finish) or
   // `timeout` passes (Error(kTimeout) naming the missing workers).
   void wait_finished(std::chrono::milliseconds timeout);
+  // The shards it keeps a replica of, and one's full state written to
+  // `path` as a join's state transfer carries it (shard_transfer.cc), for
+  // comparing replicas.
+  std::vector<int> shards() const;
+  void save_state(int shard, const std::string& path) const;
 
   struct Impl;
 

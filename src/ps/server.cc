@@ -16,21 +16,15 @@
 // per shard in flight, so members apply writes in the head's order and a
 // member that loses its successor re-sends just that one write to the next
 // live member (which drops it if it has it: request ids, shard_state.h).
+// The same mutex pauses a shard's writes while its tail hands the shard to
+// a joining server (chain_join.h).
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <list>
-#include <map>
-#include <mutex>
-#include <thread>
-
 #include "braid/log.h"
 #include "comm/store/auth.h"
-#include "ps/chain.h"
-#include "ps/hot_keys.h"
-#include "ps/hot_sender.h"
-#include "ps/shard_state.h"
+#include "ps/chain_join.h"
+#include "ps/server_impl.h"
 #include "ps/socket.h"
 
 namespace braid::ps {
@@ -38,76 +32,13 @@ namespace braid::ps {
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr int kPollMs = 100;
-// Bounds a refresh frame's allocation before its entries are checked.
-constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 bool connection_lost(const Error& e) {
   return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
 }
 }  // namespace
 
-struct Server::Impl {
-  ServerOptions opt;
-  std::shared_ptr<Store> store;
-  ChainView view;
-  struct Shard {
-    int id = 0;
-    std::unique_ptr<ShardState> state;
-    std::mutex fwd_mu;  // held over apply + forward + ack (top comment)
-    int next = -1, next_fd = -1;
-  };
-  std::map<int, std::unique_ptr<Shard>> shards;
-  int listen_fd = -1;
-  int port = 0;
-  std::atomic<bool> stopping{false};
-  std::thread acceptor;
-  std::mutex mu;
-  struct Conn {
-    int fd = -1;
-    std::thread thread;
-  };
-  std::list<Conn> conns;
-
-  Impl(const Layout& layout, const ServerOptions& o, std::shared_ptr<Store> st,
-       const std::vector<std::vector<float>>& init,
-       std::function<void(KeyId, int64_t, float*)> init_sparse)
-      : opt(o), store(std::move(st)), view(layout.servers(), o.replicas, store) {
-    BRAID_CHECK_ARG(o.rank >= 0 && o.rank < layout.servers(),
-                    "server rank " + std::to_string(o.rank) + " outside 0.." +
-                        std::to_string(layout.servers() - 1));
-    for (int s : view.shards_of(o.rank)) {
-      ServerOptions so = o;
-      so.rank = s;
-      if (s != o.rank) so.save_dir.clear();  // saved by its home server (ps_checkpoint.h)
-      auto sh = std::make_unique<Shard>();
-      sh->id = s;
-      sh->state = std::make_unique<ShardState>(layout, so, init, init_sparse);
-      shards[s] = std::move(sh);
-    }
-    if (o.hot_keys) {
-      replicas = std::make_unique<HotReplicas>(layout, o);
-      sender = std::make_unique<HotSender>(o, layout.servers(), store);
-      own().set_hot_sink([this](int64_t round, uint64_t rows, std::vector<uint8_t> p) {
-        sender->enqueue(round, rows, std::move(p));
-      });
-    }
-  }
-  ShardState& own() { return *shards.at(opt.rank)->state; }
-
-  void accept_loop();
-  void serve(int fd);
-  void reject(int fd, ShardState& st, const wire::Header& h, const Error& e);
-  Shard& hello(const wire::Header& h);
-  void check_role(const Shard& sh, const wire::Header& h, bool chain_conn);
-  void forward(Shard& sh, const wire::Header& h, const uint8_t* payload, int64_t deadline);
-  int connect_successor(int succ, int shard, int64_t deadline);
-  // Hot keys: copies of other shards' hot rows, and the refresh sender.
-  std::unique_ptr<HotReplicas> replicas;
-  std::unique_ptr<HotSender> sender;
-  void serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
-                 std::vector<uint8_t>& in, wire::Header& reply, std::vector<uint8_t>& out,
-                 int64_t deadline);
-};
+// Server::Impl: ps/server_impl.h.
 
 void Server::Impl::accept_loop() {
   while (!stopping) {
@@ -157,7 +88,14 @@ void Server::Impl::check_role(const Shard& sh, const wire::Header& h, bool chain
                                        ": a chain connection carries only writes");
     return;
   }
-  auto role_ok = [&] { return (write ? view.head(sh.id) : view.tail(sh.id)) == opt.rank; };
+  // A read routed by a view older than this server's may reach a former tail
+  // (a join appended a new one): it still holds every acknowledged write,
+  // as acks pass through it, so it serves the read; the reply's newer epoch
+  // moves the worker to the new tail.
+  auto role_ok = [&] {
+    return (write ? view.head(sh.id) : view.tail(sh.id)) == opt.rank ||
+           (!write && h.epoch < view.epoch() && view.member(sh.id, opt.rank));
+  };
   if (h.epoch > view.epoch() || !role_ok()) view.refresh();
   if (!role_ok())
     throw Error(Errc::kInvalidArgument,
@@ -171,43 +109,6 @@ int Server::Impl::connect_successor(int succ, int shard, int64_t deadline) {
   return connect_peer(*store, opt, succ, shard, wire::kChain, deadline,
                       "parameter server " + std::to_string(opt.rank) + ", shard " +
                           std::to_string(shard) + ": successor " + std::to_string(succ));
-}
-
-// Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
-// hot pulls and hot-set queries from a worker's.
-void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
-                             std::vector<uint8_t>& in, wire::Header& reply,
-                             std::vector<uint8_t>& out, int64_t deadline) {
-  const std::string name = "parameter server " + std::to_string(opt.rank);
-  BRAID_CHECK_ARG(replicas != nullptr, name + ": " + wire::op_name(h.op) +
-                                           " but hot keys are off on this server");
-  BRAID_CHECK_ARG(hot_conn == (h.op == wire::kHotPush),
-                  name + ": " + wire::op_name(h.op) + " on the wrong kind of connection");
-  reply = h;
-  reply.op = uint16_t(h.op | wire::kReply);
-  reply.status = 0;
-  out.clear();
-  if (h.op == wire::kHotPush) {
-    if (h.payload > kMaxHotPayload)
-      throw Error(Errc::kProtocol, name + ": hot-key refresh of " + std::to_string(h.payload) +
-                                       " bytes");
-    in.resize(h.payload);
-    wire::recv_payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
-    replicas->refresh(h, in);
-  } else if (h.op == wire::kHotPull) {
-    const uint64_t n = replicas->expected_payload(h);
-    if (h.payload != n)
-      throw Error(Errc::kProtocol, name + ": hot pull carries " + std::to_string(h.payload) +
-                                       " bytes, expected " + std::to_string(n));
-    in.resize(n);
-    wire::recv_payload(fd, in.data(), n, deadline, "parameter server: hot pull");
-    replicas->pull(h, in.data(), reply, out, deadline);
-    own().count_replica_pulls(int64_t(h.count));
-  } else {
-    if (h.payload != 0) throw Error(Errc::kProtocol, name + ": hot-set request with a payload");
-    sh.state->hot_set(out);
-  }
-  reply.payload = out.size();
 }
 
 void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payload,
@@ -258,7 +159,7 @@ void Server::Impl::serve(int fd) {
   }
   int worker = -1;
   Shard* sh = nullptr;
-  bool chain_conn = false, hot_conn = false;
+  bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
   std::vector<uint8_t> in, out;
   while (!stopping) {
     if (!wait_readable(fd, kPollMs)) continue;
@@ -279,7 +180,8 @@ void Server::Impl::serve(int fd) {
         target = s.state.get();
         chain_conn = (h.flags & wire::kChain) != 0;
         hot_conn = (h.flags & wire::kHot) != 0;
-        if (!chain_conn && !hot_conn) {
+        join_conn = (h.flags & wire::kJoinConn) != 0;
+        if (!chain_conn && !hot_conn && !join_conn) {
           s.state->expected_payload(h, -1);
           s.state->attach(int(h.worker));
           worker = int(h.worker);
@@ -288,6 +190,12 @@ void Server::Impl::serve(int fd) {
         reply = h;
         reply.op = uint16_t(h.op | wire::kReply);
         out.clear();
+      } else if (join_conn || h.op == wire::kJoin) {
+        if (!join_conn || h.op != wire::kJoin || h.key != uint32_t(sh->id))
+          throw Error(Errc::kProtocol,
+                      name + ": a join connection carries only a join of its hello's shard");
+        send_shard_state(fd, h, *sh->state, sh->fwd_mu, view, opt.rank, deadline);
+        joined = true;  // the whole exchange is done: close the connection
       } else if (h.op == wire::kHotPush || h.op == wire::kHotPull || h.op == wire::kHotSet) {
         serve_hot(fd, h, hot_conn, *sh, in, reply, out, deadline);
       } else {
@@ -315,6 +223,8 @@ void Server::Impl::serve(int fd) {
       reject(fd, *target, h, e);
       break;
     }
+    if (joined) break;
+    reply.epoch = view.epoch();  // a worker behind it re-reads the view
     try {
       wire::send_frame(fd, reply, out.data(), deadline, "parameter server: reply");
     } catch (const Error&) {
@@ -334,27 +244,37 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
   store->set_str("ps/server/" + std::to_string(opt.rank),
                  opt.bind_host + ":" + std::to_string(impl_->port));
+  try {
+    // Listening first: a shard's old tail forwards writes here once it
+    // has recorded the join.
+    for (int s : opt.join) join_chain(s, *impl_->shards.at(s)->state, impl_->view, *store, opt);
+  } catch (...) {
+    impl_->shutdown();
+    throw;
+  }
 }
 
-Server::~Server() {
-  impl_->stopping = true;
-  for (auto& [id, sh] : impl_->shards) sh->state->stop();
-  if (impl_->replicas) impl_->replicas->stop();
-  if (impl_->acceptor.joinable()) impl_->acceptor.join();
-  std::list<Impl::Conn> conns;
+void Server::Impl::shutdown() {
+  stopping = true;
+  for (auto& [id, sh] : shards) sh->state->stop();
+  if (replicas) replicas->stop();
+  if (acceptor.joinable()) acceptor.join();
+  std::list<Impl::Conn> cs;
   {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    conns.swap(impl_->conns);
+    std::lock_guard<std::mutex> lk(mu);
+    cs.swap(conns);
   }
-  for (auto& c : conns) ::shutdown(c.fd, SHUT_RDWR);
-  for (auto& c : conns) {
+  for (auto& c : cs) ::shutdown(c.fd, SHUT_RDWR);
+  for (auto& c : cs) {
     if (c.thread.joinable()) c.thread.join();
     ::close(c.fd);
   }
-  for (auto& [id, sh] : impl_->shards)
+  for (auto& [id, sh] : shards)
     if (sh->next_fd >= 0) ::close(sh->next_fd);
-  ::close(impl_->listen_fd);
+  ::close(listen_fd);
 }
+
+Server::~Server() { impl_->shutdown(); }
 
 int Server::port() const { return impl_->port; }
 ServerStats Server::stats() const { return impl_->own().stats(); }
@@ -365,6 +285,20 @@ ServerStats Server::shard_stats(int shard) const {
                       std::to_string(shard));
   return it->second->state->stats();
 }
+std::vector<int> Server::shards() const {
+  std::vector<int> out;
+  for (const auto& [id, sh] : impl_->shards) out.push_back(id);
+  return out;
+}
+
+void Server::save_state(int shard, const std::string& path) const {
+  auto it = impl_->shards.find(shard);
+  BRAID_CHECK_ARG(it != impl_->shards.end(), "parameter server " + std::to_string(impl_->opt.rank) +
+                                                  " keeps no replica of shard " +
+                                                  std::to_string(shard));
+  it->second->state->transfer_out(path);
+}
+
 void Server::wait_finished(std::chrono::milliseconds timeout) {
   for (auto& [id, sh] : impl_->shards) sh->state->wait_finished(timeout);
 }

@@ -80,6 +80,18 @@ void ShardState::save_locked() {
   const bool due = (opt_.save_every > 0 && closed_ % opt_.save_every == 0) ||
                    (opt_.save_last > 0 && closed_ == opt_.save_last);
   if (opt_.save_dir.empty() || !due) return;
+  std::vector<std::vector<int64_t>> rows;
+  const Checkpoint ck = checkpoint_locked(rows);
+  const std::string dir = step_dir_path(opt_.save_dir, closed_);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(Errc::kIo, "parameter server " + std::to_string(opt_.rank) +
+                               ": creating checkpoint directory " + dir + ": " + ec.message());
+  save_checkpoint(shard_file(dir, opt_.rank), ck);
+}
+
+Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows) const {
   Checkpoint ck;
   ck.meta = opt_.checkpoint_meta;
   const int slots = opt_.rule.slots();
@@ -93,7 +105,7 @@ void ShardState::save_locked() {
   ck.meta["ps/keys"] = std::to_string(layout_.size());
   ck.meta["ps/updates_applied"] = std::to_string(st_.updates_applied);
   // Sparse rows in position order (the index maps row -> position).
-  std::vector<std::vector<int64_t>> rows(layout_.size());
+  rows.assign(layout_.size(), {});
   for (KeyId k = 0; k < layout_.size(); ++k) {
     const KeySpec& spec = layout_.key(k);
     if (!spec.sparse) {
@@ -121,18 +133,15 @@ void ShardState::save_locked() {
     ck.tensors[p + "/w"] = view_of(sp.w.data(), {n, spec.width});
     if (slots > 0) ck.tensors[p + "/state"] = view_of(sp.state.data(), {n, spec.width * slots});
   }
-  const std::string dir = step_dir_path(opt_.save_dir, closed_);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw Error(Errc::kIo, "parameter server " + std::to_string(opt_.rank) +
-                               ": creating checkpoint directory " + dir + ": " + ec.message());
-  save_checkpoint(shard_file(dir, opt_.rank), ck);
+  return ck;
 }
 
 void ShardState::restore(const std::string& step_dir) {
   const std::string path = shard_file(step_dir, opt_.rank);
-  const Checkpoint ck = load_checkpoint(path);
+  restore_checkpoint(load_checkpoint(path), path);
+}
+
+void ShardState::restore_checkpoint(const Checkpoint& ck, const std::string& path) {
   const Reader rd{ck, path};
   rd.expect("ps/format", 1, "format version");
   rd.expect("ps/servers", layout_.servers(), "server count (re-sharding is not supported)");

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "braid/checkpoint.h"
 #include "braid/ps.h"
 #include "ps/hot_keys.h"
 #include "ps/wire.h"
@@ -72,6 +73,14 @@ class ShardState {
   void save_locked();
   void restore(const std::string& step_dir);
 
+  // State transfer to a server joining the shard's chain (chain_join.h):
+  // the checkpoint above plus the live state a checkpoint leaves out
+  // (buffered rounds, clocks, request ids, reports, counters), written to
+  // `path` under the mutex by transfer_out and installed by transfer_in
+  // (shard_transfer.cc). Traffic counters stay each server's own.
+  void transfer_out(const std::string& path) const;
+  void transfer_in(const std::string& path);
+
  private:
   struct Dense {
     int64_t begin = 0, end = 0;
@@ -104,6 +113,12 @@ class ShardState {
   };
 
   std::string where(const wire::Header& h) const;
+  // The shard as a checkpoint of views into it (valid while the mutex is
+  // held; `rows` holds the sparse row ids), and its inverse.
+  Checkpoint checkpoint_locked(std::vector<std::vector<int64_t>>& rows) const;
+  void restore_checkpoint(const Checkpoint& ck, const std::string& path);
+  void add_live_locked(Checkpoint& ck) const;
+  void restore_live(const Checkpoint& ck, const std::string& path);
   // handle's body for one non-batch frame, under mu_; APPENDS its reply
   // payload to `out` and sets reply.payload to that payload's length.
   void handle_locked(const wire::Header& h, const uint8_t* payload, wire::Header& reply,

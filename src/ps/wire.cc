@@ -28,6 +28,7 @@ const char* op_name(uint16_t op) {
     case kHotSet: return "hot set";
     case kBye: return "bye";
     case kBatch: return "batch";
+    case kJoin: return "join";
     default: return "unknown op";
   }
 }

@@ -59,6 +59,11 @@ enum Op : uint16_t {
   // would). Why: a training step is tens of key ranges per server, and a
   // frame each made a step a few hundred syscalls and thread wake-ups.
   kBatch = 11,
+  // On a kJoinConn connection only (chain_join.h): a joining server (id in
+  // `worker`) asks the shard's tail for the shard's state, the reply's
+  // payload; then, flagged kCommit, confirms it installed it, and the tail
+  // records the join before replying.
+  kJoin = 12,
   kReply = 0x80,
 };
 
@@ -66,7 +71,17 @@ enum Op : uint16_t {
 // its chain; its frames are forwarded writes that name any worker.
 // kHot (on hello): the connection comes from a peer server and carries
 // its hot-key refreshes.
-enum Flags : uint16_t { kAdvance = 1, kWaitRound = 2, kChain = 4, kHot = 8, kWaitOthers = 16 };
+// kJoinConn (on hello): the connection comes from a server joining the
+// shard's chain and carries its kJoin frames.
+enum Flags : uint16_t {
+  kAdvance = 1,
+  kWaitRound = 2,
+  kChain = 4,
+  kHot = 8,
+  kWaitOthers = 16,
+  kJoinConn = 32,
+  kCommit = 64,
+};
 
 // The most sub-frames one kBatch may carry.
 constexpr uint64_t kMaxBatchFrames = 4096;

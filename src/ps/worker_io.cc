@@ -144,6 +144,7 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
         continue;
       }
       if (r.status != 0) wire::throw_reply(r, msg, w);
+      if (r.epoch > view.epoch()) view.refresh();  // e.g. a join: reads move to the new tail
       f.done = true;
       count_ack(f);
     }

@@ -19,12 +19,16 @@
 
 #include "braid/error.h"
 #include "braid/ps.h"
+#include "chain_test_util.h"
 #include "support/multiproc.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace ps = braid::ps;
+using braid::testing::ps_chain::decode;
+using braid::testing::ps_chain::encode;
+using braid::testing::ps_chain::gradient;
 
 const std::string kSecret = "ps-chain-secret-0123456789";
 constexpr int kServers = 3, kWorkers = 2, kSteps = 24, kKillAt = 9;
@@ -42,31 +46,6 @@ std::vector<std::vector<float>> init_values() {
   for (size_t k = 0; k < init.size(); ++k)
     for (size_t i = 0; i < init[k].size(); ++i) init[k][i] = 0.1f * float(i) - 0.3f * float(k);
   return init;
-}
-
-// Worker w's gradient at round c depends on the parameters it pulled, so a
-// lost, doubled or reordered update changes every later round.
-void gradient(int w, int64_t c, const std::vector<std::vector<float>>& p,
-              std::vector<std::vector<float>>& g) {
-  for (size_t k = 0; k < p.size(); ++k)
-    for (size_t i = 0; i < p[k].size(); ++i)
-      g[k][i] = p[k][i] * p[k][i] - float(w + 1) * 0.5f + 0.01f * float(c) + 0.05f * float(i);
-}
-
-std::string encode(const std::vector<int64_t>& v) {
-  std::string s;
-  for (int64_t x : v) s += std::to_string(x) + " ";
-  return s;
-}
-std::vector<int64_t> decode(const std::string& s) {
-  std::vector<int64_t> v;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t end = s.find(' ', pos);
-    v.push_back(std::stoll(s.substr(pos, end - pos)));
-    pos = end + 1;
-  }
-  return v;
 }
 
 void run_server(int s, int replicas, int victim, std::shared_ptr<braid::Store> store) {

@@ -1,0 +1,53 @@
+// A server joining a shard's chain as its new tail, by state transfer.
+// Private to src/ps.
+//
+// The joiner (ServerOptions::join; an id >= S from replacement_id) listens
+// and publishes its address first, then for each shard s:
+//   1. connects to s's current tail (kJoinConn hello) and sends kJoin;
+//   2. the tail takes the shard's forwarding lock, the one every write holds
+//      while it is applied, forwarded and acknowledged (server.cc), checks it
+//      is still the tail, and replies with the shard's full state
+//      (ShardState::transfer_out: the shard checkpoint plus its live state);
+//   3. the joiner installs it (transfer_in) and sends kJoin|kCommit;
+//   4. the tail records the join in the store (ChainView::commit_join: a new
+//      epoch, the joiner appended as tail), replies, and releases the lock.
+// Writes pause at the tail from step 2 to step 4: they are not lost but
+// wait for the lock (their senders wait for the ack within their deadline).
+// Why no acknowledged write is lost: a write is acknowledged only after the
+// tail applied it under the lock, so every write acknowledged before step 2
+// is in the copy; every write the tail applies after step 4 finds the
+// joiner as its successor and is forwarded there, and acknowledged only
+// after the joiner's ack. Nothing is applied at the tail between 2 and 4.
+// Pausing rather than forwarding the writes that arrive during the copy
+// keeps one write per shard in flight along the chain, which the
+// duplicate-detection of re-sent writes relies on (shard_state.h).
+//
+// Failures: a tail that dies during the transfer is declared dead by the
+// joiner, which retries with the new tail (a tail that committed and then
+// died leaves the joiner in the chain, which it sees and stops). A joiner
+// that dies before step 4 leaves the chain as it was; after step 4 it is a
+// member like any other, declared dead by whoever loses its connection.
+#pragma once
+
+#include <mutex>
+
+#include "braid/ps.h"
+#include "ps/chain.h"
+#include "ps/shard_state.h"
+#include "ps/wire.h"
+
+namespace braid::ps {
+
+// Tail side: runs steps 2 to 4 for the kJoin frame `h` read from `fd`
+// (tail `self` of shard h.key). Throws kInvalidArgument when this server is
+// not the shard's tail or the id is not a fresh replacement's; connection
+// errors as wire.h.
+void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex& fwd_mu,
+                      ChainView& view, int self, int64_t deadline);
+
+// Joiner side: steps 1 and 3 for shard `shard` into `st`, retrying with the
+// next tail while tails die, until `opt.timeout`.
+void join_chain(int shard, ShardState& st, ChainView& view, Store& store,
+                const ServerOptions& opt);
+
+}  // namespace braid::ps

@@ -1,0 +1,48 @@
+// ps::Server: hot-key frames on a server's connections (ps.h "Hot keys").
+#include "ps/server_impl.h"
+
+namespace braid::ps {
+
+namespace {
+// Bounds a refresh frame's allocation before its entries are checked.
+constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
+}  // namespace
+
+// Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
+// hot pulls and hot-set queries from a worker's.
+void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
+                             std::vector<uint8_t>& in, wire::Header& reply,
+                             std::vector<uint8_t>& out, int64_t deadline) {
+  const std::string name = "parameter server " + std::to_string(opt.rank);
+  BRAID_CHECK_ARG(replicas != nullptr, name + ": " + wire::op_name(h.op) +
+                                           " but hot keys are off on this server");
+  BRAID_CHECK_ARG(hot_conn == (h.op == wire::kHotPush),
+                  name + ": " + wire::op_name(h.op) + " on the wrong kind of connection");
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  out.clear();
+  if (h.op == wire::kHotPush) {
+    if (h.payload > kMaxHotPayload)
+      throw Error(Errc::kProtocol, name + ": hot-key refresh of " + std::to_string(h.payload) +
+                                       " bytes");
+    in.resize(h.payload);
+    wire::recv_payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
+    replicas->refresh(h, in);
+  } else if (h.op == wire::kHotPull) {
+    const uint64_t n = replicas->expected_payload(h);
+    if (h.payload != n)
+      throw Error(Errc::kProtocol, name + ": hot pull carries " + std::to_string(h.payload) +
+                                       " bytes, expected " + std::to_string(n));
+    in.resize(n);
+    wire::recv_payload(fd, in.data(), n, deadline, "parameter server: hot pull");
+    replicas->pull(h, in.data(), reply, out, deadline);
+    own().count_replica_pulls(int64_t(h.count));
+  } else {
+    if (h.payload != 0) throw Error(Errc::kProtocol, name + ": hot-set request with a payload");
+    sh.state->hot_set(out);
+  }
+  reply.payload = out.size();
+}
+
+}  // namespace braid::ps
