@@ -93,9 +93,14 @@ void ShardState::add_live_locked(Checkpoint& ck) const {
                                                        st_.writes_duplicate});
   std::string reports;
   for (const auto& [r, rep] : reports_) {
-    reports += std::to_string(r) + ":" + std::to_string(rep.workers);
-    for (double d : rep.sums) reports += ":" + std::to_string(std::bit_cast<uint64_t>(d));
-    reports += " ";
+    reports += std::to_string(r);
+    reports += ':';
+    reports += std::to_string(rep.workers);
+    for (double d : rep.sums) {
+      reports += ':';
+      reports += std::to_string(std::bit_cast<uint64_t>(d));
+    }
+    reports += ' ';
   }
   ck.meta["live/reports"] = reports;
   std::vector<int64_t> rounds;
