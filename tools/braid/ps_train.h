@@ -103,9 +103,12 @@ class SparseTables {
   void add_rows_pull(std::vector<ps::KeyData>& out);
 };
 
-// One rank of a `braid ps train` job (ps_cmd.cc): a worker, a server or
+// One rank of a `braid ps train` job (ps_rank.cc): a worker, a server or
 // both, as the placement says.
 int run_ps_rank(const Job& job, PsFlags f);
+// Worker w's training loop (ps_cmd.cc), from round `start`; rank 0 logs.
+int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
+                  SparseTables& sparse, int64_t start);
 // --slow-worker RANK:FACTOR; {-1, 1} when empty. Throws kInvalidArgument.
 std::pair<int, double> parse_slow(const std::string& s);
 

@@ -1,0 +1,106 @@
+// braid ps train: one rank of the job (run_ps_rank): its server, its
+// worker (ps_cmd.cc), or both.
+//
+// Processes: with --placement dedicated (default) the job has W + S ranks,
+// ranks 0..W-1 workers and W..W+S-1 servers; with --placement colocated it
+// has W ranks and workers 0..S-1 also run a server (S ≤ W; --servers 1 is
+// "rank 0 as server"). Started plainly it forks them under
+// launch::Supervisor, meeting through a private file store; under braid run
+// / torchrun / mpirun / srun it joins the job (whose size must match).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/checkpoint.h"
+#include "braid/error.h"
+#include "braid/ps.h"
+#include "braid/ps_checkpoint.h"
+#include "ps_faults.h"
+#include "ps_train.h"
+#include "train_setup.h"
+
+namespace braid::tool {
+
+namespace {
+
+ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int rank) {
+  ps::ServerOptions o;
+  o.rank = rank;
+  o.workers = f.workers;
+  o.consistency = ps::parse_consistency(f.consistency);
+  o.staleness = f.staleness;
+  o.round_k = f.round_k;
+  o.replicas = f.replicas;
+  o.late = f.late == "fold" ? ps::LatePolicy::kFold : ps::LatePolicy::kDrop;
+  o.rule.kind = ps::parse_update_rule(f.rule.empty() ? f.optimizer : f.rule);
+  o.rule.momentum = o.rule.kind == ps::UpdateRule::kSgd ? float(f.momentum) : 0.0f;
+  o.rule.weight_decay = float(f.weight_decay);
+  if (o.rule.kind == ps::UpdateRule::kAdagrad) o.rule.eps = 1e-10f;
+  o.lr = setup.sched;
+  o.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  o.hot_keys = f.hot_keys;
+  o.hot_max_rows = f.hot_max_rows;
+  o.save_dir = f.save_dir;
+  o.save_every = f.save_every;
+  o.save_last = f.save_dir.empty() ? 0 : setup.steps;
+  o.checkpoint_meta = {{"seed", std::to_string(f.seed)}, {"model", f.model}};
+  return o;
+}
+
+}  // namespace
+
+int run_ps_rank(const Job& job, PsFlags f) {
+  const bool dedicated = f.placement == "dedicated";
+  const int world = dedicated ? f.workers + f.servers : f.workers;
+  if (job.size != world)
+    throw Error(Errc::kInvalidArgument,
+                "braid ps: " + std::to_string(f.workers) + " workers and " +
+                    std::to_string(f.servers) + " servers (" + f.placement + ") need " +
+                    std::to_string(world) + " ranks, the job has " + std::to_string(job.size));
+  const bool is_worker = job.rank < f.workers;
+  const int server = dedicated ? (is_worker ? -1 : job.rank - f.workers)
+                               : (job.rank < f.servers ? job.rank : -1);
+  apply_threads(f, world, job.rank == 0);
+  apply_model_defaults(f);
+  TrainSetup setup = build_setup(f, job.rank == 0);
+  ps::Layout layout(f.servers);
+  std::vector<std::vector<float>> init;
+  SparseTables sparse(*setup.model, setup.model->parameters());
+  sparse.add_keys(layout, init);
+  // --resume: every rank finds the same step directory (nothing writes
+  // one before every worker has pulled, i.e. before all of them read it).
+  int64_t start = 0;
+  std::string resume_dir;
+  if (!f.resume.empty()) {
+    const ps::ResumePoint rp = ps::find_resume_point(f.resume, f.servers);
+    Checkpoint meta;
+    meta.meta = rp.meta;
+    start = resume_step(meta, f.seed, rp.step_dir);
+    BRAID_CHECK_ARG(start < setup.steps, "braid ps: the checkpoint in " + rp.step_dir +
+                                             " is at step " + std::to_string(start) +
+                                             ", --steps " + std::to_string(setup.steps) +
+                                             " leaves nothing to train");
+    resume_dir = rp.step_dir;
+  }
+  std::unique_ptr<ServerFaults> faults;
+  std::unique_ptr<ps::Server> srv;
+  if (server >= 0) {
+    faults = std::make_unique<ServerFaults>(job, f, server);
+    ps::ServerOptions o = server_options(f, setup, server);
+    o.secret = job.secret;
+    o.resume_from = resume_dir;
+    srv = std::make_unique<ps::Server>(
+        layout, o, job.store, init,
+        [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
+  }
+  int rc = 0;
+  if (is_worker) rc = run_ps_worker(job, f, job.rank, setup, layout, sparse, start);
+  // A server lives until every worker has said goodbye; the job's
+  // supervisor or launcher ends it sooner when a rank fails (other than a
+  // server that marked its death survivable, ps_faults.h).
+  if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
+  return rc;
+}
+
+}  // namespace braid::tool
