@@ -123,6 +123,10 @@ class HybridGpt {
   // missing tensor).
   void save(const std::string& path, const nn::Optimizer& opt, int64_t step);
   int64_t load(const std::string& path, nn::Optimizer& opt);
+  // --init-from: this rank's slices of the file's "model/<name>" tensors
+  // (full shapes, as save or a serial --save-init writes them); optimizer
+  // state and step are not read. Errors as load's.
+  void load_weights(const std::string& path);
 
  private:
   friend class HybridTrainer;

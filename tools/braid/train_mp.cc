@@ -106,26 +106,6 @@ struct RankSplit {
   double span_start, span_end, pipe_comm_s, pipe_one_host;
 };
 
-// --init-from: this rank's slices of the checkpoint's "model/<name>"
-// tensors, which hold the serial model's full shapes (what --save-init
-// writes in any layout, or in one process).
-void load_initial_weights(const parallel::HybridGpt& model, const std::string& path) {
-  const Checkpoint ck = load_checkpoint(path);
-  const parallel::Mesh& mesh = model.mesh();
-  for (const parallel::tp::Sharded& s : model.shards()) {
-    const std::string key = "model/" + s.param->name;
-    auto it = ck.tensors.find(key);
-    if (it == ck.tensors.end())
-      throw Error(Errc::kCorrupt, "--init-from " + path + " lacks " + key);
-    if (it->second.shape() != s.full)
-      throw Error(Errc::kCorrupt, "--init-from " + path + ": " + key + " has shape " +
-                                      shape_str(it->second.shape()) + ", the model's is " +
-                                      shape_str(s.full));
-    s.param->data.copy_from(
-        parallel::tp::slice_shard(it->second, s.spec, mesh.coord().tp, mesh.tp_size()));
-  }
-}
-
 // Accumulates one step's bubble over every pipeline copy (dp, tp) from the
 // gathered splits: [idle, ranks × span] (parallel::pipeline_bubble) when
 // each pipeline's ranks share one host's clock; else the record's waits
@@ -186,7 +166,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   }
   nn::Optimizer& opt = *setup.opt;
   // As build_setup in one process: the loaded weights are the ones saved.
-  if (!f.init_from.empty()) load_initial_weights(*model, f.init_from);
+  if (!f.init_from.empty()) model->load_weights(f.init_from);
   if (!f.save_init.empty()) model->save(f.save_init, opt, 0);
   parallel::HybridTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
   if (!f.resume.empty()) trainer.load(f.resume);

@@ -16,6 +16,18 @@ namespace braid::parallel {
 
 namespace {
 
+// This tp rank's slice of `key`, a tensor at the serial model's full shape
+// in `ck` (`what` names the file in errors).
+Tensor rank_slice(const Checkpoint& ck, const std::string& what, const std::string& key,
+                  const tp::Sharded& s, int r, int n) {
+  auto it = ck.tensors.find(key);
+  if (it == ck.tensors.end()) throw Error(Errc::kCorrupt, what + " lacks " + key);
+  if (it->second.shape() != s.full)
+    throw Error(Errc::kCorrupt, what + ": " + key + " has shape " + shape_str(it->second.shape()) +
+                                    ", the model's is " + shape_str(s.full));
+  return tp::slice_shard(it->second, s.spec, r, n);
+}
+
 // Tags of the checkpoint's messages over the pp group; no pipeline
 // transfer is in flight between steps.
 constexpr uint32_t kHeaderTag = 1u << 29;
@@ -124,6 +136,15 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
   mesh_.world()->barrier();
 }
 
+void HybridGpt::load_weights(const std::string& path) {
+  const Checkpoint ck = load_checkpoint(path);
+  const int r = mesh_.coord().tp, n = mesh_.tp_size();
+  for (const tp::Sharded& s : impl_->model->shards()) {
+    const std::string key = "model/" + s.param->name;
+    s.param->data.copy_from(rank_slice(ck, "--init-from " + path, key, s, r, n));
+  }
+}
+
 int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   Impl& m = *impl_;
   const Checkpoint ck = load_checkpoint(path);
@@ -131,16 +152,7 @@ int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   Checkpoint local;
   local.meta = ck.meta;
   for (const tp::Sharded& s : m.model->shards()) {
-    auto slice = [&](const std::string& key) {
-      auto it = ck.tensors.find(key);
-      if (it == ck.tensors.end())
-        throw Error(Errc::kCorrupt, "checkpoint " + path + " lacks " + key);
-      if (it->second.shape() != s.full)
-        throw Error(Errc::kCorrupt, "checkpoint " + path + ": " + key + " has shape " +
-                                        shape_str(it->second.shape()) + ", the model's is " +
-                                        shape_str(s.full));
-      return tp::slice_shard(it->second, s.spec, r, n);
-    };
+    auto slice = [&](const std::string& key) { return rank_slice(ck, "checkpoint " + path, key, s, r, n); };
     local.tensors.insert_or_assign("model/" + s.param->name, slice("model/" + s.param->name));
     for (const std::string& key : optim_keys(ck, s.param->name))
       local.tensors.insert_or_assign(key, slice(key));
