@@ -27,7 +27,7 @@ braid=$build/braid
 rounds=${ROUNDS:-2}
 tmp=$(mktemp -d /tmp/braid_mp_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
+clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
 done_field() {  # FILE KEY: a field of the done record
   python3 -c "import json,sys
 for l in open(sys.argv[1]):
