@@ -29,10 +29,16 @@
 // that never stopped. A shard is saved by its home server only (with
 // chains, after that server died later steps stay incomplete).
 //
-// Resuming needs the same keys (names, sizes), the same server count and
-// the same update rule; anything else is Error(kInvalidArgument) naming the
-// file and the difference. A damaged file is Error(kCorrupt) naming it.
-// Worker count, placement and consistency may change.
+// Resuming needs the same keys (names, sizes) and the same update rule;
+// anything else is Error(kInvalidArgument) naming the file and the
+// difference. A damaged file is Error(kCorrupt) naming it. Worker count,
+// placement and consistency may change, and so may the server count: with
+// S' servers resuming S shards, each server reads every shard file and
+// keeps what its own shard holds under S' (the dense slices' overlaps, the
+// rows row_server gives it, their optimizer state), so the job trains as
+// the saved one would have. A key's update count (Adam's bias correction)
+// becomes the largest among the old shards: they are equal whenever every
+// shard saw a push of that key in every round, as dense keys do.
 #pragma once
 
 #include <cstdint>
@@ -48,16 +54,20 @@ std::string shard_file(const std::string& step_dir, int shard);
 // Where a job resumes.
 struct ResumePoint {
   std::string step_dir;  // holds shard-<s>.ckpt for every s
+  int servers = 0;       // the server count that saved it
   int64_t step = 0;      // rounds closed
   std::map<std::string, std::string> meta;  // shard 0's meta
 };
 
 // `path` is a step directory (it holds shard-0.ckpt) or a save_dir, whose
-// newest complete step directory is taken. Checks that the step directory
-// holds exactly `servers` shards and reads shard 0's meta (verifying that
-// file). Throws Error(kInvalidArgument) naming `path` when there is no
-// complete checkpoint or the server count differs, kCorrupt / kIo as
-// load_checkpoint.
-ResumePoint find_resume_point(const std::string& path, int servers);
+// newest complete step directory is taken: one holding shard-0..shard-(S-1)
+// for the S servers its shard 0 says saved it. Reads shard 0's meta
+// (verifying that file). Throws Error(kInvalidArgument) naming `path` when
+// there is no complete checkpoint, kCorrupt / kIo as load_checkpoint.
+ResumePoint find_resume_point(const std::string& path);
+
+// The number of shard files in `step_dir` when they are shard-0..shard-(S-1);
+// otherwise Error(kInvalidArgument) naming it.
+int shard_files(const std::string& step_dir);
 
 }  // namespace braid::ps

@@ -1,8 +1,10 @@
 // Where parameter-server checkpoints lie and which one a job resumes from
 // (include/braid/ps_checkpoint.h).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "braid/checkpoint.h"
 #include "braid/error.h"
@@ -38,65 +40,85 @@ std::set<int> shards_in(const fs::path& dir) {
   return out;
 }
 
-// Every shard 0..servers-1 and no other.
-bool complete(const std::set<int>& shards, int servers) {
-  return int(shards.size()) == servers && *shards.begin() == 0 && *shards.rbegin() == servers - 1;
+// Every shard 0..n-1 and no other: n, or 0.
+int contiguous(const std::set<int>& shards) {
+  const int n = int(shards.size());
+  return n > 0 && *shards.begin() == 0 && *shards.rbegin() == n - 1 ? n : 0;
+}
+
+// A step directory's shard count (checked against shard 0's "ps/servers"),
+// its step and shard 0's meta; or, when it is incomplete, why in `why`.
+bool read_step_dir(const fs::path& dir, ResumePoint& rp, std::string& why) {
+  const std::set<int> shards = shards_in(dir);
+  const int n = contiguous(shards);
+  if (n == 0) {
+    why = "holds " + std::to_string(shards.size()) + " shard files, not shard-0..shard-" +
+          std::to_string(shards.empty() ? 0 : *shards.rbegin()) + ".ckpt";
+    return false;
+  }
+  rp.step_dir = dir.string();
+  const std::string first = shard_file(rp.step_dir, 0);
+  rp.meta = load_checkpoint(first).meta;
+  auto number = [&](const char* key) -> int64_t {
+    auto it = rp.meta.find(key);
+    try {
+      if (it == rp.meta.end()) throw std::invalid_argument("missing");
+      return std::stoll(it->second);
+    } catch (const std::exception&) {
+      throw Error(Errc::kCorrupt, "parameter-server checkpoint " + first + ": meta '" + key +
+                                      "' is missing or not a number");
+    }
+  };
+  rp.step = number("ps/step");
+  rp.servers = int(number("ps/servers"));
+  if (rp.servers != n) {
+    why = "holds " + std::to_string(n) + " shard files, not shard-0..shard-" +
+          std::to_string(rp.servers - 1) + ".ckpt of the " + std::to_string(rp.servers) +
+          " servers that saved it";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
-ResumePoint find_resume_point(const std::string& path, int servers) {
+int shard_files(const std::string& step_dir) {
+  const int n = contiguous(shards_in(step_dir));
+  if (n == 0)
+    throw Error(Errc::kInvalidArgument, "parameter-server checkpoint " + step_dir +
+                                            ": its shard files are not shard-0..shard-(S-1).ckpt");
+  return n;
+}
+
+ResumePoint find_resume_point(const std::string& path) {
   auto bad = [&](const std::string& why) -> ResumePoint {
     throw Error(Errc::kInvalidArgument, "parameter-server checkpoint " + path + ": " + why);
   };
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return bad("not a directory");
-  fs::path step_dir;
-  if (fs::exists(fs::path(path) / "shard-0.ckpt", ec)) {
-    step_dir = path;
-  } else {
-    // The newest step directory with every shard of this job's servers.
-    long long best = -1;
-    std::string seen;  // for the error: what the newest step directory holds
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      long long n = -1;
-      int used = 0;
-      const std::string name = e.path().filename().string();
-      if (!e.is_directory() || std::sscanf(name.c_str(), "step-%lld%n", &n, &used) != 1 ||
-          size_t(used) != name.size() || n < best)
-        continue;
-      const std::set<int> shards = shards_in(e.path());
-      if (complete(shards, servers)) {
-        best = n;
-        step_dir = e.path();
-      } else if (seen.empty() || n > best) {
-        seen = "; " + name + " holds " + std::to_string(shards.size()) + " shard files";
-      }
-    }
-    if (best < 0)
-      return bad("holds no step-<N>/ directory with the shard files of " +
-                 std::to_string(servers) + " servers" + seen +
-                 " (a different server count is not supported)");
-  }
-  const std::set<int> shards = shards_in(step_dir);
-  if (!complete(shards, servers))
-    return bad("holds " + std::to_string(shards.size()) +
-               " shard files, not shard-0..shard-" + std::to_string(servers - 1) +
-               ".ckpt of this job's " + std::to_string(servers) +
-               " servers (a different server count is not supported)");
   ResumePoint rp;
-  rp.step_dir = step_dir.string();
-  const std::string first = shard_file(rp.step_dir, 0);
-  rp.meta = load_checkpoint(first).meta;
-  auto it = rp.meta.find("ps/step");
-  try {
-    if (it == rp.meta.end()) throw std::invalid_argument("missing");
-    rp.step = std::stoll(it->second);
-  } catch (const std::exception&) {
-    throw Error(Errc::kCorrupt, "parameter-server checkpoint " + first +
-                                    ": meta 'ps/step' is missing or not a number");
+  std::string why;
+  if (fs::exists(fs::path(path) / "shard-0.ckpt", ec)) {
+    if (!read_step_dir(path, rp, why)) return bad(why);
+    return rp;
   }
-  return rp;
+  // The newest step directory that is complete.
+  std::vector<std::pair<long long, fs::path>> steps;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    long long n = -1;
+    int used = 0;
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && std::sscanf(name.c_str(), "step-%lld%n", &n, &used) == 1 &&
+        size_t(used) == name.size())
+      steps.emplace_back(n, e.path());
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  std::string seen;  // for the error: what the newest step directory holds
+  for (const auto& [n, dir] : steps) {
+    if (read_step_dir(dir, rp, why)) return rp;
+    if (seen.empty()) seen = "; " + dir.filename().string() + " " + why;
+  }
+  return bad("holds no step-<N>/ directory with a complete set of shard files" + seen);
 }
 
 }  // namespace braid::ps

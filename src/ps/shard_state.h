@@ -117,6 +117,13 @@ class ShardState {
   // held; `rows` holds the sparse row ids), and its inverse.
   Checkpoint checkpoint_locked(std::vector<std::vector<int64_t>>& rows) const;
   void restore_checkpoint(const Checkpoint& ck, const std::string& path);
+  // A checkpoint of `servers` shards (braid/ps_checkpoint.h) read by a job
+  // of another server count: every shard file, keeping this shard's part.
+  void restore_resharded(const std::string& step_dir, int servers);
+  // Checks what shard `shard` of a save by `servers` servers must hold to
+  // restore into this job (format, counts, rule, known keys); its step.
+  int64_t check_saved(const Checkpoint& ck, const std::string& path, int servers,
+                      int shard) const;
   void add_live_locked(Checkpoint& ck) const;
   void restore_live(const Checkpoint& ck, const std::string& path);
   // handle's body for one non-batch frame, under mu_; APPENDS its reply

@@ -2,8 +2,9 @@
 // under BSP, a braid ps train dlrm job that stops after 4 steps and resumes
 // from its servers' shards trains exactly as one that ran 8 steps straight
 // (every step's loss and every final weight, tables included), for SGD with
-// momentum and for Adam, also resumed in another placement or from a step
-// directory written by --save-every. Damaged or mismatched checkpoints are
+// momentum and for Adam, also resumed in another placement, with another
+// server count (the shards re-cut) or from a step directory written by
+// --save-every. Damaged or mismatched checkpoints are
 // refused with an error naming the file and what differs.
 #include <gtest/gtest.h>
 
@@ -104,6 +105,28 @@ TEST(PsCheckpoint, BspResumeEqualsStraightRunWithAdamInAnotherPlacement) {
   check_resume("adam", "--placement colocated");
 }
 
+TEST(PsCheckpoint, BspResumeWithAnotherServerCountEqualsStraightRun) {
+  // Saved by 2 servers; resumed by 3 (every dense slice and table split
+  // anew) and by 1 (all shards into one), with Adam: its moments and
+  // update counts must follow the elements and rows to their new shards.
+  const std::string dir = braid::testing::temp_dir("ps_ckpt_reshard");
+  const std::string r = " --server-rule adam --momentum 0.9";
+  const Log full = run(dir, "full", 8, r);
+  run(dir, "half", 4, r + " --save-dir " + dir + "/s");
+  for (const std::string servers : {"3", "1"}) {
+    const std::string name = "rest" + servers;
+    auto res = run_command(braid_bin() + kBase + " --dim 8 --consistency bsp --steps 8" + r +
+                           " --servers " + servers + " --resume " + dir + "/s --json-log " +
+                           dir + "/" + name + ".jsonl --checkpoint " + dir + "/" + name +
+                           ".ckpt");
+    ASSERT_EQ(res.status, 0) << res.out;
+    const Log rest = read_json_lines(dir + "/" + name + ".jsonl");
+    expect_same_training(full, rest, "resumed by " + servers + " servers");
+    expect_same_weights(dir + "/full.ckpt", dir + "/" + name + ".ckpt",
+                        "resumed by " + servers + " servers");
+  }
+}
+
 TEST(PsCheckpoint, IncompleteStepDirectoryIsSkipped) {
   const std::string dir = braid::testing::temp_dir("ps_ckpt_partial");
   const Log full = run(dir, "full", 8, "");
@@ -121,10 +144,18 @@ TEST(PsCheckpoint, DamagedOrMismatchedCheckpointsAreRefused) {
   run(dir, "half", 4, "--server-rule adam --save-dir " + dir + "/s");
   const std::string step = dir + "/s/step-00000004";
 
-  std::string out = refused("--steps 8 --resume " + dir + "/s", " --dim 8 --servers 3");
-  EXPECT_NE(out.find("shard files of 3 servers"), std::string::npos) << out;
-  out = refused("--steps 8 --resume " + step, " --dim 8 --servers 3");
-  EXPECT_NE(out.find("not shard-0..shard-2.ckpt"), std::string::npos) << out;
+  // A copy of the step without shard 1: incomplete, named as such.
+  const std::string lone = dir + "/lone/step-00000004";
+  fs::create_directories(lone);
+  fs::copy_file(step + "/shard-0.ckpt", lone + "/shard-0.ckpt");
+  std::string out = refused("--steps 8 --server-rule adam --resume " + lone);
+  EXPECT_NE(out.find("not shard-0..shard-1.ckpt of the 2 servers that saved it"),
+            std::string::npos)
+      << out;
+  out = refused("--steps 8 --server-rule adam --resume " + dir + "/lone");
+  EXPECT_NE(out.find("no step-<N>/ directory with a complete set of shard files"),
+            std::string::npos)
+      << out;
   out = refused("--steps 8 --server-rule adagrad --resume " + step);
   EXPECT_NE(out.find("update rule adamw, this job's is adagrad"), std::string::npos) << out;
   out = refused("--steps 8 --server-rule adam --resume " + step, " --dim 16 --servers 2");

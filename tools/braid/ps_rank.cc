@@ -73,7 +73,7 @@ int run_ps_rank(const Job& job, PsFlags f) {
   int64_t start = 0;
   std::string resume_dir;
   if (!f.resume.empty()) {
-    const ps::ResumePoint rp = ps::find_resume_point(f.resume, f.servers);
+    const ps::ResumePoint rp = ps::find_resume_point(f.resume);
     Checkpoint meta;
     meta.meta = rp.meta;
     start = resume_step(meta, f.seed, rp.step_dir);
