@@ -183,9 +183,11 @@ struct ServerOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
   bool hot_keys = false;        // read replicas of hot rows (top comment)
   int hot_max_rows = 32;        // the most rows a server makes hot
-  // Checkpoints (braid/ps_checkpoint.h; not under kAsp, which has no
-  // rounds). With save_dir set, the server writes its own shard when round
-  // N closes, for N a positive multiple of save_every or N == save_last,
+  // Checkpoints (braid/ps_checkpoint.h). With save_dir set, the server
+  // writes its own shard when round N closes (under kAsp, which has no
+  // rounds: once every worker has clocked step N, with whatever later
+  // pushes it applied by then), for N a positive multiple of save_every or
+  // N == save_last,
   // adding checkpoint_meta to the file's meta. With resume_from (a step
   // directory, ps_checkpoint.h) it starts from the shards saved there
   // instead of `init`.
@@ -207,7 +209,7 @@ int replacement_id(Store& store, int servers);
 struct ServerStats {
   int rank = 0;
   int64_t pushes_accepted = 0, pushes_late = 0, pushes_dropped = 0, pushes_folded = 0;
-  int64_t rounds_closed = 0, updates_applied = 0;
+  int64_t rounds_closed = 0, updates_applied = 0;  // kAsp: steps every worker clocked
   int64_t requests = 0, bytes_in = 0, bytes_out = 0;
   int64_t rejected = 0;  // frames answered with an error (bad client input)
   // Chains: writes skipped because their request id was already applied

@@ -26,7 +26,9 @@
 // kept: pushes buffered for rounds after N (SSP) or folded late (k-of-n),
 // which the workers recompute or which count as dropped; hot-key counts;
 // traffic counters. Under BSP a resumed job therefore trains exactly as one
-// that never stopped. A shard is saved by its home server only (with
+// that never stopped. ASP has no rounds: step N is saved once every worker
+// has clocked it, holding whatever pushes of later steps the shard applied
+// by then. A shard is saved by its home server only (with
 // chains, after that server died later steps stay incomplete).
 //
 // Resuming needs the same keys (names, sizes) and the same update rule;

@@ -120,6 +120,16 @@ void ShardState::clock(int w, int64_t r) {
   try_close();
 }
 
+void ShardState::clock_async(int w, int64_t r) {
+  clocks_[size_t(w)] = std::max(clocks_[size_t(w)], r + 1);
+  const int64_t all = *std::min_element(clocks_.begin(), clocks_.end());
+  while (closed_ < all) {
+    ++closed_;
+    st_.rounds_closed = closed_;
+    save_locked();
+  }
+}
+
 void ShardState::try_close() {
   const int need = opt_.consistency == Consistency::kRoundK ? opt_.round_k : W_;
   for (;;) {
@@ -240,7 +250,7 @@ void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& 
     case wire::kPush:
       if (opt_.consistency == Consistency::kAsp) {
         apply_now(h, payload);
-        if (h.flags & wire::kAdvance) clocks_[size_t(w)] = std::max(clocks_[size_t(w)], h.clock + 1);
+        if (h.flags & wire::kAdvance) clock_async(w, h.clock);
         break;
       }
       push(h, payload);
@@ -248,7 +258,7 @@ void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& 
       break;
     case wire::kClock:
       if (opt_.consistency == Consistency::kAsp)
-        clocks_[size_t(w)] = std::max(clocks_[size_t(w)], h.clock + 1);
+        clock_async(w, h.clock);
       else
         clock(w, h.clock);
       break;

@@ -39,8 +39,6 @@ ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
     BRAID_CHECK_ARG(opt.hot_max_rows >= 1, "hot keys need hot_max_rows >= 1");
     hot_ = std::make_unique<HotCounter>(opt.hot_max_rows);
   }
-  BRAID_CHECK_ARG(opt.save_dir.empty() || opt.consistency != Consistency::kAsp,
-                  "parameter server checkpoints are taken at round closes; asp has no rounds");
   BRAID_CHECK_ARG(opt.save_every >= 0 && opt.save_last >= 0,
                   "checkpoint interval and last round must be >= 0");
   BRAID_CHECK_ARG(init.size() == layout.size(),

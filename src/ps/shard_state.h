@@ -143,6 +143,9 @@ class ShardState {
   void apply_now(const wire::Header& h, const uint8_t* payload);  // ASP
   void push(const wire::Header& h, const uint8_t* payload);
   void clock(int w, int64_t r);
+  // ASP's clock: worker w finished step r; the steps every worker finished
+  // count as closed rounds (for checkpoints and the counters).
+  void clock_async(int w, int64_t r);
   void late(Contribution&& c, int64_t into);  // counts; folds into round `into`
   void try_close();
   Contribution summed(const std::vector<const Contribution*>& parts) const;

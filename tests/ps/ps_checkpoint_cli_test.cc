@@ -2,7 +2,8 @@
 // under BSP, a braid ps train dlrm job that stops after 4 steps and resumes
 // from its servers' shards trains exactly as one that ran 8 steps straight
 // (every step's loss and every final weight, tables included), for SGD with
-// momentum and for Adam, also resumed in another placement, with another
+// momentum and for Adam (ASP: from the weights saved once every worker
+// finished the step), also resumed in another placement, with another
 // server count (the shards re-cut) or from a step directory written by
 // --save-every. Damaged or mismatched checkpoints are
 // refused with an error naming the file and what differs.
@@ -127,6 +128,28 @@ TEST(PsCheckpoint, BspResumeWithAnotherServerCountEqualsStraightRun) {
   }
 }
 
+TEST(PsCheckpoint, AspSavesOnceEveryWorkerFinishedAStepAndResumesThere) {
+  // ASP has no rounds: step 4 is saved once both workers clocked it, with
+  // every push applied by then, which at the job's end are all of them:
+  // the saved shards hold the job's final weights. A job resumed there
+  // with a vanishing learning rate keeps exactly those weights.
+  const std::string dir = braid::testing::temp_dir("ps_ckpt_asp");
+  const std::string job = " --dim 8 --servers 2 --consistency asp";
+  auto res = run_command(braid_bin() + kBase + job + " --steps 4 --save-dir " + dir +
+                         "/s --checkpoint " + dir + "/half.ckpt");
+  ASSERT_EQ(res.status, 0) << res.out;
+  EXPECT_TRUE(fs::exists(dir + "/s/step-00000004/shard-1.ckpt"));
+  res = run_command(braid_bin() + kBase + job + " --steps 6 --lr 1e-30 --resume " + dir +
+                    "/s --json-log " + dir + "/rest.jsonl --checkpoint " + dir + "/rest.ckpt");
+  ASSERT_EQ(res.status, 0) << res.out;
+  const Log rest = read_json_lines(dir + "/rest.jsonl");
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[0]["step"], 4);
+  EXPECT_EQ(rest.back()["resumed_at"], 4);
+  EXPECT_EQ(rest.back()["rounds_closed"], nlohmann::json({6, 6}));
+  expect_same_weights(dir + "/half.ckpt", dir + "/rest.ckpt", "asp resumed at step 4");
+}
+
 TEST(PsCheckpoint, IncompleteStepDirectoryIsSkipped) {
   const std::string dir = braid::testing::temp_dir("ps_ckpt_partial");
   const Log full = run(dir, "full", 8, "");
@@ -167,8 +190,6 @@ TEST(PsCheckpoint, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(out.find("leaves nothing to train"), std::string::npos) << out;
   out = refused("--steps 8 --resume " + dir + "/nowhere");
   EXPECT_NE(out.find("nowhere: not a directory"), std::string::npos) << out;
-  out = refused("--steps 8 --save-dir " + dir + "/asp", " --servers 2 --consistency asp");
-  EXPECT_NE(out.find("asp has no rounds"), std::string::npos) << out;
   // A save that fails stops the job, naming the directory.
   out = refused("--steps 2 --save-dir /dev/null/ps");
   EXPECT_NE(out.find("creating checkpoint directory /dev/null/ps/step-00000002"),

@@ -289,14 +289,16 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
-    // The final parameters: every round applied (SSP: s rounds may be open).
-    const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
-    worker.pull(pull_all, last);
-    sparse.pull_all(worker, last);
     // The counters once the other workers are done: a straggler's last
     // (late) push may land after this worker's last step.
     std::vector<ps::ServerStats> all;
     for (int s = 0; s < f.servers; ++s) all.push_back(worker.final_stats(s));
+    // The final parameters, after every worker's last push (ASP and k-of-n
+    // apply a straggler's after this worker's last step; SSP: s rounds may
+    // be open).
+    const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
+    worker.pull(pull_all, last);
+    sparse.pull_all(worker, last);
     nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
     done.update(load_fields(all));
     done.update({{"workers", f.workers}, {"servers", f.servers}, {"placement", f.placement},

@@ -34,8 +34,6 @@ void check_flags(const PsFlags& f) {
                   "saved with --save-dir DIR --save-every N");
   BRAID_CHECK_ARG(f.save_every >= 0, "braid ps: --save-every must be >= 0");
   BRAID_CHECK_ARG(f.save_every == 0 || !f.save_dir.empty(), "braid ps: --save-every needs --save-dir");
-  BRAID_CHECK_ARG(f.save_dir.empty() || mode != ps::Consistency::kAsp,
-                  "braid ps: --save-dir: servers save at round closes, and asp has no rounds");
   BRAID_CHECK_ARG(f.init_from.empty() || f.resume.empty(),
                   "braid ps: --init-from and --resume exclude each other");
   if (f.hot_keys) {
