@@ -10,7 +10,7 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
-void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
+void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h, bool hot_conn, Shard& sh,
                              std::vector<uint8_t>& in, wire::Header& reply,
                              std::vector<uint8_t>& out, int64_t deadline) {
   const std::string name = "parameter server " + std::to_string(opt.rank);
@@ -27,7 +27,7 @@ void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard
       throw Error(Errc::kProtocol, name + ": hot-key refresh of " + std::to_string(h.payload) +
                                        " bytes");
     in.resize(h.payload);
-    wire::recv_payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
+    rx.payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
     replicas->refresh(h, in);
   } else if (h.op == wire::kHotPull) {
     const uint64_t n = replicas->expected_payload(h);
@@ -35,7 +35,7 @@ void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard
       throw Error(Errc::kProtocol, name + ": hot pull carries " + std::to_string(h.payload) +
                                        " bytes, expected " + std::to_string(n));
     in.resize(n);
-    wire::recv_payload(fd, in.data(), n, deadline, "parameter server: hot pull");
+    rx.payload(fd, in.data(), n, deadline, "parameter server: hot pull");
     replicas->pull(h, in.data(), reply, out, deadline);
     own().count_replica_pulls(int64_t(h.count));
   } else {

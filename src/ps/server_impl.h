@@ -10,6 +10,7 @@
 
 #include "braid/ps.h"
 #include "ps/chain.h"
+#include "ps/frame_reader.h"
 #include "ps/hot_keys.h"
 #include "ps/hot_sender.h"
 #include "ps/shard_state.h"
@@ -90,7 +91,7 @@ struct Server::Impl {
   // Hot keys: copies of other shards' hot rows, and the refresh sender.
   std::unique_ptr<HotReplicas> replicas;
   std::unique_ptr<HotSender> sender;
-  void serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
+  void serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h, bool hot_conn, Shard& sh,
                  std::vector<uint8_t>& in, wire::Header& reply, std::vector<uint8_t>& out,
                  int64_t deadline);
 };
