@@ -4,16 +4,17 @@
 // range.
 //
 // A connection's frames keep their order: consecutive batchable frames form
-// one batch; a frame that is not batchable (hello, bye, hot keys) goes
-// alone and ends the batch before it; a batch also ends before it would
-// repeat an (op, key) pair, which keeps it inside the bound the server
-// checks (shard_batch.cc). Everything is sent before any reply is read, so
+// one batch; a frame that is not batchable (hello, bye, hot-set queries)
+// goes alone and ends the batch before it; a batch also ends before it
+// would repeat an (op, key, owner) triple (owner: a hot pull's owner shard),
+// which keeps it inside the bound the server checks (shard_batch.cc). Everything is sent before any reply is read, so
 // the servers work on their batches together. A lost connection is not
 // re-routed (a chain of one has no other member): it fails the request with
 // kPeerDied, and the worker refuses further requests (worker.cc).
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include "braid/env.h"
 #include "ps/worker_impl.h"
@@ -26,7 +27,7 @@ struct Unit {
   int fd = -1;
   int server = 0;
   std::vector<size_t> frames;
-  std::set<std::pair<uint16_t, uint32_t>> ops;  // (op, key) in the batch
+  std::set<std::tuple<uint16_t, uint32_t, uint64_t>> ops;  // (op, key, owner) in the batch
   bool open = false;                            // batchable frames may join
   Header h;                                     // the kBatch header
 };
@@ -42,7 +43,8 @@ void Worker::Impl::exchange_batched(std::vector<Frame>& frames, int64_t deadline
     const int fd = route(f.server, f.h.op, &server, deadline);
     f.h.epoch = view.epoch();
     const bool batchable = wire::batchable(f.h.op);
-    const std::pair<uint16_t, uint32_t> op_key{f.h.op, f.h.key};
+    const std::tuple<uint16_t, uint32_t, uint64_t> op_key{
+        f.h.op, f.h.key, f.h.op == wire::kHotPull ? f.h.offset : 0};
     auto it = last.find(fd);
     if (batchable && it != last.end()) {
       Unit& u = units[it->second];
