@@ -47,6 +47,24 @@ size_t recv_some(int fd, void* buf, size_t min, size_t max, int64_t deadline_ns,
   return got;
 }
 
+bool FrameReader::arrived(int fd, const char* what) {
+  if (buffered()) return true;
+  pos_ = end_ = 0;
+  for (;;) {
+    const ssize_t r = ::recv(fd, buf_.data(), buf_.size(), 0);
+    if (r > 0) {
+      end_ = size_t(r);
+      return true;
+    }
+    if (r == 0) throw Error(Errc::kPeerDied, std::string(what) + ": connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    if (errno == ECONNRESET)
+      throw Error(Errc::kPeerDied, std::string(what) + ": connection reset by peer");
+    throw_errno(std::string(what) + ": recv");
+  }
+}
+
 void FrameReader::want(int fd, size_t n, int64_t deadline_ns, const char* what) {
   const size_t have = buffered();
   if (have >= n) return;

@@ -33,6 +33,11 @@ class FrameReader {
   // Drops what is buffered (the connection is closed or its framing lost).
   void clear() { pos_ = end_ = 0; }
 
+  // Whether bytes of a next frame are buffered: if none are, one recv waits
+  // for them up to the socket's receive timeout (set_recv_timeout), so an
+  // idle connection costs one syscall per timeout and a request one in all.
+  // Throws kPeerDied when the peer closed the connection.
+  bool arrived(int fd, const char* what);
   // The next frame's header; throws kProtocol on a bad magic (recv_header).
   Header header(int fd, int64_t deadline_ns, const char* what);
   // n bytes into dst: those buffered, the rest straight from the socket.

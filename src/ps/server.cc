@@ -166,15 +166,17 @@ void Server::Impl::serve(int fd) {
   Shard* sh = nullptr;
   bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
   std::vector<uint8_t> in, out;
-  // Requests are read through `rx` (frame_reader.h): one recv takes a
-  // request and whatever the worker queued behind it, and a request already
-  // buffered is served without waiting for the socket.
+  // Requests are read through `rx` (frame_reader.h): one recv waits for a
+  // request (up to kPollMs, then `stopping` is checked) and takes it with
+  // whatever the worker queued behind it; a request already buffered is
+  // served without touching the socket.
   wire::FrameReader rx;
+  set_recv_timeout(fd, kPollMs);
   while (!stopping) {
-    if (!rx.buffered() && !wait_readable(fd, kPollMs)) continue;
     ShardState& st = sh ? *sh->state : own();
     wire::Header h{};
     try {
+      if (!rx.arrived(fd, "parameter server: request")) continue;
       h = rx.header(fd, wire::deadline_after(opt.timeout), "parameter server: request");
     } catch (const Error& e) {
       if (e.code() != Errc::kPeerDied) reject(fd, st, h, e);  // garbage, or a stalled header

@@ -167,6 +167,8 @@ class ShardState {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // wait_finished's own: woken by a bye, not by every round close.
+  std::condition_variable finished_cv_;
   bool stopping_ = false;
   int64_t closed_ = 0;
   std::map<int64_t, Round> rounds_;
