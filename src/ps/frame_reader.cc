@@ -99,7 +99,8 @@ void FrameReader::payload(int fd, void* dst, size_t n, int64_t deadline_ns, cons
   if (have) std::memcpy(dst, buf_.data() + pos_, have);
   pos_ += have;
   if (pos_ == end_) pos_ = end_ = 0;
-  if (n > have) recv_some(fd, static_cast<uint8_t*>(dst) + have, n - have, n - have, deadline_ns, what);
+  if (n > have)
+    recv_some(fd, static_cast<uint8_t*>(dst) + have, n - have, n - have, deadline_ns, what);
 }
 
 }  // namespace braid::ps::wire

@@ -11,8 +11,8 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
 void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h,
-                             bool hot_conn, Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
-                             std::vector<uint8_t>& out, int64_t deadline) {
+                             bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
+                             wire::Header& reply, std::vector<uint8_t>& out, int64_t deadline) {
   auto name = [&] { return "parameter server " + std::to_string(opt.rank); };
   BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +
                                            " but hot keys are off on this server");

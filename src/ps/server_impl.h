@@ -93,8 +93,8 @@ struct Server::Impl {
   std::unique_ptr<HotReplicas> replicas;
   std::unique_ptr<HotSender> sender;
   void serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h, bool hot_conn,
-                 Shard& sh, std::vector<uint8_t>& in, wire::Header& reply, std::vector<uint8_t>& out,
-                 int64_t deadline);
+                 Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
+                 std::vector<uint8_t>& out, int64_t deadline);
   // A worker's hot pull from the replicas; appends the rows to `out`.
   void hot_pull(const wire::Header& h, const uint8_t* rows, wire::Header& reply,
                 std::vector<uint8_t>& out, int64_t deadline);

@@ -1,16 +1,17 @@
 // The worker's exchange with replicas 1: each connection's frames go as
 // kBatch frames (wire.h), so one request — a step's report, pushes, clock,
-// pulls and stats — costs one frame each way per server, not one per key
-// range.
+// pulls, hot pulls and stats — costs one frame each way per server, not one
+// per key range, and one recv reads a reply (frame_reader.h).
 //
 // A connection's frames keep their order: consecutive batchable frames form
 // one batch; a frame that is not batchable (hello, bye, hot-set queries)
 // goes alone and ends the batch before it; a batch also ends before it
 // would repeat an (op, key, owner) triple (owner: a hot pull's owner shard),
-// which keeps it inside the bound the server checks (shard_batch.cc). Everything is sent before any reply is read, so
-// the servers work on their batches together. A lost connection is not
-// re-routed (a chain of one has no other member): it fails the request with
-// kPeerDied, and the worker refuses further requests (worker.cc).
+// which keeps it inside the bound the server checks (shard_batch.cc).
+// Everything is sent before any reply is read, so the servers work on their
+// batches together. A lost connection is not re-routed (a chain of one has
+// no other member): it fails the request with kPeerDied, and the worker
+// refuses further requests (worker.cc).
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -86,8 +87,8 @@ void Worker::Impl::exchange_batched(std::vector<Frame>& frames, int64_t deadline
     }
     named_io(u.server, wire::kBatch, [&] { wire::write_gather(u.fd, iov, deadline, "send"); });
   }
-  for (Unit& u : units) receive(u.fd, u.server, u.frames.size() > 1 ? &u.h : nullptr, u.frames,
-                                frames, deadline);
+  for (Unit& u : units)
+    receive(u.fd, u.server, u.frames.size() > 1 ? &u.h : nullptr, u.frames, frames, deadline);
 }
 
 // Reads the reply to one unit: `batch` is its kBatch header, or null when
@@ -112,7 +113,8 @@ void Worker::Impl::receive(int fd, int server, const Header* batch, const std::v
     return;
   }
   uint64_t most = 0;
-  for (size_t i : idx) most += sizeof(Header) + (frames[i].reply_into ? wire::kMaxStats : frames[i].reply_bytes);
+  for (size_t i : idx)
+    most += sizeof(Header) + (frames[i].reply_into ? wire::kMaxStats : frames[i].reply_bytes);
   if (r.payload > most)
     throw Error(Errc::kProtocol, who(server, sent.op) + ": reply of " + std::to_string(r.payload) +
                                      " bytes to " + std::to_string(idx.size()) +

@@ -184,7 +184,8 @@ std::string Worker::Impl::read_message(const Header& r, int fd, int server, uint
     throw Error(Errc::kProtocol,
                 who(server, op) + ": error reply of " + std::to_string(r.payload) + " bytes");
   std::string msg(r.payload, '\0');
-  named_io(server, op, [&] { reader(fd).payload(fd, msg.data(), msg.size(), deadline, "error reply"); });
+  named_io(server, op,
+           [&] { reader(fd).payload(fd, msg.data(), msg.size(), deadline, "error reply"); });
   return msg;
 }
 
@@ -205,10 +206,12 @@ void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, int64_t deadlin
                                      std::to_string(f.reply_bytes));
   if (f.assigned) *f.assigned = std::min(*f.assigned, r.clock);
   if (f.dest) {
-    named_io(f.server, f.h.op, [&] { rd.payload(fd, f.dest, r.payload, deadline, "reply payload"); });
+    named_io(f.server, f.h.op,
+             [&] { rd.payload(fd, f.dest, r.payload, deadline, "reply payload"); });
   } else if (f.sparse_base) {
     const uint8_t* p =
-        named_io(f.server, f.h.op, [&] { return rd.take(fd, r.payload, deadline, "reply payload"); });
+        named_io(f.server, f.h.op,
+                 [&] { return rd.take(fd, r.payload, deadline, "reply payload"); });
     const size_t row = size_t(f.width) * 4;
     for (size_t i = 0; i < f.sparse_pos.size(); ++i)
       std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width), p + i * row, row);
