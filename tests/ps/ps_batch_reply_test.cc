@@ -95,8 +95,12 @@ void serve_spoiled(int fd, Spoil how) {
   r.op |= wire::kReply;
   r.payload = how == Spoil::kPastBound ? uint64_t(1) << 40 : body.size();
   if (how == Spoil::kBatchRequestId) r.req += 1;
-  braid::comm::write_full(fd, &r, sizeof r, deadline, "batch reply");
-  braid::comm::write_full(fd, body.data(), body.size(), deadline, "batch reply");
+  // One send: the worker may close the connection as soon as it has read
+  // the header, and a second send could then fail.
+  std::vector<uint8_t> reply;
+  append(reply, &r, sizeof r);
+  append(reply, body.data(), body.size());
+  braid::comm::write_full(fd, reply.data(), reply.size(), deadline, "batch reply");
   char c;
   while (::recv(fd, &c, 1, 0) > 0) {
   }
