@@ -24,6 +24,7 @@
 #include "braid/log.h"
 #include "comm/store/auth.h"
 #include "ps/chain_join.h"
+#include "ps/frame_reader.h"
 #include "ps/server_impl.h"
 #include "ps/socket.h"
 
@@ -32,6 +33,10 @@ namespace braid::ps {
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr int kPollMs = 100;
+// A request payload up to this is used where the connection's reader
+// buffered it (it stays put until the next read); a larger one is read into
+// a vector of its own, so the reader's buffer never grows past it.
+constexpr uint64_t kInPlace = uint64_t(256) << 10;
 
 bool connection_lost(const Error& e) {
   return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
@@ -161,12 +166,18 @@ void Server::Impl::serve(int fd) {
   Shard* sh = nullptr;
   bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
   std::vector<uint8_t> in, out;
+  // Requests are read through `rx` (frame_reader.h): one recv waits for a
+  // request (up to kPollMs, then `stopping` is checked) and takes it with
+  // whatever the worker queued behind it; a request already buffered is
+  // served without touching the socket.
+  wire::FrameReader rx;
+  set_recv_timeout(fd, kPollMs);
   while (!stopping) {
-    if (!wait_readable(fd, kPollMs)) continue;
     ShardState& st = sh ? *sh->state : own();
     wire::Header h{};
     try {
-      h = wire::recv_header(fd, wire::deadline_after(opt.timeout), "parameter server: request");
+      if (!rx.arrived(fd, "parameter server: request")) continue;
+      h = rx.header(fd, wire::deadline_after(opt.timeout), "parameter server: request");
     } catch (const Error& e) {
       if (e.code() != Errc::kPeerDied) reject(fd, st, h, e);  // garbage, or a stalled header
       break;
@@ -194,10 +205,12 @@ void Server::Impl::serve(int fd) {
         if (!join_conn || h.op != wire::kJoin || h.key != uint32_t(sh->id))
           throw Error(Errc::kProtocol,
                       name + ": a join connection carries only a join of its hello's shard");
+        if (rx.buffered())  // the join's exchange reads the connection itself
+          throw Error(Errc::kProtocol, name + ": bytes after a join request, before its reply");
         send_shard_state(fd, h, *sh->state, sh->fwd_mu, view, opt.rank, deadline);
         joined = true;  // the whole exchange is done: close the connection
       } else if (h.op == wire::kHotPush || h.op == wire::kHotPull || h.op == wire::kHotSet) {
-        serve_hot(fd, h, hot_conn, *sh, in, reply, out, deadline);
+        serve_hot(fd, rx, h, hot_conn, *sh, in, reply, out, deadline);
       } else {
         if (hot_conn)
           throw Error(Errc::kProtocol, name + ": a hot-key connection carries only refreshes");
@@ -207,15 +220,21 @@ void Server::Impl::serve(int fd) {
           throw Error(Errc::kInvalidArgument, name + ": forwarded frame names worker " +
                                                   std::to_string(h.worker));
         const uint64_t n = st.expected_payload(h, w);
-        in.resize(n);
-        wire::recv_payload(fd, in.data(), n, deadline, "parameter server: request payload");
+        const uint8_t* payload = nullptr;
+        if (n <= kInPlace) {  // read and run in the reader's buffer: no copy
+          payload = rx.take(fd, n, deadline, "parameter server: request payload");
+        } else {
+          in.resize(n);
+          rx.payload(fd, in.data(), n, deadline, "parameter server: request payload");
+          payload = in.data();
+        }
         check_role(*sh, h, chain_conn);
         if (wire::is_write(h.op)) {
           std::lock_guard<std::mutex> lk(sh->fwd_mu);
-          st.handle(h, in.data(), reply, out, deadline);
-          forward(*sh, h, in.data(), deadline);
+          st.handle(h, payload, reply, out, deadline);
+          forward(*sh, h, payload, deadline);
         } else {
-          st.handle(h, in.data(), reply, out, deadline);
+          st.handle(h, payload, reply, out, deadline);
         }
       }
     } catch (const Error& e) {

@@ -10,39 +10,60 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
-void Server::Impl::serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
-                             std::vector<uint8_t>& in, wire::Header& reply,
-                             std::vector<uint8_t>& out, int64_t deadline) {
-  const std::string name = "parameter server " + std::to_string(opt.rank);
-  BRAID_CHECK_ARG(replicas != nullptr, name + ": " + wire::op_name(h.op) +
+void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h,
+                             bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
+                             wire::Header& reply, std::vector<uint8_t>& out, int64_t deadline) {
+  auto name = [&] { return "parameter server " + std::to_string(opt.rank); };
+  BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +
                                            " but hot keys are off on this server");
   BRAID_CHECK_ARG(hot_conn == (h.op == wire::kHotPush),
-                  name + ": " + wire::op_name(h.op) + " on the wrong kind of connection");
+                  name() + ": " + wire::op_name(h.op) + " on the wrong kind of connection");
   reply = h;
   reply.op = uint16_t(h.op | wire::kReply);
   reply.status = 0;
   out.clear();
   if (h.op == wire::kHotPush) {
     if (h.payload > kMaxHotPayload)
-      throw Error(Errc::kProtocol, name + ": hot-key refresh of " + std::to_string(h.payload) +
+      throw Error(Errc::kProtocol, name() + ": hot-key refresh of " + std::to_string(h.payload) +
                                        " bytes");
     in.resize(h.payload);
-    wire::recv_payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
+    rx.payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
     replicas->refresh(h, in);
   } else if (h.op == wire::kHotPull) {
     const uint64_t n = replicas->expected_payload(h);
     if (h.payload != n)
-      throw Error(Errc::kProtocol, name + ": hot pull carries " + std::to_string(h.payload) +
+      throw Error(Errc::kProtocol, name() + ": hot pull carries " + std::to_string(h.payload) +
                                        " bytes, expected " + std::to_string(n));
     in.resize(n);
-    wire::recv_payload(fd, in.data(), n, deadline, "parameter server: hot pull");
-    replicas->pull(h, in.data(), reply, out, deadline);
-    own().count_replica_pulls(int64_t(h.count));
+    rx.payload(fd, in.data(), n, deadline, "parameter server: hot pull");
+    hot_pull(h, in.data(), reply, out, deadline);
   } else {
-    if (h.payload != 0) throw Error(Errc::kProtocol, name + ": hot-set request with a payload");
+    if (h.payload != 0) throw Error(Errc::kProtocol, name() + ": hot-set request with a payload");
     sh.state->hot_set(out);
   }
   reply.payload = out.size();
+}
+
+void Server::Impl::hot_pull(const wire::Header& h, const uint8_t* rows, wire::Header& reply,
+                            std::vector<uint8_t>& out, int64_t deadline) {
+  thread_local std::vector<uint8_t> values;  // HotReplicas::pull fills it whole
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  replicas->pull(h, rows, reply, values, deadline);
+  out.insert(out.end(), values.begin(), values.end());
+  reply.payload = values.size();
+  own().count_replica_pulls(int64_t(h.count));
+}
+
+ShardState::HotPulls Server::Impl::hot_pulls() {
+  ShardState::HotPulls p;
+  p.check = [this](const wire::Header& h) { return replicas->expected_payload(h); };
+  p.run = [this](const wire::Header& h, const uint8_t* rows, wire::Header& reply,
+                 std::vector<uint8_t>& out, int64_t deadline) {
+    hot_pull(h, rows, reply, out, deadline);
+  };
+  return p;
 }
 
 }  // namespace braid::ps

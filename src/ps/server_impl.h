@@ -10,6 +10,7 @@
 
 #include "braid/ps.h"
 #include "ps/chain.h"
+#include "ps/frame_reader.h"
 #include "ps/hot_keys.h"
 #include "ps/hot_sender.h"
 #include "ps/shard_state.h"
@@ -74,6 +75,7 @@ struct Server::Impl {
       own().set_hot_sink([this](int64_t round, uint64_t rows, std::vector<uint8_t> p) {
         sender->enqueue(round, rows, std::move(p));
       });
+      for (auto& [id, sh] : shards) sh->state->set_hot_pulls(hot_pulls());
     }
   }
   // The shard numbered as this server; a joiner's first joined shard.
@@ -90,9 +92,14 @@ struct Server::Impl {
   // Hot keys: copies of other shards' hot rows, and the refresh sender.
   std::unique_ptr<HotReplicas> replicas;
   std::unique_ptr<HotSender> sender;
-  void serve_hot(int fd, const wire::Header& h, bool hot_conn, Shard& sh,
-                 std::vector<uint8_t>& in, wire::Header& reply, std::vector<uint8_t>& out,
-                 int64_t deadline);
+  void serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h, bool hot_conn,
+                 Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
+                 std::vector<uint8_t>& out, int64_t deadline);
+  // A worker's hot pull from the replicas; appends the rows to `out`.
+  void hot_pull(const wire::Header& h, const uint8_t* rows, wire::Header& reply,
+                std::vector<uint8_t>& out, int64_t deadline);
+  // Hot pulls inside a worker's batches (shard_state.h).
+  ShardState::HotPulls hot_pulls();
 };
 
 }  // namespace braid::ps

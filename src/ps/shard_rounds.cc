@@ -302,6 +302,7 @@ void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& 
     case wire::kBye:
       finished_[size_t(w)] = true;
       cv_.notify_all();
+      finished_cv_.notify_all();
       break;
     default:
       throw Error(Errc::kProtocol, where(h) + ": unknown op");

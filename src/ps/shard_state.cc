@@ -193,7 +193,7 @@ void ShardState::wait_finished(std::chrono::milliseconds timeout) {
   const int64_t deadline = wire::deadline_after(timeout);
   while (!all()) {
     if (int64_t(now_ns()) >= deadline) throw Error(Errc::kTimeout, what());
-    cv_.wait_for(lk, std::chrono::milliseconds(200));
+    finished_cv_.wait_for(lk, std::chrono::milliseconds(200));
   }
 }
 

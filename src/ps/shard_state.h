@@ -64,6 +64,18 @@ class ShardState {
   // only queue. hot_set fills a kHotSet reply.
   using HotSink = std::function<void(int64_t round, uint64_t rows, std::vector<uint8_t>)>;
   void set_hot_sink(HotSink sink);
+  // Hot pulls inside a batch (shard_batch.cc) go to the server's read
+  // replicas: `check` returns a kHotPull's payload length (throws on a bad
+  // one); `run` answers it, appending the rows to `out` and setting the
+  // reply's payload and clock. run is called without the mutex (it may wait
+  // for a refresh, and may count on this state). Unset: hot keys are off.
+  struct HotPulls {
+    std::function<uint64_t(const wire::Header&)> check;
+    std::function<void(const wire::Header&, const uint8_t*, wire::Header&, std::vector<uint8_t>&,
+                       int64_t)>
+        run;
+  };
+  void set_hot_pulls(HotPulls p);
   void hot_set(std::vector<uint8_t>& out) const;
   void count_replica_pulls(int64_t rows);
 
@@ -165,6 +177,8 @@ class ShardState {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // wait_finished's own: woken by a bye, not by every round close.
+  std::condition_variable finished_cv_;
   bool stopping_ = false;
   int64_t closed_ = 0;
   std::map<int64_t, Round> rounds_;
@@ -178,6 +192,7 @@ class ShardState {
   std::map<int64_t, Report> reports_;
   std::unique_ptr<HotCounter> hot_;  // set when opt_.hot_keys
   HotSink hot_sink_;
+  HotPulls hot_pulls_;
   void send_hot_locked();
   ServerStats st_;
 };

@@ -89,6 +89,12 @@ int connect_tcp(const std::string& host, int port, std::chrono::milliseconds tim
   }
 }
 
+void set_recv_timeout(int fd, int ms) {
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+    throw_errno("parameter server: SO_RCVTIMEO");
+}
+
 bool wait_readable(int fd, int ms) {
   pollfd p{fd, POLLIN, 0};
   int rc = ::poll(&p, 1, ms);

@@ -18,5 +18,8 @@ int connect_tcp(const std::string& host, int port, std::chrono::milliseconds tim
                 const std::string& what);
 // Waits up to `ms` for fd to become readable (or closed). True if so.
 bool wait_readable(int fd, int ms);
+// A blocking recv on fd returns EAGAIN after `ms` without data
+// (SO_RCVTIMEO); the frame readers then wait out their deadline with poll.
+void set_recv_timeout(int fd, int ms);
 
 }  // namespace braid::ps

@@ -53,11 +53,12 @@ enum Op : uint16_t {
   // Several requests of one worker to one server in one frame (replicas 1):
   // `count` sub-frames, the payload their concatenation, each a header and
   // its payload as if sent alone. The server runs them in order under one
-  // lock; the reply's payload is their replies, concatenated the same way.
-  // Sub-frames are push, pull, clock, report or stats; a failing one fails
-  // the whole batch (those before it stay applied, as separate frames
-  // would). Why: a training step is tens of key ranges per server, and a
-  // frame each made a step a few hundred syscalls and thread wake-ups.
+  // lock, released only while a hot pull reads the replicas; the reply's
+  // payload is their replies, concatenated the same way. Sub-frames are
+  // push, pull, clock, report, stats or hot pull; a failing one fails the
+  // whole batch (those before it stay applied, as separate frames would).
+  // Why: a training step is tens of key ranges per server, and a frame each
+  // made a step a few hundred syscalls and thread wake-ups.
   kBatch = 11,
   // On a kJoinConn connection only (chain_join.h): a joining server (id in
   // `worker`) asks the shard's tail for the shard's state, the reply's
@@ -86,7 +87,8 @@ enum Flags : uint16_t {
 // The most sub-frames one kBatch may carry.
 constexpr uint64_t kMaxBatchFrames = 4096;
 inline bool batchable(uint16_t op) {
-  return op == kPush || op == kPull || op == kClock || op == kReport || op == kStats;
+  return op == kPush || op == kPull || op == kClock || op == kReport || op == kStats ||
+         op == kHotPull;
 }
 
 // Writes change a shard's state and travel down its chain (head to tail);

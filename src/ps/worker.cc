@@ -84,10 +84,13 @@ void Worker::Impl::run_sync(std::vector<Frame>& frames) {
     }
     busy = true;
   }
+  // The I/O thread waits for queued work that is not blocked by `busy`:
+  // with nothing queued, waking it would only put it back to sleep (two
+  // futex calls and a context switch per request).
   auto idle = [this] {
     std::lock_guard<std::mutex> lk(mu);
     busy = false;
-    cv.notify_all();
+    if (!queue.empty()) cv.notify_all();
   };
   try {
     run_request([&] { exchange(frames); });

@@ -16,6 +16,7 @@
 
 #include "braid/ps.h"
 #include "ps/chain.h"
+#include "ps/frame_reader.h"
 #include "ps/wire.h"
 
 namespace braid::ps {
@@ -45,6 +46,9 @@ struct Worker::Impl {
   // Open connections by (shard, server process): a connection serves one
   // shard, for writes when the process is its head, reads when its tail.
   std::map<std::pair<int, int>, int> conns;
+  // Every reply is read through its connection's reader (frame_reader.h);
+  // dropped with the connection.
+  std::map<int, wire::FrameReader> readers;
   WorkerStats counters;  // under mu
   uint64_t next_req = 1;
   std::string broken;  // the first error; set once
@@ -69,12 +73,28 @@ struct Worker::Impl {
   int connect(int shard, int server, int64_t deadline);
   void count_ack(const Frame& f);
   // Reads a successful reply's payload into the frame's destination.
-  void read_reply(Frame& f, const Header& r, int fd, const std::string& w, int64_t deadline,
-                  std::vector<float>& tmp);
+  void read_reply(Frame& f, const Header& r, int fd, int64_t deadline);
+  // Reads a failed reply's message (its length checked first).
+  std::string read_message(const Header& r, int fd, int server, uint16_t op, int64_t deadline);
+  // Checks reply r's op and request id against the request `sent`.
+  void check_reply(const Header& r, const Header& sent, int server) const;
+  wire::FrameReader& reader(int fd) { return readers[fd]; }
+  void close_conn(int fd);
 
   std::string who(int s, uint16_t op) const {
     return "parameter-server worker " + std::to_string(opt.rank) + ", server " +
            std::to_string(s) + ", " + wire::op_name(op);
+  }
+  // Runs f, an I/O call given a short `what`; an Error it throws gets
+  // who(s, op) in front. The name is built only on failure: a step runs
+  // tens of these.
+  template <class F>
+  decltype(auto) named_io(int s, uint16_t op, F&& f) const {
+    try {
+      return f();
+    } catch (const Error& e) {
+      throw Error(e.code(), who(s, op) + ": " + e.what());
+    }
   }
   Header header(uint16_t op, int s) {
     Header h;
@@ -88,6 +108,8 @@ struct Worker::Impl {
   // exchange with replicas 1 (worker_batch.cc): a connection's frames go
   // as batches.
   void exchange_batched(std::vector<Frame>& frames, int64_t deadline);
+  void receive(int fd, int server, const Header* batch, const std::vector<size_t>& idx,
+               std::vector<Frame>& frames, int64_t deadline);
   // One frame per server slice of dense key kd.key (header fields only).
   std::vector<Frame> dense_frames(const KeyData& kd, uint16_t op);
   std::vector<Frame> push_frames(const std::vector<KeyData>& grads, int64_t clock, bool advance);

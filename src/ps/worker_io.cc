@@ -37,6 +37,7 @@ int Worker::Impl::connect(int shard, int server, int64_t deadline) {
     throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
   int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), opt.timeout, what);
   conns[{shard, server}] = fd;  // closed with the others, also when this throws
+  readers.erase(fd);            // a closed connection's number may come back
   comm::authenticate_connect(fd, opt.secret, opt.timeout);
   Header h = header(wire::kHello, shard);
   h.key = uint32_t(shard);
@@ -94,7 +95,6 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
     return;
   }
   int64_t lost_at = 0;
-  std::vector<float> tmp;
   const bool split = view.replicas() > 1;
   for (int phase = split ? 0 : 1; phase < 2;) {
     // phase 0: writes only; phase 1: the rest (everything when not split).
@@ -110,7 +110,7 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
         if (is_lost(p)) continue;
         f.h.epoch = view.epoch();
         const void* payload = f.ext ? f.ext : f.own.data();
-        wire::send_frame(fd, f.h, payload, deadline, who(f.server, f.h.op).c_str());
+        named_io(f.server, f.h.op, [&] { wire::send_frame(fd, f.h, payload, deadline, "send"); });
         sent_to[i] = p;
       } catch (const Error& e) {
         if (!connection_lost(e) || p < 0) throw;
@@ -122,28 +122,21 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
       const int p = sent_to[i];
       if (skip(f) || p < 0 || is_lost(p)) continue;
       const int fd = conns.at({f.server, p});
-      const std::string w = who(f.server, f.h.op);
       Header r;
       std::string msg;
       try {
-        r = wire::recv_header(fd, deadline, w.c_str());
-        if (r.op != (f.h.op | wire::kReply) || r.req != f.h.req)
-          throw Error(Errc::kProtocol, w + ": reply out of order (op " + std::to_string(r.op) +
-                                           ", request " + std::to_string(r.req) + ")");
-        if (r.status != 0) {
-          if (r.payload > wire::kMaxMessage)
-            throw Error(Errc::kProtocol, w + ": error reply of " + std::to_string(r.payload) + " bytes");
-          msg.resize(r.payload);
-          wire::recv_payload(fd, msg.data(), msg.size(), deadline, w.c_str());
-        } else {
-          read_reply(f, r, fd, w, deadline, tmp);
-        }
+        r = named_io(f.server, f.h.op, [&] { return reader(fd).header(fd, deadline, "reply"); });
+        check_reply(r, f.h, f.server);
+        if (r.status != 0)
+          msg = read_message(r, fd, f.server, f.h.op, deadline);
+        else
+          read_reply(f, r, fd, deadline);
       } catch (const Error& e) {
         if (!connection_lost(e)) throw;
         lost.push_back(p);
         continue;
       }
-      if (r.status != 0) wire::throw_reply(r, msg, w);
+      if (r.status != 0) wire::throw_reply(r, msg, who(f.server, f.h.op));
       if (r.epoch > view.epoch()) view.refresh();  // e.g. a join: reads move to the new tail
       f.done = true;
       count_ack(f);
@@ -156,7 +149,7 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
     for (int p : lost) {
       for (auto it = conns.begin(); it != conns.end();)
         if (it->first.second == p) {
-          ::close(it->second);
+          close_conn(it->second);
           it = conns.erase(it);
         } else {
           ++it;
@@ -178,28 +171,56 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
   }
 }
 
-void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, const std::string& w,
-                              int64_t deadline, std::vector<float>& tmp) {
+void Worker::Impl::check_reply(const Header& r, const Header& sent, int server) const {
+  if (r.op != (sent.op | wire::kReply) || r.req != sent.req)
+    throw Error(Errc::kProtocol, who(server, sent.op) + ": reply out of order (op " +
+                                     std::to_string(r.op) + ", request " + std::to_string(r.req) +
+                                     ")");
+}
+
+std::string Worker::Impl::read_message(const Header& r, int fd, int server, uint16_t op,
+                                       int64_t deadline) {
+  if (r.payload > wire::kMaxMessage)
+    throw Error(Errc::kProtocol,
+                who(server, op) + ": error reply of " + std::to_string(r.payload) + " bytes");
+  std::string msg(r.payload, '\0');
+  named_io(server, op,
+           [&] { reader(fd).payload(fd, msg.data(), msg.size(), deadline, "error reply"); });
+  return msg;
+}
+
+void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, int64_t deadline) {
+  wire::FrameReader& rd = reader(fd);
   if (f.reply_into) {
     if (r.payload > wire::kMaxStats)
-      throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) + " bytes");
+      throw Error(Errc::kProtocol,
+                  who(f.server, f.h.op) + ": reply of " + std::to_string(r.payload) + " bytes");
     f.reply_into->resize(r.payload);
-    wire::recv_payload(fd, f.reply_into->data(), r.payload, deadline, w.c_str());
+    named_io(f.server, f.h.op,
+       [&] { rd.payload(fd, f.reply_into->data(), r.payload, deadline, "reply payload"); });
     return;
   }
   if (r.payload != f.reply_bytes)
-    throw Error(Errc::kProtocol, w + ": reply of " + std::to_string(r.payload) +
-                                     " bytes, expected " + std::to_string(f.reply_bytes));
+    throw Error(Errc::kProtocol, who(f.server, f.h.op) + ": reply of " +
+                                     std::to_string(r.payload) + " bytes, expected " +
+                                     std::to_string(f.reply_bytes));
   if (f.assigned) *f.assigned = std::min(*f.assigned, r.clock);
   if (f.dest) {
-    wire::recv_payload(fd, f.dest, r.payload, deadline, w.c_str());
+    named_io(f.server, f.h.op,
+             [&] { rd.payload(fd, f.dest, r.payload, deadline, "reply payload"); });
   } else if (f.sparse_base) {
-    tmp.resize(r.payload / 4);
-    wire::recv_payload(fd, tmp.data(), r.payload, deadline, w.c_str());
+    const uint8_t* p =
+        named_io(f.server, f.h.op,
+                 [&] { return rd.take(fd, r.payload, deadline, "reply payload"); });
+    const size_t row = size_t(f.width) * 4;
     for (size_t i = 0; i < f.sparse_pos.size(); ++i)
-      std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width),
-                  tmp.data() + i * size_t(f.width), size_t(f.width) * 4);
+      std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width), p + i * row, row);
   }
+}
+
+void Worker::Impl::close_conn(int fd) {
+  ::close(fd);
+  readers.erase(fd);
 }
 
 std::vector<Frame> Worker::Impl::dense_frames(const KeyData& kd, uint16_t op) {

@@ -181,7 +181,7 @@ TEST(PsBatch, MalformedBatchesAreRefusedAndOthersKeepBeingServed) {
       ps::Server server(l, server_options(0, 2, ps::Consistency::kAsp), store,
                         std::vector<std::vector<float>>{{1, 2, 3, 4, 5, 6}, {}});
       store->wait({"good/done"}, 60s);
-      EXPECT_EQ(server.stats().rejected, 4);
+      EXPECT_EQ(server.stats().rejected, 5);
       return;
     }
     std::vector<uint8_t> p;
@@ -196,7 +196,17 @@ TEST(PsBatch, MalformedBatchesAreRefusedAndOthersKeepBeingServed) {
       append(p, sub(wire::kHello, 0, 0), {});
       append(p, sub(wire::kClock, 0, 0), {});
       expect_refused(*store, 2, p, p.size(), braid::Errc::kProtocol,
-                     "sub-frame 0 of 2 is not a push, pull, clock, report or stats frame");
+                     "sub-frame 0 of 2 is not a push, pull, clock, report, stats or hot pull "
+                     "frame");
+    }
+    {  // a hot pull inside a batch to a server without hot keys
+      p.clear();
+      append(p, sub(wire::kClock, 0, 0), {});
+      wire::Header hot = sub(wire::kHotPull, 1, 8);
+      hot.key = 1;
+      append(p, hot, {0.0f, 0.0f});  // 8 bytes: one row id
+      expect_refused(*store, 2, p, p.size(), braid::Errc::kInvalidArgument,
+                     "sub-frame 1 of 2 is a hot pull, but hot keys are off");
     }
     {  // more sub-frames than the layout allows: refused before the payload
       expect_refused(*store, 100, {}, 100 * sizeof(wire::Header), braid::Errc::kInvalidArgument,
