@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "braid/error.h"
 #include "braid/tensor.h"
 
 namespace braid::nn {
@@ -21,7 +23,34 @@ class Loss {
   virtual int64_t correct() const = 0;
 };
 
-class SoftmaxCrossEntropy : public Loss {
+// The state a loss over rows of logits keeps from forward to backward:
+// the probabilities, the targets and the rows classified right, and the
+// buffer backward returns.
+class RowLoss : public Loss {
+ public:
+  int64_t correct() const override { return correct_; }
+
+ protected:
+  // End of forward: the targets (which must outlive backward) and the
+  // count of correct rows.
+  void keep(const Tensor& targets, int64_t correct) {
+    targets_ = &targets;
+    correct_ = correct;
+  }
+  // Start of backward: throws "<what>: backward before forward" unless a
+  // forward ran; sizes dlogits_ as probs_.
+  void begin_backward(const char* what) {
+    if (targets_ == nullptr)
+      throw Error(Errc::kInvalidArgument, std::string(what) + ": backward before forward");
+    dlogits_.resize(probs_.shape(), DType::kF32);
+  }
+
+  Tensor probs_, dlogits_;
+  const Tensor* targets_ = nullptr;
+  int64_t correct_ = 0;
+};
+
+class SoftmaxCrossEntropy : public RowLoss {
  public:
   // logits: f32 [..., V] (rows = numel / V); targets: i32 with one entry
   // per row, each in [0, V). Returns the SUM over rows of −log p[target]
@@ -33,13 +62,7 @@ class SoftmaxCrossEntropy : public Loss {
   // dL/dlogits = scale · (p − onehot(target)). For the mean over a global
   // batch of N rows pass scale = 1/N. Returns a buffer this object owns.
   const Tensor& backward(float scale) override;
-  // Rows of the last forward whose argmax equals the target.
-  int64_t correct() const override { return correct_; }
-
- private:
-  Tensor probs_, dlogits_;
-  const Tensor* targets_ = nullptr;
-  int64_t correct_ = 0;
+  // correct(): rows of the last forward whose argmax equals the target.
 };
 
 // Binary cross-entropy with logits: one logit z per row (logits f32 of any
@@ -50,16 +73,10 @@ class SoftmaxCrossEntropy : public Loss {
 // keeps σ(z); backward(scale) = scale · (σ(z) − y). correct() counts rows
 // with (z > 0) == y. Throws naming both shapes when the counts differ and
 // naming the value when a target is not 0 or 1. O(rows).
-class BinaryCrossEntropyWithLogits : public Loss {
+class BinaryCrossEntropyWithLogits : public RowLoss {
  public:
   double forward(const Tensor& logits, const Tensor& targets) override;
   const Tensor& backward(float scale) override;
-  int64_t correct() const override { return correct_; }
-
- private:
-  Tensor probs_, dlogits_;
-  const Tensor* targets_ = nullptr;
-  int64_t correct_ = 0;
 };
 
 }  // namespace braid::nn

@@ -103,4 +103,9 @@ class Tensor {
 // Throws Error(kInvalidArgument) naming both shapes when a != b.
 void check_same_shape(const Tensor& a, const Tensor& b, const std::string& what);
 
+// The rows of x read as [rows, width]. Throws Error(kInvalidArgument)
+// "<kind> <name>: input [..] vs expected [*, width]" when x's last
+// dimension is not `width` (or x has none).
+int64_t rows_of_width(const Tensor& x, int64_t width, const char* kind, const std::string& name);
+
 }  // namespace braid

@@ -301,20 +301,18 @@ class VocabParallelEmbedding : public nn::Module {
 // logits are never gathered. Same contract as nn::SoftmaxCrossEntropy:
 // forward returns the SUM over rows of −log p[target] (equal on every
 // rank), backward(scale) returns this rank's block of scale·(p − onehot).
-class VocabParallelCrossEntropy : public nn::Loss {
+class VocabParallelCrossEntropy : public nn::RowLoss {
  public:
   explicit VocabParallelCrossEntropy(std::shared_ptr<Communicator> tp);
   double forward(const Tensor& logits, const Tensor& targets) override;
   const Tensor& backward(float scale) override;
-  // Rows whose argmax over the whole vocabulary (the first maximum, as the
-  // serial loss takes it) is the target.
-  int64_t correct() const override { return correct_; }
+  // correct(): rows whose argmax over the whole vocabulary (the first
+  // maximum, as the serial loss takes it) is the target.
 
  private:
   std::shared_ptr<Communicator> tp_;
-  Tensor probs_, dlogits_, row_stats_;
-  const Tensor* targets_ = nullptr;
-  int64_t v0_ = 0, correct_ = 0;
+  Tensor row_stats_;
+  int64_t v0_ = 0;
 };
 
 // Pre-norm block of ParallelAttention and ParallelMlp with replicated layer

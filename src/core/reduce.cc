@@ -70,47 +70,41 @@ BRAID_INLINE void loop_many(S* d, const S* const* src, int k, size_t n, Op op) {
   }
 }
 
-template <class S, class Cv>
-BRAID_INLINE void dispatch2(void* d, const void* a, const void* b, size_t n, ReduceOp op) {
-  auto D = static_cast<S*>(d);
-  auto A = static_cast<const S*>(a);
-  auto B = static_cast<const S*>(b);
+// Calls run(f) with the functor f of `op`; bitwise ops only where the
+// compute type is an integer. Both loop shapes dispatch through this one
+// table; everything is inlined into each ISA clone of the entry points.
+template <class Cv, class Run>
+BRAID_INLINE void with_op(ReduceOp op, const Run& run) {
   switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return loop2<S, Cv>(D, A, B, n, Sum{});
-    case ReduceOp::kProd: return loop2<S, Cv>(D, A, B, n, Prod{});
-    case ReduceOp::kMin: return loop2<S, Cv>(D, A, B, n, Min{});
-    case ReduceOp::kMax: return loop2<S, Cv>(D, A, B, n, Max{});
+    case ReduceOp::kSum: case ReduceOp::kAvg: return run(Sum{});
+    case ReduceOp::kProd: return run(Prod{});
+    case ReduceOp::kMin: return run(Min{});
+    case ReduceOp::kMax: return run(Max{});
     default: break;
   }
   if constexpr (std::is_integral_v<typename Cv::C>) {
     switch (op) {
-      case ReduceOp::kBand: return loop2<S, Cv>(D, A, B, n, Band{});
-      case ReduceOp::kBor: return loop2<S, Cv>(D, A, B, n, Bor{});
-      case ReduceOp::kBxor: return loop2<S, Cv>(D, A, B, n, Bxor{});
+      case ReduceOp::kBand: return run(Band{});
+      case ReduceOp::kBor: return run(Bor{});
+      case ReduceOp::kBxor: return run(Bxor{});
       default: break;
     }
   }
 }
 
 template <class S, class Cv>
+BRAID_INLINE void dispatch2(void* d, const void* a, const void* b, size_t n, ReduceOp op) {
+  auto D = static_cast<S*>(d);
+  auto A = static_cast<const S*>(a);
+  auto B = static_cast<const S*>(b);
+  with_op<Cv>(op, [&](auto f) __attribute__((always_inline)) { loop2<S, Cv>(D, A, B, n, f); });
+}
+
+template <class S, class Cv>
 BRAID_INLINE void dispatch_many(void* d, const void* const* s, int k, size_t n, ReduceOp op) {
   auto D = static_cast<S*>(d);
   auto Sv = reinterpret_cast<const S* const*>(s);
-  switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return loop_many<S, Cv>(D, Sv, k, n, Sum{});
-    case ReduceOp::kProd: return loop_many<S, Cv>(D, Sv, k, n, Prod{});
-    case ReduceOp::kMin: return loop_many<S, Cv>(D, Sv, k, n, Min{});
-    case ReduceOp::kMax: return loop_many<S, Cv>(D, Sv, k, n, Max{});
-    default: break;
-  }
-  if constexpr (std::is_integral_v<typename Cv::C>) {
-    switch (op) {
-      case ReduceOp::kBand: return loop_many<S, Cv>(D, Sv, k, n, Band{});
-      case ReduceOp::kBor: return loop_many<S, Cv>(D, Sv, k, n, Bor{});
-      case ReduceOp::kBxor: return loop_many<S, Cv>(D, Sv, k, n, Bxor{});
-      default: break;
-    }
-  }
+  with_op<Cv>(op, [&](auto f) __attribute__((always_inline)) { loop_many<S, Cv>(D, Sv, k, n, f); });
 }
 
 #define BRAID_KERNELS(NAME, S, CV)                                                    \

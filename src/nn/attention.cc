@@ -67,17 +67,40 @@ BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
     for (int64_t j = t + 1; j < T; ++j) dr[j] = 0.0f;
   }
 }
+
+// Head h of sample b in a [B, T, 3C] qkv buffer (attention_core.h): its q,
+// k and v, each [T, D] with row stride 3C.
+template <class F>
+struct HeadQkv {
+  F *q, *k, *v;
+};
+template <class F>
+HeadQkv<F> head_qkv(F* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t D) {
+  F* q = qkv + b * T * 3 * C + h * D;
+  return {q, q + C, q + 2 * C};
+}
+
+// Runs body(b, h, bh) for every (sample b, head h) pair, bh = b·H + h: in
+// parallel with single-threaded GEMMs when there are threads and more than
+// one pair, else in order.
+template <class Body>
+void for_each_head(int64_t B, int64_t H, const Body& body) {
+  if (num_threads() > 1 && B * H > 1) {
+    BlasSingleThreaded one;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh / H, bh % H, bh);
+  } else {
+    for (int64_t bh = 0; bh < B * H; ++bh) body(bh / H, bh % H, bh);
+  }
+}
 }  // namespace
 
 void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C, int64_t H,
                               float* att, float* o) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
-  auto body = [&](int64_t bh) {
-    int64_t b = bh / H, h = bh % H;
-    const float* q = qkvp + b * T * 3 * C + h * D;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+  for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
+    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
     float* s = att + bh * T * T;
     float* oh = o + b * T * C + h * D;
     // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
@@ -91,28 +114,16 @@ void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C
       int64_t i1 = std::min(T, i0 + kBlock);
       gemm(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
     }
-  };
-  if (num_threads() > 1 && B * H > 1) {
-    BlasSingleThreaded one;
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
-  } else {
-    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
-  }
+  });
 }
 
 void causal_attention_backward(const float* qkvp, const float* att, const float* dop, int64_t B,
                                int64_t T, int64_t C, int64_t H, float* dqkv, float* datt) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
-  auto body = [&](int64_t bh) {
-    int64_t b = bh / H, h = bh % H;
-    const float* q = qkvp + b * T * 3 * C + h * D;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + b * T * 3 * C + h * D;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
+  for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
+    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
+    const auto [dq, dk, dv] = head_qkv(dqkv, b, h, T, C, D);
     const float* p = att + bh * T * T;
     float* dp = datt + bh * T * T;
     const float* doh = dop + b * T * C + h * D;
@@ -138,14 +149,7 @@ void causal_attention_backward(const float* qkvp, const float* att, const float*
       gemm(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
            0.0f, dk + j0 * 3 * C, 3 * C);
     }
-  };
-  if (num_threads() > 1 && B * H > 1) {
-    BlasSingleThreaded one;
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
-  } else {
-    for (int64_t bh = 0; bh < B * H; ++bh) body(bh);
-  }
+  });
 }
 
 const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {

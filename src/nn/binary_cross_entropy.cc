@@ -33,14 +33,12 @@ double BinaryCrossEntropyWithLogits::forward(const Tensor& logits, const Tensor&
     p[r] = float(zr >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e));
     correct += (zr > 0) == (y == 1);
   }
-  targets_ = &targets;
-  correct_ = correct;
+  keep(targets, correct);
   return loss;
 }
 
 const Tensor& BinaryCrossEntropyWithLogits::backward(float scale) {
-  BRAID_CHECK_ARG(targets_ != nullptr, "binary cross-entropy: backward before forward");
-  dlogits_.resize(probs_.shape(), DType::kF32);
+  begin_backward("binary cross-entropy");
   const float* p = probs_.f32();
   const int32_t* t = targets_->i32();
   float* d = dlogits_.f32();

@@ -56,14 +56,12 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& targets)
       if (xr[j] > xr[best]) best = j;
     correct += best == y;
   }
-  targets_ = &targets;
-  correct_ = correct;
+  keep(targets, correct);
   return loss;
 }
 
 const Tensor& SoftmaxCrossEntropy::backward(float scale) {
-  BRAID_CHECK_ARG(targets_ != nullptr, "cross-entropy: backward before forward");
-  dlogits_.resize(probs_.shape(), DType::kF32);
+  begin_backward("cross-entropy");
   int64_t V = probs_.dim(-1), rows = probs_.numel() / V;
   const float* p = probs_.f32();
   float* d = dlogits_.f32();

@@ -77,10 +77,7 @@ BRAID_SIMD_FN void ln_bwd(const float* x, const float* g, const float* mean, con
 }  // namespace
 
 const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
-  if (x.ndim() < 1 || x.dim(-1) != dim_)
-    throw Error(Errc::kInvalidArgument, "LayerNorm " + name_ + ": input " + shape_str(x.shape()) +
-                                            " vs expected [*, " + std::to_string(dim_) + "]");
-  int64_t rows = x.numel() / dim_;
+  const int64_t rows = rows_of_width(x, dim_, "LayerNorm", name_);
   y_.resize(x.shape(), DType::kF32);
   mean_.resize({rows}, DType::kF32);
   rstd_.resize({rows}, DType::kF32);

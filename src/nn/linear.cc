@@ -25,10 +25,7 @@ BRAID_SIMD_FN void fill_rows(float* y, const float* b, int64_t rows, int64_t col
 }  // namespace
 
 const Tensor& Linear::forward(const Tensor& x, Context&) {
-  if (x.ndim() < 1 || x.dim(-1) != in_)
-    throw Error(Errc::kInvalidArgument, "Linear " + name_ + ": input " + shape_str(x.shape()) +
-                                            " vs expected [*, " + std::to_string(in_) + "]");
-  int64_t rows = x.numel() / in_;
+  const int64_t rows = rows_of_width(x, in_, "Linear", name_);
   Shape ys = x.shape();
   ys.back() = out_;
   y_.resize(ys, DType::kF32);

@@ -182,4 +182,12 @@ void check_same_shape(const Tensor& a, const Tensor& b, const std::string& what)
                     " differ");
 }
 
+int64_t rows_of_width(const Tensor& x, int64_t width, const char* kind, const std::string& name) {
+  if (x.ndim() < 1 || x.dim(-1) != width)
+    throw Error(Errc::kInvalidArgument, std::string(kind) + " " + name + ": input " +
+                                            shape_str(x.shape()) + " vs expected [*, " +
+                                            std::to_string(width) + "]");
+  return x.numel() / width;
+}
+
 }  // namespace braid

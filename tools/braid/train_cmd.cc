@@ -76,8 +76,7 @@ int train_main(int argc, char** argv) {
     last_loss = st.loss;
     report.after_step(s, st);
     if (jlog.is_open()) jlog << step_record(st).dump() << '\n';
-    if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
-      trainer.save(f.checkpoint);
+    if (checkpoint_due(f, s)) trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);

@@ -103,19 +103,12 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
         step_sum[size_t(r)] += times[size_t(r)].step_s();
       }
     report.after_step(s, st, times[0].exposed_comm_s / std::max(1e-12, times[0].step_s()));
-    if (jlog.is_open()) {
-      nlohmann::json rec = step_record(st), c = nlohmann::json::array(),
-                     e = nlohmann::json::array(), i = nlohmann::json::array();
-      for (auto& t : times) {
-        c.push_back(t.compute_s);
-        e.push_back(t.exposed_comm_s);
-        i.push_back(t.idle_s);
-      }
-      rec.update({{"compute_s", c}, {"exposed_comm_s", e}, {"idle_s", i}});
-      jlog << rec.dump() << '\n';
-    }
-    if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
-      trainer.save(f.checkpoint);
+    if (jlog.is_open())
+      log_step_per_rank(jlog, st, times,
+                        {{"compute_s", &parallel::DpStepTimes::compute_s},
+                         {"exposed_comm_s", &parallel::DpStepTimes::exposed_comm_s},
+                         {"idle_s", &parallel::DpStepTimes::idle_s}});
+    if (checkpoint_due(f, s)) trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);

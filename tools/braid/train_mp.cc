@@ -209,19 +209,12 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
     }
     if (report.measured(s)) add_bubble(split, f, bubble_acc, bubble_spans);
     report.after_step(s, st, r.comm_s / std::max(1e-12, r.step_s));
-    if (jlog.is_open()) {
-      nlohmann::json rec = step_record(st), c = nlohmann::json::array(),
-                     e = nlohmann::json::array(), b = nlohmann::json::array();
-      for (const RankSplit& q : split) {
-        c.push_back(q.compute_s);
-        e.push_back(q.comm_s);
-        b.push_back(q.bubble_s);
-      }
-      rec.update({{"compute_s", c}, {"exposed_comm_s", e}, {"bubble_s", b}});
-      jlog << rec.dump() << '\n';
-    }
-    if (!f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0)
-      trainer.save(f.checkpoint);
+    if (jlog.is_open())
+      log_step_per_rank(jlog, st, split,
+                        {{"compute_s", &RankSplit::compute_s},
+                         {"exposed_comm_s", &RankSplit::comm_s},
+                         {"bubble_s", &RankSplit::bubble_s}});
+    if (checkpoint_due(f, s)) trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);

@@ -16,6 +16,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "braid/checkpoint.h"
 #include "braid/data.h"
@@ -354,6 +356,25 @@ inline std::ofstream open_json_log(const TrainFlags& f, bool logger) {
 // The fields every step record carries; `--dp` adds the ranks' time split.
 inline nlohmann::json step_record(const nn::StepStats& st) {
   return {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}};
+}
+
+// One --json-log line: the step record plus, for each of `fields`, an
+// array of that field of every rank in `ranks` (the ranks' time split).
+template <class Rank>
+void log_step_per_rank(std::ofstream& log, const nn::StepStats& st, const std::vector<Rank>& ranks,
+                       std::initializer_list<std::pair<const char*, double Rank::*>> fields) {
+  nlohmann::json rec = step_record(st);
+  for (const auto& [name, field] : fields) {
+    nlohmann::json column = nlohmann::json::array();
+    for (const Rank& r : ranks) column.push_back(r.*field);
+    rec[name] = std::move(column);
+  }
+  log << rec.dump() << '\n';
+}
+
+// Whether --checkpoint-every asks for a checkpoint after step s (0-based).
+inline bool checkpoint_due(const TrainFlags& f, int64_t s) {
+  return !f.checkpoint.empty() && f.checkpoint_every > 0 && (s + 1) % f.checkpoint_every == 0;
 }
 
 // The fields every done record carries; the caller adds the rest.

@@ -20,13 +20,14 @@ void broadcast_chain(Context& c, void* buf, size_t count, int root, size_t chunk
   const int v = (r - root + n) % n;
   const int prev = (r - 1 + n) % n, next = (r + 1) % n;
   const bool last = v == n - 1;
-  size_t per = std::max<size_t>(1, chunk_bytes / es);
-  int C = int(std::max<size_t>(1, (count + per - 1) / per));
+  const int C = chunk_count(count, es, chunk_bytes);
+  // Chunk k: elements [block_offset(count, C, k), block_offset(count, C, k + 1)).
+  auto send_chunk = [&](int k) {
+    size_t lo = block_offset(count, C, k), hi = block_offset(count, C, k + 1);
+    c.send(next, b + lo * es, (hi - lo) * es, uint32_t(k));
+  };
   if (v == 0) {
-    for (int k = 0; k < C; ++k) {
-      size_t lo = block_offset(count, C, k), hi = block_offset(count, C, k + 1);
-      c.send(next, b + lo * es, (hi - lo) * es, uint32_t(k));
-    }
+    for (int k = 0; k < C; ++k) send_chunk(k);
     c.wait_all();
     return;
   }
@@ -35,17 +36,9 @@ void broadcast_chain(Context& c, void* buf, size_t count, int root, size_t chunk
     size_t lo = block_offset(count, C, k), hi = block_offset(count, C, k + 1);
     rq[k] = c.recv(prev, b + lo * es, (hi - lo) * es, uint32_t(k));
   }
-  for (int k = 0; k < C;) {
-    if (!rq[k]->complete) {
-      if (!c.poll()) c.idle();
-      continue;
-    }
-    if (!last) {
-      size_t lo = block_offset(count, C, k), hi = block_offset(count, C, k + 1);
-      c.send(next, b + lo * es, (hi - lo) * es, uint32_t(k));
-    }
-    ++k;
-  }
+  complete_in_order(c, rq, [&](size_t k) {
+    if (!last) send_chunk(int(k));
+  });
   c.wait_all();
 }
 

@@ -6,6 +6,7 @@
 // wait into an error naming the peers not heard from and bytes done.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -145,6 +146,30 @@ class Context {
 inline size_t block_offset(size_t count, int parts, int i) {
   size_t base = count / size_t(parts), extra = count % size_t(parts);
   return size_t(i) * base + std::min(size_t(i), extra);
+}
+
+// Chunks of at most `chunk_bytes` (at least one element each) that cover
+// `count` elements of `esize` bytes; at least one.
+inline int chunk_count(size_t count, size_t esize, size_t chunk_bytes) {
+  size_t per = std::max<size_t>(1, chunk_bytes / esize);
+  return int(std::max<size_t>(1, (count + per - 1) / per));
+}
+
+// Drives the transport until every request of `rq` has completed, calling
+// on_complete(i) for request i as soon as requests 0..i all have. For
+// pipelined schedules whose receives from one peer complete in posting
+// order, so that one cursor tracks them and each arrival is forwarded at
+// once.
+template <class OnComplete>
+void complete_in_order(Context& c, const std::vector<Request*>& rq, OnComplete&& on_complete) {
+  for (size_t i = 0; i < rq.size();) {
+    if (!rq[i]->complete) {
+      if (!c.poll()) c.idle();
+      continue;
+    }
+    on_complete(i);
+    ++i;
+  }
 }
 
 }  // namespace braid::comm

@@ -95,8 +95,7 @@ Layout make_layout(const Context& c, const std::vector<size_t>& seg, size_t esiz
   for (int p = 0; p + 1 < int(seg.size()); ++p) L.blk.push_back(c.ring_at(p));
   size_t maxseg = 0;
   for (size_t j = 0; j + 1 < seg.size(); ++j) maxseg = std::max(maxseg, seg[j + 1] - seg[j]);
-  size_t per = std::max<size_t>(1, chunk_bytes / esize);
-  L.chunks = int(std::max<size_t>(1, (maxseg + per - 1) / per));
+  L.chunks = chunk_count(maxseg, esize, chunk_bytes);
   return L;
 }
 
@@ -141,20 +140,13 @@ void ring_reduce_phases(Context& c, const void* send, uint8_t* out, size_t count
     size_t off = L.chunk_off(j, k) * es;
     c.send(next, in + off, L.chunk_len(j, k) * es, 0);
   }
-  // Receives complete in posting order, so one cursor tracks them; each
-  // completed chunk is forwarded at the next step.
-  size_t cursor = 0, total = rq.size();
-  while (cursor < total) {
-    if (!rq[cursor]->complete) {
-      if (!c.poll()) c.idle();
-      continue;
-    }
-    int s = int(cursor / C), k = int(cursor % C);
+  // Each completed chunk is forwarded at the next step.
+  complete_in_order(c, rq, [&](size_t i) {
+    int s = int(i / C), k = int(i % C);
     int j = recv_seg(s);
     if (s == n - 2) finish_avg(c, out + L.chunk_off(j, k) * es, L.chunk_len(j, k));
     if (s + 1 < S) c.send(next, out + L.chunk_off(j, k) * es, L.chunk_len(j, k) * es, uint32_t(s + 1));
-    ++cursor;
-  }
+  });
   c.wait_all();
 }
 
@@ -231,19 +223,13 @@ void ring_gather_blocks(Context& c, void* buf, const std::vector<size_t>& offs,
     else
       c.send(next, at, L.chunk_len(r, k) * es, step_base);
   }
-  size_t cursor = 0;
-  while (cursor < rq.size()) {
-    if (!rq[cursor]->complete) {
-      if (!c.poll()) c.idle();
-      continue;
-    }
-    int s = int(cursor / C), k = int(cursor % C);
+  complete_in_order(c, rq, [&](size_t i) {
+    int s = int(i / C), k = int(i % C);
     if (s + 1 < S) {
       int j = mod(r - s - 1, n);
       c.send(next, b + L.chunk_off(j, k) * es, L.chunk_len(j, k) * es, step_base + s + 1);
     }
-    ++cursor;
-  }
+  });
   c.wait_all();
 }
 
@@ -299,18 +285,12 @@ void reduce_scatter_ring(Context& c, const void* send, void* recv, size_t count,
   int j0 = mod(r - 1, n);
   for (int k = 0; k < C; ++k)
     c.send(next, in + L.chunk_off(j0, k) * es, L.chunk_len(j0, k) * es, 0);
-  size_t cursor = 0;
-  while (cursor < rq.size()) {
-    if (!rq[cursor]->complete) {
-      if (!c.poll()) c.idle();
-      continue;
-    }
-    int s = int(cursor / C), k = int(cursor % C);
+  complete_in_order(c, rq, [&](size_t i) {
+    int s = int(i / C), k = int(i % C);
     int j = mod(r - s - 2, n);
     if (s + 1 < S) c.send(next, dst_of(s, j, k), L.chunk_len(j, k) * es, uint32_t(s + 1));
     else finish_avg(c, dst_of(s, j, k), L.chunk_len(j, k));
-    ++cursor;
-  }
+  });
   c.wait_all();
 }
 

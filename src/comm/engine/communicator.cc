@@ -172,6 +172,17 @@ algo::Call call(comm::CommImpl& impl, const void* send, void* recv, size_t count
   return k;
 }
 
+// A rootless collective whose `bytes` at `span_buf` (its output, or for
+// reduce_scatter its input) may lie in memory the host's ranks share.
+Work launch_spanned(comm::CommImpl& impl, CollOp op, const void* send, void* recv, size_t count,
+                    DType t, ReduceOp rop, size_t bytes, const void* span_buf) {
+  check_ptr(op, send, count, "send");
+  check_ptr(op, recv, count, "recv");
+  algo::Call k = call(impl, send, recv, count, -1);
+  k.span = impl.shared_span(span_buf, bytes);
+  return impl.launch(op, count, t, rop, -1, bytes, async_now(), k);
+}
+
 }  // namespace
 
 Work Communicator::broadcast_async(void* buf, size_t count, DType t, int root) {
@@ -199,21 +210,13 @@ Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, 
   const CollOp op = CollOp::kAllReduce;
   size_t bytes = checked_bytes(op, count, t, 1);
   check_op(op, t, rop);
-  check_ptr(op, send, count, "send");
-  check_ptr(op, recv, count, "recv");
-  algo::Call k = call(*impl_, send, recv, count, -1);
-  k.span = impl_->shared_span(recv, bytes);
-  return impl_->launch(op, count, t, rop, -1, bytes, async_now(), k);
+  return launch_spanned(*impl_, op, send, recv, count, t, rop, bytes, recv);
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DType t) {
   const CollOp op = CollOp::kAllGather;
   size_t bytes = checked_bytes(op, count, t, size_t(size()));
-  check_ptr(op, send, count, "send");
-  check_ptr(op, recv, count, "recv");
-  algo::Call k = call(*impl_, send, recv, count, -1);
-  k.span = impl_->shared_span(recv, bytes);
-  return impl_->launch(op, count, t, ReduceOp::kSum, -1, bytes, async_now(), k);
+  return launch_spanned(*impl_, op, send, recv, count, t, ReduceOp::kSum, bytes, recv);
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType t,
@@ -221,11 +224,7 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t cou
   const CollOp op = CollOp::kReduceScatter;
   size_t bytes = checked_bytes(op, count, t, size_t(size()));
   check_op(op, t, rop);
-  check_ptr(op, send, count, "send");
-  check_ptr(op, recv, count, "recv");
-  algo::Call k = call(*impl_, send, recv, count, -1);
-  k.span = impl_->shared_span(send, bytes);
-  return impl_->launch(op, count, t, rop, -1, bytes, async_now(), k);
+  return launch_spanned(*impl_, op, send, recv, count, t, rop, bytes, send);
 }
 
 Work Communicator::gather_async(const void* send, void* recv, size_t count, DType t, int root) {

@@ -18,16 +18,13 @@ namespace braid::comm {
 namespace boot {
 
 JobEnv from_braid(std::chrono::milliseconds timeout) {
-  JobEnv env;
-  env.source = "braid";
-  Layout L;
-  L.rank = need_int("BRAID_RANK");
-  L.size = need_int("BRAID_WORLD_SIZE");
-  L.local_rank = opt_int("BRAID_LOCAL_RANK", L.rank);
-  L.local_size = opt_int("BRAID_LOCAL_WORLD_SIZE", L.size);
+  const LayoutVars V{"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_WORLD_SIZE"};
+  Layout L = need_rank_size(V);
+  L.local_rank = opt_int(V.local_rank, L.rank);
+  L.local_size = opt_int(V.local_size, L.size);
   L.node_rank = opt_int("BRAID_NODE_RANK", 0);
-  validate(L, "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_WORLD_SIZE");
-  take_layout(env, L);
+  validate(L, V);
+  JobEnv env = with_layout("braid", L);
   auto addr = store_from_braid_var();
   if (!addr) {
     if (L.size > 1) bad("BRAID_STORE is not set (braid run sets it; expected host:port)");
@@ -41,25 +38,20 @@ JobEnv from_braid(std::chrono::milliseconds timeout) {
 }
 
 JobEnv from_torchrun(std::chrono::milliseconds timeout) {
-  JobEnv env;
-  env.source = "torchrun";
-  Layout L;
-  L.rank = need_int("RANK");
-  L.size = need_int("WORLD_SIZE");
-  L.local_rank = opt_int("LOCAL_RANK", 0);
-  L.local_size = opt_int("LOCAL_WORLD_SIZE", has("LOCAL_RANK") ? L.size : 1);
-  validate(L, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  const LayoutVars V{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+  Layout L = need_rank_size(V);
+  L.local_rank = opt_int(V.local_rank, 0);
+  L.local_size = opt_int(V.local_size, has(V.local_rank) ? L.size : 1);
+  validate(L, V);
   L.node_rank = opt_int("GROUP_RANK", L.rank / L.local_size);
-  take_layout(env, L);
+  JobEnv env = with_layout("torchrun", L);
   auto addr = store_from_braid_var();
   if (!addr) addr = store_from_master_vars(1);
   if (!addr) {
     if (L.size > 1) bad("RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT (or BRAID_STORE) are not");
     return use_memory_store(std::move(env), timeout);
   }
-  env.secret = secret_for("torchrun", env_str("TORCHELASTIC_RUN_ID").value_or("") + "|" +
-                                          addr->first + ":" + std::to_string(addr->second), L.rank);
-  attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
+  attach_foreign(env, env_str("TORCHELASTIC_RUN_ID").value_or(""), *addr, timeout);
   return env;
 }
 

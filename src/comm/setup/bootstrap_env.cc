@@ -52,18 +52,24 @@ std::string secret_for(const std::string& source, const std::string& shared, int
   return sha256_hex("braid-derived-secret|" + source + "|" + shared);
 }
 
-void validate(const Layout& L, const char* rank_var, const char* size_var,
-              const char* local_rank_var, const char* local_size_var) {
-  if (L.size < 1) bad(std::string(size_var) + "=" + std::to_string(L.size) + ": must be at least 1");
+Layout need_rank_size(const LayoutVars& v) {
+  Layout L;
+  L.rank = need_int(v.rank);
+  L.size = need_int(v.size);
+  return L;
+}
+
+void validate(const Layout& L, const LayoutVars& v) {
+  if (L.size < 1) bad(std::string(v.size) + "=" + std::to_string(L.size) + ": must be at least 1");
   if (L.rank >= L.size)
-    bad(std::string(rank_var) + "=" + std::to_string(L.rank) + " is not below " + size_var + "=" +
+    bad(std::string(v.rank) + "=" + std::to_string(L.rank) + " is not below " + v.size + "=" +
         std::to_string(L.size));
   if (L.local_size < 1 || L.local_size > L.size)
-    bad(std::string(local_size_var) + "=" + std::to_string(L.local_size) + " must be in [1, " +
-        size_var + "=" + std::to_string(L.size) + "]");
+    bad(std::string(v.local_size) + "=" + std::to_string(L.local_size) + " must be in [1, " +
+        v.size + "=" + std::to_string(L.size) + "]");
   if (L.local_rank >= L.local_size)
-    bad(std::string(local_rank_var) + "=" + std::to_string(L.local_rank) + " is not below " +
-        local_size_var + "=" + std::to_string(L.local_size));
+    bad(std::string(v.local_rank) + "=" + std::to_string(L.local_rank) + " is not below " +
+        v.local_size + "=" + std::to_string(L.local_size));
 }
 
 // Connects to host:port; rank 0 (when `host_it`) first starts the server
@@ -74,9 +80,19 @@ void attach_tcp(JobEnv& env, const std::string& host, int port, bool host_it,
   env.store = connect_tcp_store(host, port, env.secret, timeout);
 }
 
-void take_layout(JobEnv& env, const Layout& L) {
+void attach_foreign(JobEnv& env, const std::string& job_id, const std::pair<std::string, int>& addr,
+                    std::chrono::milliseconds timeout) {
+  env.secret = secret_for(env.source, job_id + "|" + addr.first + ":" + std::to_string(addr.second),
+                          env.rank);
+  attach_tcp(env, addr.first, addr.second, env.rank == 0, timeout);
+}
+
+JobEnv with_layout(const char* source, const Layout& L) {
+  JobEnv env;
+  env.source = source;
   env.rank = L.rank, env.size = L.size, env.local_rank = L.local_rank;
   env.local_size = L.local_size, env.node_rank = L.node_rank;
+  return env;
 }
 
 JobEnv use_memory_store(JobEnv env, std::chrono::milliseconds timeout) {

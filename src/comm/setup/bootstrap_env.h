@@ -27,16 +27,25 @@ std::string secret_for(const std::string& source, const std::string& shared, int
 struct Layout {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node_rank = 0;
 };
+// The variables a launcher gives the layout in (the names its errors use).
+struct LayoutVars {
+  const char *rank, *size, *local_rank, *local_size;
+};
+// rank and size from their variables, which must be set.
+Layout need_rank_size(const LayoutVars& v);
 // Throws naming the variable whose value breaks the layout.
-void validate(const Layout& L, const char* rank_var, const char* size_var,
-              const char* local_rank_var, const char* local_size_var);
-// Copies the layout into env.
-void take_layout(JobEnv& env, const Layout& L);
+void validate(const Layout& L, const LayoutVars& v);
+// The job environment of `source` with layout L.
+JobEnv with_layout(const char* source, const Layout& L);
 
 // Connects to host:port; rank 0 (when `host_it`) first starts the server
 // there, listening on every interface.
 void attach_tcp(JobEnv& env, const std::string& host, int port, bool host_it,
                 std::chrono::milliseconds timeout);
+// Under a launcher other than braid run: rank 0 hosts the store at `addr`,
+// and the secret is BRAID_SECRET or derived from the job's id and `addr`.
+void attach_foreign(JobEnv& env, const std::string& job_id, const std::pair<std::string, int>& addr,
+                    std::chrono::milliseconds timeout);
 // A job that names no store (one rank): an in-process store, and
 // BRAID_SECRET or a fresh secret.
 JobEnv use_memory_store(JobEnv env, std::chrono::milliseconds timeout);

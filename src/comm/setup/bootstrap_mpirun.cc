@@ -22,24 +22,19 @@ std::string ompi_job_id() {
 }  // namespace
 
 JobEnv from_mpirun(std::chrono::milliseconds timeout) {
-  JobEnv env;
-  env.source = "mpirun";
-  Layout L;
-  L.rank = need_int("OMPI_COMM_WORLD_RANK");
-  L.size = need_int("OMPI_COMM_WORLD_SIZE");
-  L.local_rank = opt_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-  L.local_size = opt_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  validate(L, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-           "OMPI_COMM_WORLD_LOCAL_SIZE");
+  const LayoutVars V{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                     "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  Layout L = need_rank_size(V);
+  L.local_rank = opt_int(V.local_rank, 0);
+  L.local_size = opt_int(V.local_size, 1);
+  validate(L, V);
   L.node_rank = L.rank / L.local_size;  // assumes by-slot (block) placement
-  take_layout(env, L);
+  JobEnv env = with_layout("mpirun", L);
   std::string job = ompi_job_id();
   auto addr = store_from_braid_var();
   if (!addr) addr = store_from_master_vars(0);
   if (addr) {
-    env.secret = secret_for("mpirun", job + "|" + addr->first + ":" + std::to_string(addr->second),
-                            L.rank);
-    attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
+    attach_foreign(env, job, *addr, timeout);
     return env;
   }
   if (L.size == 1) {

@@ -37,19 +37,18 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
 }  // namespace
 
 JobEnv from_slurm(std::chrono::milliseconds timeout) {
-  JobEnv env;
-  env.source = "slurm";
-  Layout L;
-  L.rank = need_int("SLURM_PROCID");
-  L.size = has("SLURM_NTASKS") ? need_int("SLURM_NTASKS") : need_int("SLURM_NPROCS");
-  L.local_rank = opt_int("SLURM_LOCALID", 0);
+  // The size is in SLURM_NTASKS, or in older Slurm SLURM_NPROCS.
+  const LayoutVars V{"SLURM_PROCID", has("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS",
+                     "SLURM_LOCALID", "SLURM_TASKS_PER_NODE"};
+  Layout L = need_rank_size(V);
+  L.local_rank = opt_int(V.local_rank, 0);
   L.node_rank = opt_int("SLURM_NODEID", 0);
   if (auto tpn = env_str("SLURM_STEP_TASKS_PER_NODE"); tpn || env_str("SLURM_TASKS_PER_NODE"))
     L.local_size = slurm_tasks_on_node(tpn ? *tpn : *env_str("SLURM_TASKS_PER_NODE"), L.node_rank);
   else
     L.local_size = opt_int("SLURM_NTASKS_PER_NODE", 1);
-  validate(L, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE");
-  take_layout(env, L);
+  validate(L, V);
+  JobEnv env = with_layout("slurm", L);
   std::string job = env_str("SLURM_JOB_ID").value_or(env_str("SLURM_JOBID").value_or(""));
   std::string step = env_str("SLURM_STEP_ID").value_or(env_str("SLURM_STEPID").value_or(""));
   auto addr = store_from_braid_var();
@@ -77,9 +76,7 @@ JobEnv from_slurm(std::chrono::milliseconds timeout) {
   if (!addr) {
     return use_memory_store(std::move(env), timeout);
   }
-  env.secret = secret_for("slurm", job + "." + step + "|" + addr->first + ":" +
-                                       std::to_string(addr->second), L.rank);
-  attach_tcp(env, addr->first, addr->second, L.rank == 0, timeout);
+  attach_foreign(env, job + "." + step, *addr, timeout);
   return env;
 }
 

@@ -161,25 +161,21 @@ class TcpStore : public Store {
     call(std::move(f), deadline_after(timeout) + kReplyGraceNs, "wait", keys[0]);
   }
 
-  bool remove(const std::string& key) override {
-    check_key(key);
-    auto f = start(kRemove);
-    put_str(f, key);
-    Bytes r = call(std::move(f), deadline_after(timeout_), "remove", key);
-    if (r.size() != 1) protocol_error("remove", r.size());
-    return r[0] != 0;
-  }
+  bool remove(const std::string& key) override { return key_question(kRemove, "remove", key); }
 
-  bool check(const std::string& key) override {
-    check_key(key);
-    auto f = start(kCheck);
-    put_str(f, key);
-    Bytes r = call(std::move(f), deadline_after(timeout_), "check", key);
-    if (r.size() != 1) protocol_error("check", r.size());
-    return r[0] != 0;
-  }
+  bool check(const std::string& key) override { return key_question(kCheck, "check", key); }
 
  private:
+  // A request naming one key whose reply is one byte, true when nonzero.
+  bool key_question(Op op, const char* name, const std::string& key) {
+    check_key(key);
+    auto f = start(op);
+    put_str(f, key);
+    Bytes r = call(std::move(f), deadline_after(timeout_), name, key);
+    if (r.size() != 1) protocol_error(name, r.size());
+    return r[0] != 0;
+  }
+
   struct Pending {
     bool done = false;
     uint8_t status = 0;

@@ -52,6 +52,38 @@ int64_t last_dim(const Tensor& x, const std::string& what) {
   return x.dim(-1);
 }
 int64_t rows_of(const Tensor& x) { return x.dim(-1) ? x.numel() / x.dim(-1) : 0; }
+
+// The group's blocks along x's last dimension gathered: [.., d] → [.., n·d].
+void gather_last(Communicator& c, const Tensor& x, Tensor& y, Tensor& scratch,
+                 const std::string& what) {
+  int64_t d = last_dim(x, what);
+  gather_interleaved(c, x, y, scratch, with_dim(x.shape(), -1, d * c.size()), rows_of(x), d);
+}
+// This rank's block of x's last dimension: [.., n·d] → [.., d].
+void slice_last(Communicator& c, const Tensor& x, Tensor& y, const std::string& what) {
+  int64_t d = divide(last_dim(x, what), c.size(), what + ": last dimension");
+  slice_interleaved(c, x, y, with_dim(x.shape(), -1, d), rows_of(x), d);
+}
+
+// Along the sequence (dimension 1 of [B, T, ...]): [B, T/n, ..] → [B, T, ..].
+void gather_seq(Communicator& c, const Tensor& x, Tensor& y, Tensor& scratch,
+                const std::string& what) {
+  SeqSplit s = seq_split(x, c.size(), what, false);
+  gather_interleaved(c, x, y, scratch, with_dim(x.shape(), 1, x.dim(1) * c.size()), s.outer,
+                     s.inner);
+}
+// [B, T, ..] → this rank's [B, T/n, ..].
+void slice_seq(Communicator& c, const Tensor& x, Tensor& y, const std::string& what) {
+  SeqSplit s = seq_split(x, c.size(), what, true);
+  slice_interleaved(c, x, y, with_dim(x.shape(), 1, x.dim(1) / c.size()), s.outer, s.inner);
+}
+// Every rank's [B, T, ..] summed, this rank's [B, T/n, ..] kept.
+void reduce_scatter_seq(Communicator& c, const Tensor& x, Tensor& y, Tensor& scratch,
+                        const std::string& what) {
+  SeqSplit s = seq_split(x, c.size(), what, true);
+  reduce_scatter_interleaved(c, x, y, scratch, with_dim(x.shape(), 1, x.dim(1) / c.size()),
+                             s.outer, s.inner);
+}
 }  // namespace
 
 const Tensor& CopyToTpRegion::forward(const Tensor& x, nn::Context&) { return x; }
@@ -67,65 +99,47 @@ const Tensor& ReduceFromTpRegion::forward(const Tensor& x, nn::Context&) {
 const Tensor& ReduceFromTpRegion::backward(const Tensor& dy, nn::Context&) { return dy; }
 
 const Tensor& ScatterToTpRegion::forward(const Tensor& x, nn::Context&) {
-  int64_t c = divide(last_dim(x, name_), tp_->size(), name_ + ": last dimension");
-  slice_interleaved(*tp_, x, y_, with_dim(x.shape(), -1, c), rows_of(x), c);
+  slice_last(*tp_, x, y_, name_);
   return y_;
 }
 const Tensor& ScatterToTpRegion::backward(const Tensor& dy, nn::Context&) {
-  int64_t c = last_dim(dy, name_);
-  gather_interleaved(*tp_, dy, dx_, scratch_, with_dim(dy.shape(), -1, c * tp_->size()),
-                     rows_of(dy), c);
+  gather_last(*tp_, dy, dx_, scratch_, name_);
   return dx_;
 }
 
 const Tensor& GatherFromTpRegion::forward(const Tensor& x, nn::Context&) {
-  int64_t c = last_dim(x, name_);
-  gather_interleaved(*tp_, x, y_, scratch_, with_dim(x.shape(), -1, c * tp_->size()),
-                     rows_of(x), c);
+  gather_last(*tp_, x, y_, scratch_, name_);
   return y_;
 }
 const Tensor& GatherFromTpRegion::backward(const Tensor& dy, nn::Context&) {
-  int64_t c = divide(last_dim(dy, name_), tp_->size(), name_ + ": last dimension");
-  slice_interleaved(*tp_, dy, dx_, with_dim(dy.shape(), -1, c), rows_of(dy), c);
+  slice_last(*tp_, dy, dx_, name_);
   return dx_;
 }
 
 const Tensor& ScatterToSequenceRegion::forward(const Tensor& x, nn::Context&) {
-  SeqSplit s = seq_split(x, tp_->size(), name_, true);
-  slice_interleaved(*tp_, x, y_, with_dim(x.shape(), 1, x.dim(1) / tp_->size()), s.outer,
-                    s.inner);
+  slice_seq(*tp_, x, y_, name_);
   return y_;
 }
 const Tensor& ScatterToSequenceRegion::backward(const Tensor& dy, nn::Context&) {
-  SeqSplit s = seq_split(dy, tp_->size(), name_, false);
-  gather_interleaved(*tp_, dy, dx_, scratch_, with_dim(dy.shape(), 1, dy.dim(1) * tp_->size()),
-                     s.outer, s.inner);
+  gather_seq(*tp_, dy, dx_, scratch_, name_);
   return dx_;
 }
 
 const Tensor& GatherFromSequenceRegion::forward(const Tensor& x, nn::Context&) {
-  SeqSplit s = seq_split(x, tp_->size(), name_, false);
-  gather_interleaved(*tp_, x, y_, scratch_, with_dim(x.shape(), 1, x.dim(1) * tp_->size()),
-                     s.outer, s.inner);
+  gather_seq(*tp_, x, y_, scratch_, name_);
   return y_;
 }
 const Tensor& GatherFromSequenceRegion::backward(const Tensor& dy, nn::Context&) {
-  SeqSplit s = seq_split(dy, tp_->size(), name_, true);
-  reduce_scatter_interleaved(*tp_, dy, dx_, scratch_,
-                             with_dim(dy.shape(), 1, dy.dim(1) / tp_->size()), s.outer, s.inner);
+  reduce_scatter_seq(*tp_, dy, dx_, scratch_, name_);
   return dx_;
 }
 
 const Tensor& ReduceScatterToSequenceRegion::forward(const Tensor& x, nn::Context&) {
-  SeqSplit s = seq_split(x, tp_->size(), name_, true);
-  reduce_scatter_interleaved(*tp_, x, y_, scratch_,
-                             with_dim(x.shape(), 1, x.dim(1) / tp_->size()), s.outer, s.inner);
+  reduce_scatter_seq(*tp_, x, y_, scratch_, name_);
   return y_;
 }
 const Tensor& ReduceScatterToSequenceRegion::backward(const Tensor& dy, nn::Context&) {
-  SeqSplit s = seq_split(dy, tp_->size(), name_, false);
-  gather_interleaved(*tp_, dy, dx_, scratch_, with_dim(dy.shape(), 1, dy.dim(1) * tp_->size()),
-                     s.outer, s.inner);
+  gather_seq(*tp_, dy, dx_, scratch_, name_);
   return dx_;
 }
 

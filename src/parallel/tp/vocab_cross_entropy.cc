@@ -85,14 +85,12 @@ double VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     loss += double(std::log(sum[r])) - double(target[r] - max[r]);
     correct += target[r] >= max[r] && before[r] == 0;
   }
-  targets_ = &targets;
-  correct_ = correct;
+  keep(targets, correct);
   return loss;
 }
 
 const Tensor& VocabParallelCrossEntropy::backward(float scale) {
-  BRAID_CHECK_ARG(targets_ != nullptr, "vocab-parallel cross-entropy: backward before forward");
-  dlogits_.resize(probs_.shape(), DType::kF32);
+  begin_backward("vocab-parallel cross-entropy");
   const int64_t v = probs_.dim(-1), rows = probs_.numel() / v;
   const float* p = probs_.f32();
   float* d = dlogits_.f32();

@@ -100,6 +100,14 @@ class ShmWire final : public Wire {
            p.out->cma_ack.load(std::memory_order_acquire) > p.cma_sent - p.cma_wait.size();
   }
   size_t complete_cma_sends(Peer& p);
+  // r, the front of `q`, has moved all its `bytes`: mark it complete and
+  // take it off.
+  void complete_front(ReqQueue& q, Request* r, uint64_t bytes) {
+    r->done = bytes;
+    r->complete = true;
+    q.pop();
+    --npending_;
+  }
   // Publish a descriptor for `r` in slot `s`; returns 1 (one slot moved).
   size_t send_cma_desc(Peer& p, uint8_t* s, const Request& r);
   // Take the descriptor in slot `s` (payload `len` bytes) for a message of

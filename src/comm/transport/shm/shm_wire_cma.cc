@@ -107,10 +107,7 @@ size_t ShmWire::complete_cma_sends(Peer& p) {
   size_t n = 0;
   for (; cma_acked(p); ++n) {
     Request* r = p.cma_wait.front();
-    r->done = r->sig.bytes;
-    r->complete = true;
-    p.cma_wait.pop();
-    --npending_;
+    complete_front(p.cma_wait, r, r->sig.bytes);
   }
   return n;
 }

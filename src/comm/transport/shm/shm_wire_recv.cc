@@ -54,10 +54,7 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
       }
       publish(p.in->fb_tail, ++p.fb_in);
       if (p.in->fb_blocked.load(std::memory_order_seq_cst)) wake_if_sleeping(p);
-      r->done = bytes;
-      r->complete = true;
-      p.recvs.pop();
-      --npending_;
+      complete_front(p.recvs, r, bytes);
       moved += bytes + 1;
       continue;
     }

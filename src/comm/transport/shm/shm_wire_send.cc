@@ -46,10 +46,7 @@ size_t ShmWire::send_some(Peer& p, int max_slots) {
       publish(b.stamp, ++p.fb_head);
       if (r->copy_to != nullptr && bytes) std::memcpy(r->copy_to, r->src, bytes);
       wake_if_sleeping(p);
-      r->done = bytes;
-      r->complete = true;
-      p.sends.pop();
-      --npending_;
+      complete_front(p.sends, r, bytes);
       moved += bytes + 1;
       continue;
     }
