@@ -24,7 +24,7 @@ namespace braid::comm {
 // operation runs at a time per communicator), so a small collective
 // allocates nothing.
 // Scratch buffers are kept too: a fresh large allocation per call costs a
-// page fault per 4 KiB (~11 µs each on a VM), more than the copy it serves.
+// page fault per 4 KiB, which on a VM costs more than the copy it serves.
 // Up to kKeepBytes in total stay mapped; beyond, scratch is per call.
 struct ContextPool {
   std::deque<Request> reqs;
@@ -112,8 +112,9 @@ class Context {
   bool poll();
   void idle();  // blocks briefly for activity, checking the deadline
 
-  // Scratch memory owned by the context (reused across calls is not needed:
-  // collectives are large compared with an allocation).
+  // Scratch memory for this call, valid until the context ends: taken from
+  // the communicator's ContextPool, whose buffers later calls reuse (within
+  // kKeepBytes; a request past that budget is allocated for this call only).
   void* scratch(size_t bytes);
 
  private:
