@@ -63,6 +63,13 @@ int run_ps_rank(const Job& job, PsFlags f) {
   const bool is_worker = job.rank < f.workers;
   const int server = dedicated ? (is_worker ? -1 : job.rank - f.workers)
                                : (job.rank < f.servers ? job.rank : -1);
+  if (job.rank == 0 && dedicated && f.replicas >= 2) {
+    const std::string option = launch::launcher_recovery_option();
+    if (!option.empty())
+      BRAID_LOG(kWarn, "braid ps: --replicas " << f.replicas << " lets a server die, but this "
+                       "launcher ends the whole job when any rank dies; start it with "
+                           << option << " to train on through a server's death");
+  }
   apply_threads(f, world, job.rank == 0);
   apply_model_defaults(f);
   TrainSetup setup = build_setup(f, job.rank == 0);
@@ -95,13 +102,6 @@ int run_ps_rank(const Job& job, PsFlags f) {
     srv = std::make_unique<ps::Server>(
         layout, o, job.store, init,
         [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
-  }
-  if (job.rank == 0 && dedicated && f.replicas >= 2) {
-    const std::string option = launch::launcher_recovery_option();
-    if (!option.empty())
-      BRAID_LOG(kWarn, "braid ps: --replicas " << f.replicas << " lets a server die, but this "
-                       "launcher ends the whole job when any rank dies; start it with "
-                           << option << " to train on through a server's death");
   }
   int rc = 0;
   try {
