@@ -12,6 +12,15 @@
 //
 // The mark lives under "launch/survivable/<global rank>"; the launchers
 // (launch_local for braid run, run_forked) read it only when a rank fails.
+//
+// Other launchers. mpirun and srun do not read the marks: their own policy
+// decides whether one rank's death ends the job. Open MPI 4's mpirun ends
+// it unless started with --enable-recovery (which its ranks see as
+// OMPI_MCA_orte_enable_recovery); srun keeps the others running unless
+// --kill-on-bad-exit (or the site's KillOnBadExit) or --wait says
+// otherwise, which its tasks cannot see. A launcher that lets ranks die
+// also lets ranks that wait on a failed one wait on: such ranks end
+// themselves through the failure a rank posts (post_failure).
 #pragma once
 
 #include <optional>
@@ -26,5 +35,20 @@ namespace braid::launch {
 void mark_survivable(Store& store, int rank, const std::string& why);
 // The reason rank `rank` gave, or nothing when it did not mark itself.
 std::optional<std::string> survivable_reason(Store& store, int rank);
+
+// When this process's environment shows a launcher that ends the whole job
+// as soon as one rank dies whatever the marks say (mpirun without
+// orte_enable_recovery), the launcher's option that lets the others run
+// on, as a user would add it ("mpirun --enable-recovery"); empty under
+// braid run, the self-forked job, srun, or no launcher.
+std::string launcher_recovery_option();
+
+// A rank that failed, under a launcher that may let the others run on,
+// says so: "rank R: what" under "launch/failed" (the first one posted is
+// kept). Never throws: a store that cannot take the post leaves the rank's
+// own error to speak.
+void post_failure(Store& store, int rank, const std::string& what);
+// The failure some rank posted, if any.
+std::optional<std::string> posted_failure(Store& store);
 
 }  // namespace braid::launch

@@ -8,6 +8,15 @@
 // final weights are bit for bit those of the same job without a failure and
 // of R = 1. A worker's death is not survivable, nor is a chain's last
 // member's, nor any server's with R = 1: those jobs fail, naming who.
+//
+// Under Open MPI's mpirun (skipped where there is none), mpirun, not
+// braid, decides whether a death ends the job: by default it aborts every
+// rank, so rank 0 warns at start, naming the option; under `mpirun
+// --enable-recovery` a killed server's job completes as above. A worker
+// that fails there posts its failure, and the servers, which mpirun no
+// longer stops, end on it instead of waiting for its goodbye.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -64,12 +73,8 @@ void expect_identical_weights(const std::string& a, const std::string& b, const 
 }
 
 // The done record of a job whose server `victim` was killed at `step`.
-void expect_failed_over(const Job& k, int victim, int step) {
+void expect_chains_lost_nothing(const Job& k, int victim, int step) {
   ASSERT_EQ(k.r.status, 0) << k.r.out;
-  EXPECT_NE(k.r.out.find("was killed by signal 9 (SIGKILL); the job goes on (parameter server " +
-                         std::to_string(victim)),
-            std::string::npos)
-      << k.r.out;
   ASSERT_EQ(k.log.size(), size_t(kSteps + 1));
   const nlohmann::json& done = k.log.back();
   EXPECT_EQ(done["steps_taken"], kSteps);
@@ -96,6 +101,16 @@ void expect_failed_over(const Job& k, int victim, int step) {
     acked += c["pushes_acked"].get<int64_t>();
   }
   EXPECT_EQ(done["pushes_accepted"], acked);
+}
+
+// ... and braid's supervisor (braid run, self-forked) named the death.
+void expect_failed_over(const Job& k, int victim, int step) {
+  ASSERT_EQ(k.r.status, 0) << k.r.out;
+  EXPECT_NE(k.r.out.find("was killed by signal 9 (SIGKILL); the job goes on (parameter server " +
+                         std::to_string(victim)),
+            std::string::npos)
+      << k.r.out;
+  expect_chains_lost_nothing(k, victim, step);
 }
 
 TEST(PsChainCli, KillHeadAndTailMidTrainingTheJobCompletesAndLosesNothing) {
@@ -153,6 +168,76 @@ TEST(PsChainCli, KillServerFlagIsChecked) {
                                        " --servers 2 --placement colocated --kill-server 0:1 2>&1");
   EXPECT_NE(co.status, 0);
   EXPECT_NE(co.out.find("--kill-server needs --placement dedicated"), std::string::npos) << co.out;
+}
+
+// Empty when an Open MPI mpirun can run here, else why not.
+std::string mpirun_missing() {
+  const CommandResult v = run_command("mpirun --version 2>&1");
+  if (v.status != 0) return "no mpirun on PATH";
+  if (v.out.find("Open MPI") == std::string::npos) return "mpirun is not Open MPI's: " + v.out;
+  return "";
+}
+
+// mpirun -n 5 with `options`, its ranks running `tool` (braid, or a
+// wrapper around it). Open MPI refuses root unless told; the secret is the
+// job's own so that no rank warns about a derived one. `timeout` turns a
+// hung job into status 124 instead of a hung test.
+std::string mpirun(const std::string& options, const std::string& tool) {
+  const std::string root =
+      ::geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
+  return root + "BRAID_SECRET=ps-mpirun-test timeout 300 mpirun -x BRAID_SECRET -n 5 "
+                "--oversubscribe " + options + " " + tool;
+}
+
+const std::string kRecoveryWarning =
+    "braid ps: --replicas 2 lets a server die, but this launcher ends the whole job when any "
+    "rank dies; start it with mpirun --enable-recovery";
+
+TEST(PsChainCli, UnderMpirunWithRecoveryAServerDiesAndTrainingCompletesLosingNothing) {
+  if (const std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = braid::testing::temp_dir("ps_chain_mpirun");
+  const std::string args = " --servers 3 --replicas 2";
+  const Job ref = run(dir, "ref", braid_bin(), args);
+  ASSERT_EQ(ref.r.status, 0) << ref.r.out;
+
+  // Without the option: the warning, and (no death) the same training ...
+  const Job plain = run(dir, "plain", mpirun("", braid_bin()), args);
+  ASSERT_EQ(plain.r.status, 0) << plain.r.out;
+  EXPECT_NE(plain.r.out.find(kRecoveryWarning), std::string::npos) << plain.r.out;
+  expect_identical_weights(ref.ckpt, plain.ckpt, "mpirun vs self-forked");
+  // ... and a server's death ends the whole job, as the warning said.
+  const Job aborted = run(dir, "aborted", mpirun("", braid_bin()), args + " --kill-server 1:7");
+  EXPECT_NE(aborted.r.status, 0) << aborted.r.out;
+  EXPECT_NE(aborted.r.status, 124) << aborted.r.out;
+  EXPECT_EQ(aborted.r.out.find("done: mlp"), std::string::npos) << aborted.r.out;
+
+  // With it: no warning, and the job goes on past the tail of shard 0's
+  // chain (server 1).
+  const Job k = run(dir, "killed", mpirun("--enable-recovery", braid_bin()),
+                    args + " --kill-server 1:7");
+  EXPECT_EQ(k.r.out.find(kRecoveryWarning), std::string::npos) << k.r.out;
+  expect_chains_lost_nothing(k, 1, 7);
+  expect_identical_weights(ref.ckpt, k.ckpt, "server killed under mpirun vs no failure");
+}
+
+TEST(PsChainCli, UnderMpirunWithRecoveryAFailedWorkerEndsTheServers) {
+  if (const std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  // Rank 1 (a worker) fails before it starts; worker 0 gives up on it
+  // after --ps-timeout and posts its failure; the servers, which mpirun
+  // --enable-recovery leaves running, end on that post.
+  const std::string tool = "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exit 3; fi; "
+                           "exec \"$0\" \"$@\"' " + braid_bin();
+  const CommandResult r = run_command(mpirun("--enable-recovery", tool) +
+                                      " ps train mlp --steps 12 --batch 60 --threads 1 --quiet "
+                                      "--workers 2 --servers 3 --replicas 2 --consistency bsp "
+                                      "--ps-timeout 5 2>&1");
+  EXPECT_NE(r.status, 124) << "the job hung: " << r.out;
+  EXPECT_EQ(r.out.find("done: mlp"), std::string::npos) << r.out;
+  for (int s = 0; s < 3; ++s)
+    EXPECT_NE(r.out.find("parameter server " + std::to_string(s) +
+                         " stops: a worker failed (rank 0: "),
+              std::string::npos)
+        << s << ": " << r.out;
 }
 
 }  // namespace

@@ -15,7 +15,9 @@
 #include "braid/checkpoint.h"
 #include "braid/error.h"
 #include "braid/ps.h"
+#include "braid/log.h"
 #include "braid/ps_checkpoint.h"
+#include "launch/survivable.h"
 #include "ps_faults.h"
 #include "ps_train.h"
 #include "train_setup.h"
@@ -61,6 +63,13 @@ int run_ps_rank(const Job& job, PsFlags f) {
   const bool is_worker = job.rank < f.workers;
   const int server = dedicated ? (is_worker ? -1 : job.rank - f.workers)
                                : (job.rank < f.servers ? job.rank : -1);
+  if (job.rank == 0 && dedicated && f.replicas >= 2) {
+    const std::string option = launch::launcher_recovery_option();
+    if (!option.empty())
+      BRAID_LOG(kWarn, "braid ps: --replicas " << f.replicas << " lets a server die, but this "
+                       "launcher ends the whole job when any rank dies; start it with "
+                           << option << " to train on through a server's death");
+  }
   apply_threads(f, world, job.rank == 0);
   apply_model_defaults(f);
   TrainSetup setup = build_setup(f, job.rank == 0);
@@ -95,11 +104,28 @@ int run_ps_rank(const Job& job, PsFlags f) {
         [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
   }
   int rc = 0;
-  if (is_worker) rc = run_ps_worker(job, f, job.rank, setup, layout, sparse, start);
+  try {
+    if (is_worker) rc = run_ps_worker(job, f, job.rank, setup, layout, sparse, start);
+  } catch (const std::exception& e) {
+    launch::post_failure(*job.store, job.rank, e.what());
+    throw;
+  }
   // A server lives until every worker has said goodbye; the job's
   // supervisor or launcher ends it sooner when a rank fails (other than a
-  // server that marked its death survivable, ps_faults.h).
-  if (srv) srv->wait_finished(std::chrono::hours(24 * 7));
+  // server that marked its death survivable, ps_faults.h). A launcher that
+  // lets ranks die (mpirun --enable-recovery) does not: then a worker's
+  // posted failure ends it.
+  while (srv) {
+    try {
+      srv->wait_finished(std::chrono::seconds(1));
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Errc::kTimeout) throw;
+      if (auto why = launch::posted_failure(*job.store))
+        throw Error(Errc::kPeerDied, "braid ps: parameter server " + std::to_string(server) +
+                                         " stops: a worker failed (" + *why + ")");
+    }
+  }
   return rc;
 }
 
