@@ -4,6 +4,7 @@
 // chatty rank cannot starve the others or the reaping.
 #include "launch/supervisor.h"
 
+#include <algorithm>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -208,12 +209,21 @@ int Supervisor::wait() {
       }
     }
 
+    // Every rank that ended since the last pass, those killed by a signal
+    // first: when a rank dies and another fails because of it, both may be
+    // reaped in one pass, and the cause is the one to name.
+    std::vector<std::pair<Rank*, int>> ended;
     for (auto& r : ranks_) {
       if (!r->alive) continue;
       int st = 0;
       if (::waitpid(r->child.pid, &st, WNOHANG) != r->child.pid) continue;
       r->alive = false;
       if (--live == 0) drained_by = now_ns() + 1000000000ull;
+      ended.emplace_back(r.get(), st);
+    }
+    std::stable_partition(ended.begin(), ended.end(),
+                          [](const auto& e) { return WIFSIGNALED(e.second); });
+    for (auto& [r, st] : ended) {
       const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
       if (failed && !stopping) {
         StopCause c{StopCause::kRankFailed, shell_status(st),
