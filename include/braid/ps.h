@@ -199,6 +199,16 @@ struct ServerOptions {
   std::vector<int> join;
 };
 
+// One chain a joining server joined (Server::joins): the shard, the tail
+// that handed it over, the chain epoch the join made, and how long the
+// tail held the shard's writes (from taking its forwarding lock to
+// releasing it: the state copy and the commit).
+struct JoinReport {
+  int shard = 0, tail = 0;
+  uint32_t epoch = 0;
+  double pause_s = 0;
+};
+
 // A fresh id for a replacement server of a job of `servers` servers: >=
 // servers, unique in the job (a counter in the store), never reused.
 int replacement_id(Store& store, int servers);
@@ -255,6 +265,9 @@ class Server {
   // comparing replicas.
   std::vector<int> shards() const;
   void save_state(int shard, const std::string& path) const;
+  // A joining server's joins (ServerOptions::join), in order; empty for
+  // any other server.
+  std::vector<JoinReport> joins() const;
 
   struct Impl;
 

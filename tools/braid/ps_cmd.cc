@@ -57,6 +57,7 @@
 #include "braid/ps_checkpoint.h"
 #include "ps_load.h"
 #include "ps_faults.h"
+#include "ps_spare.h"
 #include "ps_train.h"
 #include "train_setup.h"
 
@@ -293,6 +294,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
     worker.pull(pull_all, last);
     sparse.pull_all(worker, last);
+    await_spares(job, f);  // the final tails are the joined spares (ps_spare.h)
     // The counters once the other workers are done: a straggler's last
     // (late) push may land after this worker's last step.
     std::vector<ps::ServerStats> all;
