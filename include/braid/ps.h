@@ -70,7 +70,9 @@
 // store (a new epoch) and resumes: every write it acknowledged before is in
 // the copy, every later one is forwarded to the new tail and acknowledged
 // only after it. Servers answer with their epoch; a worker that sees a
-// newer one re-reads the view and reads from the new tail.
+// newer one re-reads the view and reads from the new tail. A chain never
+// grows past R: a join into a chain with R live members is refused
+// (kInvalidArgument naming the shard and its members).
 // Hot keys (ServerOptions::hot_keys; BSP or SSP, R = 1). Every server
 // counts the pulls of each sparse row it owns. At each round close it adds
 // to its hot set the rows whose count is at least 8× the mean count over the
