@@ -70,7 +70,9 @@
 // store (a new epoch) and resumes: every write it acknowledged before is in
 // the copy, every later one is forwarded to the new tail and acknowledged
 // only after it. Servers answer with their epoch; a worker that sees a
-// newer one re-reads the view and reads from the new tail.
+// newer one re-reads the view and reads from the new tail. A chain never
+// grows past R: a join into a chain with R live members is refused
+// (kInvalidArgument naming the shard and its members).
 // Hot keys (ServerOptions::hot_keys; BSP or SSP, R = 1). Every server
 // counts the pulls of each sparse row it owns. At each round close it adds
 // to its hot set the rows whose count is at least 8× the mean count over the
@@ -201,6 +203,16 @@ struct ServerOptions {
   std::vector<int> join;
 };
 
+// One chain a joining server joined (Server::joins): the shard, the tail
+// that handed it over, the chain epoch the join made, and how long the
+// tail held the shard's writes (from taking its forwarding lock to
+// releasing it: the state copy and the commit).
+struct JoinReport {
+  int shard = 0, tail = 0;
+  uint32_t epoch = 0;
+  double pause_s = 0;
+};
+
 // A fresh id for a replacement server of a job of `servers` servers: >=
 // servers, unique in the job (a counter in the store), never reused.
 int replacement_id(Store& store, int servers);
@@ -257,6 +269,9 @@ class Server {
   // comparing replicas.
   std::vector<int> shards() const;
   void save_state(int shard, const std::string& path) const;
+  // A joining server's joins (ServerOptions::join), in order; empty for
+  // any other server.
+  std::vector<JoinReport> joins() const;
 
   struct Impl;
 

@@ -62,6 +62,27 @@ bool ChainView::member(int s, int p) const {
   return std::find(c.begin(), c.end(), p) != c.end();
 }
 
+std::vector<int> ChainView::shards_with(int p) const {
+  std::vector<int> out;
+  if (p >= 0 && p < S_) out = shards_of(p);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int s = 0; s < S_; ++s) {
+    const std::vector<int>& j = joined_[size_t(s)];
+    if (std::find(j.begin(), j.end(), p) != j.end()) out.push_back(s);
+  }
+  return out;
+}
+
+std::string ChainView::describe(int s) const {
+  std::string m = "shard " + std::to_string(s) + " (members";
+  for (int p : chain(s)) {
+    m += ' ';
+    m += std::to_string(p);
+  }
+  m += ')';
+  return m;
+}
+
 uint32_t ChainView::epoch() const {
   std::lock_guard<std::mutex> lk(mu_);
   return epoch_;

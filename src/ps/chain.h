@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "braid/store.h"
@@ -47,6 +48,12 @@ class ChainView {
   int successor(int s, int p) const;
   // Whether p is a live member of shard s's chain.
   bool member(int s, int p) const;
+  // The shards whose chain p was ever configured in (its original chains,
+  // or those it joined), whether p is alive or dead: what a spare joins in
+  // place of a dead p.
+  std::vector<int> shards_with(int p) const;
+  // "shard s (members a b c)", for errors.
+  std::string describe(int s) const;
   uint32_t epoch() const;
   bool dead(int p) const;
   // Re-reads the dead set from the store (cheap: S key checks).

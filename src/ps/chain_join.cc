@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -60,16 +61,24 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
   const std::string what = "parameter server " + std::to_string(self) + ", shard " +
                            std::to_string(s) + ": join of server " + std::to_string(id);
   BRAID_CHECK_ARG(h.payload == 0, what + ": a join request carries no payload");
+  BRAID_CHECK_ARG(!(h.flags & wire::kCommit), what + ": a commit before the state was sent");
   BRAID_CHECK_ARG(id >= view.servers(),
                   what + ": a joining server needs a replacement's id (>= " +
                       std::to_string(view.servers()) + ")");
-  std::lock_guard<std::mutex> lk(fwd_mu);  // writes pause here (chain_join.h)
+  std::unique_lock<std::mutex> lk(fwd_mu);  // writes pause here (chain_join.h)
+  const auto locked = std::chrono::steady_clock::now();
   view.refresh();
   if (view.tail(s) != self)
     throw Error(Errc::kInvalidArgument, what + ": not the tail in chain epoch " +
                                             std::to_string(view.epoch()));
   BRAID_CHECK_ARG(!view.dead(id) && !view.member(s, id),
                   what + ": that server is already a member or dead");
+  if (int(view.chain(s).size()) >= view.replicas())
+    throw Error(Errc::kInvalidArgument,
+                what + ": refused, " + view.describe(s) + " already has the " +
+                    std::to_string(view.replicas()) + " live members of --replicas " +
+                    std::to_string(view.replicas()) + " (chain epoch " +
+                    std::to_string(view.epoch()) + ")");
   TempFile tmp{temp_path("out", s, uint32_t(id))};
   st.transfer_out(tmp.path);
   const std::vector<uint8_t> state = read_file(tmp.path);
@@ -78,20 +87,38 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
   r.status = 0;
   r.payload = state.size();
   wire::send_frame(fd, r, state.data(), deadline, what.c_str());
-  const wire::Header c = wire::recv_header(fd, deadline, what.c_str());
+  wire::Header c;
+  try {
+    c = wire::recv_header(fd, deadline, what.c_str());
+  } catch (const Error& e) {
+    throw Error(e.code() == Errc::kTimeout ? Errc::kTimeout : Errc::kProtocol,
+                what + ": no commit from the joiner (" + e.what() + "); the chain is unchanged");
+  }
   if (c.op != wire::kJoin || !(c.flags & wire::kCommit) || c.key != h.key || c.worker != h.worker ||
       c.payload != 0)
-    throw Error(Errc::kProtocol, what + ": expected the joiner's commit");
+    throw Error(Errc::kProtocol, what + ": expected the joiner's commit (kJoin|kCommit of shard " +
+                                     std::to_string(s) + " by server " + std::to_string(id) +
+                                     ", no payload), got op " + std::to_string(c.op) +
+                                     " flags " + std::to_string(c.flags) + " shard " +
+                                     std::to_string(c.key) + " server " + std::to_string(c.worker) +
+                                     "; the chain is unchanged");
   view.commit_join(s, id);
-  BRAID_LOG(kInfo, what << ": joined as the new tail, chain epoch " << view.epoch());
+  const uint32_t epoch = view.epoch();
+  lk.unlock();
+  const int64_t pause_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - locked)
+          .count();
+  BRAID_LOG(kInfo, what << ": joined as the new tail, chain epoch " << epoch << ", writes paused "
+                        << double(pause_ns) * 1e-6 << " ms");
   wire::Header done = c;
   done.op = uint16_t(c.op | wire::kReply);
-  done.epoch = view.epoch();
+  done.epoch = epoch;
+  done.clock = pause_ns;
   wire::send_frame(fd, done, nullptr, deadline, what.c_str());
 }
 
-void join_chain(int shard, ShardState& st, ChainView& view, Store& store,
-                const ServerOptions& opt) {
+JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
+                      const ServerOptions& opt) {
   const std::string what = "parameter server " + std::to_string(opt.rank) +
                            " joining the chain of shard " + std::to_string(shard);
   BRAID_CHECK_ARG(view.replicas() >= 2, what + ": joins need chains (replicas >= 2)");
@@ -100,7 +127,8 @@ void join_chain(int shard, ShardState& st, ChainView& view, Store& store,
   const int64_t deadline = wire::deadline_after(opt.timeout);
   for (;;) {
     view.refresh();
-    if (view.member(shard, opt.rank)) return;  // committed; only the last reply was lost
+    if (view.member(shard, opt.rank))  // committed; only the last reply was lost
+      return JoinReport{shard, -1, view.epoch(), 0.0};
     const int tail = view.tail(shard);
     int fd = -1;
     try {
@@ -138,7 +166,7 @@ void join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       view.refresh();
       if (!view.member(shard, opt.rank))
         throw Error(Errc::kInternal, what + ": the tail confirmed a join the store does not show");
-      return;
+      return JoinReport{shard, tail, r.epoch, double(r.clock) * 1e-9};
     } catch (const Error& e) {
       if (fd >= 0) ::close(fd);
       if (!connection_lost(e)) throw;

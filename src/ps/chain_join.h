@@ -10,9 +10,21 @@
 //      (ShardState::transfer_out: the shard checkpoint plus its live state);
 //   3. the joiner installs it (transfer_in) and sends kJoin|kCommit;
 //   4. the tail records the join in the store (ChainView::commit_join: a new
-//      epoch, the joiner appended as tail), replies, and releases the lock.
+//      epoch, the joiner appended as tail), releases the lock, and replies
+//      with the new epoch and, in the reply's `clock`, how long it held the
+//      lock in nanoseconds (JoinReport::pause_s).
 // Writes pause at the tail from step 2 to step 4: they are not lost but
 // wait for the lock (their senders wait for the ack within their deadline).
+// Releasing before the reply is safe: the joiner already listens and holds
+// the state, so a write forwarded to it before it reads the reply is
+// applied as any other.
+//
+// A chain never grows past R: the tail refuses a join into a chain that
+// already has R live members (naming the shard and its members), as it
+// refuses a join by a non-tail, by an id that is not a fresh replacement's,
+// of another shard than the connection's hello named, and a commit that is
+// not the joiner's well-formed kJoin|kCommit. A refusal is an error reply to
+// that joiner and ends its connection only; the chain stays as it was.
 // Why no acknowledged write is lost: a write is acknowledged only after the
 // tail applied it under the lock, so every write acknowledged before step 2
 // is in the copy; every write the tail applies after step 4 finds the
@@ -46,8 +58,10 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
                       ChainView& view, int self, int64_t deadline);
 
 // Joiner side: steps 1 and 3 for shard `shard` into `st`, retrying with the
-// next tail while tails die, until `opt.timeout`.
-void join_chain(int shard, ShardState& st, ChainView& view, Store& store,
+// next tail while tails die, until `opt.timeout`. The report's pause is the
+// tail's measure (tail -1 and pause 0 when the commit's reply was lost but
+// the store shows the join).
+JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
                 const ServerOptions& opt);
 
 }  // namespace braid::ps

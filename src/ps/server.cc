@@ -266,7 +266,8 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
   try {
     // Listening first: a shard's old tail forwards writes here once it
     // has recorded the join.
-    for (int s : opt.join) join_chain(s, *impl_->shards.at(s)->state, impl_->view, *store, opt);
+    for (int s : opt.join)
+      impl_->joins.push_back(join_chain(s, *impl_->shards.at(s)->state, impl_->view, *store, opt));
   } catch (...) {
     impl_->shutdown();
     throw;
@@ -317,6 +318,8 @@ void Server::save_state(int shard, const std::string& path) const {
                                                   std::to_string(shard));
   it->second->state->transfer_out(path);
 }
+
+std::vector<JoinReport> Server::joins() const { return impl_->joins; }
 
 void Server::wait_finished(std::chrono::milliseconds timeout) {
   for (auto& [id, sh] : impl_->shards) sh->state->wait_finished(timeout);

@@ -38,6 +38,7 @@ struct Server::Impl {
     std::thread thread;
   };
   std::list<Conn> conns;
+  std::vector<JoinReport> joins;  // ServerOptions::join's, in order
 
   Impl(const Layout& layout, const ServerOptions& o, std::shared_ptr<Store> st,
        const std::vector<std::vector<float>>& init,

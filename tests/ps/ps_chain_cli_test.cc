@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "braid/checkpoint.h"
+#include "cli_test_util.h"
 #include "support/multiproc.h"
 #include "support/tool.h"
 
@@ -31,28 +32,18 @@ namespace {
 
 using braid::testing::braid_bin;
 using braid::testing::CommandResult;
-using braid::testing::read_json_lines;
 using braid::testing::run_command;
 
 constexpr int kSteps = 12, kWorkers = 2;
 const std::string kJob = " ps train mlp --steps 12 --batch 60 --threads 1 --quiet --workers 2 "
                          "--consistency bsp --ps-timeout 60";
 
-struct Job {
-  CommandResult r;
-  std::vector<nlohmann::json> log;
-  std::string ckpt;
-};
+using Job = braid::testing::ps_cli::Job;
 
 // `prefix` runs the tool (braid, or braid run -n N -- braid).
 Job run(const std::string& dir, const std::string& name, const std::string& prefix,
         const std::string& args) {
-  Job out;
-  out.ckpt = dir + "/" + name + ".ckpt";
-  out.r = run_command(prefix + kJob + args + " --json-log " + dir + "/" + name + ".jsonl" +
-                      " --checkpoint " + out.ckpt + " 2>&1");
-  if (out.r.status == 0) out.log = read_json_lines(dir + "/" + name + ".jsonl");
-  return out;
+  return braid::testing::ps_cli::run_job(dir, name, prefix + kJob + args);
 }
 
 // Every model tensor of `a` equals `b`'s bit for bit.

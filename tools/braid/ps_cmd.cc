@@ -57,6 +57,7 @@
 #include "braid/ps_checkpoint.h"
 #include "ps_load.h"
 #include "ps_faults.h"
+#include "ps_spare.h"
 #include "ps_train.h"
 #include "train_setup.h"
 
@@ -289,6 +290,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
+    await_spares(job, f);  // the final tails are the joined spares (ps_spare.h)
     // The counters once the other workers are done: a straggler's last
     // (late) push may land after this worker's last step.
     std::vector<ps::ServerStats> all;

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <cstdlib>
 
 #include "braid/error.h"
 #include "launch/survivable.h"
 #include "ps/chain.h"
+#include "ps_spare.h"
 
 namespace braid::tool {
 
@@ -21,13 +23,11 @@ std::string kill_key(int server) { return "ps/fault/kill/" + std::to_string(serv
 std::string died_key(int server) { return "ps/fault/died/" + std::to_string(server); }
 std::string acked_key(int worker) { return "ps/fault/acked/" + std::to_string(worker); }
 
-// Wall-clock seconds: the death is stamped by one process and read by
-// another, possibly on another host.
-double wall_s() {
+}  // namespace
+
+double wall_clock_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-}  // namespace
 
 std::vector<KillAt> parse_kill_server(const PsFlags& f) {
   std::vector<KillAt> out;
@@ -64,7 +64,7 @@ ServerFaults::ServerFaults(const Job& job, const PsFlags& f, int server) {
     const std::string key = kill_key(server);
     while (!stop_) {
       if (store->check(key)) {
-        store->set_str(died_key(server), std::to_string(wall_s()));
+        store->set_str(died_key(server), std::to_string(wall_clock_s()));
         ::raise(SIGKILL);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -79,8 +79,10 @@ ServerFaults::~ServerFaults() {
 
 FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64_t steps)
     : job_(job),
+      flags_(f),
       servers_(f.servers),
       replicas_(f.replicas),
+      spares_(f.spare_servers),
       worker_(worker),
       workers_(f.workers),
       kills_(parse_kill_server(f)) {
@@ -94,6 +96,8 @@ void FailoverProbe::before_push(int64_t clock) {
   if (worker_ != 0) return;
   for (const KillAt& k : kills_) {
     if (k.step != clock) continue;
+    // One failure at a time: an earlier death's spare has joined first.
+    if (!done_.empty()) await_joins(job_, flags_);
     job_.store->set_str(kill_key(k.server), "1");
     // Polled finely (not Store::wait, whose back-off reaches 10 ms): the
     // time from the death to this push counts in the fail-over time.
@@ -107,11 +111,11 @@ void FailoverProbe::before_push(int64_t clock) {
     }
     done_.push_back({k, std::stod(job_.store->get_str(died_key(k.server)))});
   }
-  push_started_ = wall_s();
+  push_started_ = wall_clock_s();
 }
 
 void FailoverProbe::after_push(int64_t clock) {
-  const double t = wall_s();
+  const double t = wall_clock_s();
   for (Measured& m : done_)
     if (m.at.step == clock && m.failover_s < 0) {
       m.failover_s = t - m.died;
@@ -174,12 +178,19 @@ nlohmann::json FailoverProbe::done_fields(const ps::Worker& worker,
                       {"tail_updates_applied", t.updates_applied},
                       {"tail_writes_duplicate", t.writes_duplicate}});
   }
-  out["chains"] = chains;
   ps::ChainView view(servers_, replicas_, job_.store);
+  for (int s = 0; s < servers_; ++s) chains[size_t(s)]["members"] = view.chain(s);
+  out["chains"] = chains;
   nlohmann::json dead = nlohmann::json::array();
-  for (int p = 0; p < servers_; ++p)
+  for (int p = 0; p < servers_ + spares_; ++p)
     if (view.dead(p)) dead.push_back(p);
   out["dead_servers"] = dead;
+  if (spares_ > 0) {
+    std::map<int, double> died;
+    for (const Measured& m : done_) died[m.at.server] = m.died;
+    out["spare_servers"] = spares_;
+    out["joins"] = spare_joins(job_, died);
+  }
   return out;
 }
 

@@ -16,7 +16,9 @@
 // servers) to die through the store and waits until it has stamped the
 // moment of its death (CLOCK_REALTIME, so that it compares across hosts);
 // the server then SIGKILLs itself. Worker 0's push is the first one after
-// the death.
+// the death. With --spare-servers, a later kill first waits until the
+// spares have replaced the earlier deaths (ps_spare.h), so the injected
+// failures come one at a time, as chains of R tolerate them.
 //
 // Fail-over time: from that stamp to the moment worker 0's push is
 // acknowledged, i.e. applied on every live member of every chain (ps.h),
@@ -29,7 +31,13 @@
 // and `failover_push_s` (the push alone: from its start, at most a poll
 // interval after the death, to its ack); the done record has the same per
 // kill under `failovers`, with the worker's `reroutes`, `max_reroute_s`
-// (ps::WorkerStats) and `epoch`.
+// (ps::WorkerStats) and `epoch`; its `chains` give each shard's live
+// `members` at the end. With --spare-servers (ps_spare.h) the done record
+// also has `spare_servers` and `joins`: per spare that joined, the server
+// it replaced, its id, `rejoin_s` (from the death's stamp to its last
+// join, for a --kill-server death) and per shard the tail that handed it
+// over, the epoch the join made and `pause_s`, how long that tail held the
+// shard's writes (ps::JoinReport).
 #pragma once
 
 #include <atomic>
@@ -44,6 +52,10 @@
 #include "ps_train.h"
 
 namespace braid::tool {
+
+// Wall-clock seconds (CLOCK_REALTIME): a death is stamped by one process
+// and read by another, possibly on another host.
+double wall_clock_s();
 
 struct KillAt {
   int server = 0;
@@ -91,7 +103,8 @@ class FailoverProbe {
 
  private:
   Job job_;
-  int servers_, replicas_, worker_, workers_;
+  PsFlags flags_;
+  int servers_, replicas_, spares_, worker_, workers_;
   std::vector<KillAt> kills_;
   struct Measured {
     KillAt at;

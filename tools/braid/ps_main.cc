@@ -52,6 +52,13 @@ void check_flags(const PsFlags& f) {
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
+  BRAID_CHECK_ARG(f.spare_servers >= 0, "braid ps: --spare-servers must be >= 0");
+  if (f.spare_servers > 0) {
+    BRAID_CHECK_ARG(f.replicas >= 2, "braid ps: --spare-servers needs --replicas >= 2 (a spare "
+                                     "copies a dead server's shards from the rest of its chains)");
+    BRAID_CHECK_ARG(f.placement == "dedicated",
+                    "braid ps: --spare-servers needs --placement dedicated");
+  }
 }
 
 }  // namespace
@@ -105,6 +112,10 @@ int ps_main(int argc, char** argv) {
                  "fault injection (tests, bench/ps_failover.sh): SERVER:STEP kills server "
                  "SERVER (0-based) just before worker 0 pushes step STEP; repeatable; with "
                  "--replicas >= 2 the job goes on");
+  app.add_option("--spare-servers", f.spare_servers,
+                 "with --replicas >= 2: N extra server ranks that stand by; when a server "
+                 "dies, a spare joins every chain it was in by state transfer, so each chain "
+                 "is back to R members (0)");
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {
@@ -113,7 +124,7 @@ int ps_main(int argc, char** argv) {
     return app.exit(e);
   }
   check_flags(f);
-  const int world = f.placement == "dedicated" ? f.workers + f.servers : f.workers;
+  const int world = ps_world(f);
   if (job_world_from_env() > 1) {
     comm::JobEnv env = comm::bootstrap_from_env(std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
     return run_ps_rank({env.rank, env.size, env.store, env.secret}, f);

@@ -4,7 +4,8 @@
 // Processes: with --placement dedicated (default) the job has W + S ranks,
 // ranks 0..W-1 workers and W..W+S-1 servers; with --placement colocated it
 // has W ranks and workers 0..S-1 also run a server (S ≤ W; --servers 1 is
-// "rank 0 as server"). Started plainly it forks them under
+// "rank 0 as server"); --spare-servers N adds N dedicated ranks after the
+// servers (ps_spare.h). Started plainly it forks them under
 // launch::Supervisor, meeting through a private file store; under braid run
 // / torchrun / mpirun / srun it joins the job (whose size must match).
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "braid/ps_checkpoint.h"
 #include "launch/survivable.h"
 #include "ps_faults.h"
+#include "ps_spare.h"
 #include "ps_train.h"
 #include "train_setup.h"
 
@@ -54,14 +56,17 @@ ps::ServerOptions server_options(const PsFlags& f, const TrainSetup& setup, int 
 
 int run_ps_rank(const Job& job, PsFlags f) {
   const bool dedicated = f.placement == "dedicated";
-  const int world = dedicated ? f.workers + f.servers : f.workers;
+  const int world = ps_world(f);
   if (job.size != world)
     throw Error(Errc::kInvalidArgument,
                 "braid ps: " + std::to_string(f.workers) + " workers and " +
-                    std::to_string(f.servers) + " servers (" + f.placement + ") need " +
-                    std::to_string(world) + " ranks, the job has " + std::to_string(job.size));
+                    std::to_string(f.servers) + " servers (" + f.placement + ")" +
+                    (f.spare_servers > 0 ? " and " + std::to_string(f.spare_servers) + " spares" : "") +
+                    " need " + std::to_string(world) + " ranks, the job has " +
+                    std::to_string(job.size));
   const bool is_worker = job.rank < f.workers;
-  const int server = dedicated ? (is_worker ? -1 : job.rank - f.workers)
+  const int spare = dedicated && job.rank >= f.workers + f.servers ? job.rank - f.workers - f.servers : -1;
+  const int server = dedicated ? (is_worker || spare >= 0 ? -1 : job.rank - f.workers)
                                : (job.rank < f.servers ? job.rank : -1);
   if (job.rank == 0 && dedicated && f.replicas >= 2) {
     const std::string option = launch::launcher_recovery_option();
@@ -92,6 +97,16 @@ int run_ps_rank(const Job& job, PsFlags f) {
                                              " leaves nothing to train");
     resume_dir = rp.step_dir;
   }
+  if (spare >= 0)
+    return run_ps_spare(job, f, spare, [&](int id, const std::vector<int>& shards) {
+      ps::ServerOptions o = server_options(f, setup, id);
+      o.secret = job.secret;
+      o.join = shards;
+      o.save_dir.clear();  // a joiner's shards are saved by their home servers
+      return std::make_unique<ps::Server>(
+          layout, o, job.store, init,
+          [&](ps::KeyId k, int64_t row, float* out) { sparse.init_row(k, row, out); });
+    });
   std::unique_ptr<ServerFaults> faults;
   std::unique_ptr<ps::Server> srv;
   if (server >= 0) {

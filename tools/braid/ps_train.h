@@ -20,6 +20,7 @@ struct PsFlags : TrainFlags {
   int servers = 1, workers = 1;
   std::string placement = "dedicated", consistency = "bsp", late = "drop", slow, rule;
   int staleness = 0, round_k = 0, replicas = 1;
+  int spare_servers = 0;  // --spare-servers N (ps_spare.h)
   std::vector<std::string> kill_server;  // SERVER:STEP (ps_faults.h)
   double timeout_s = 300;
   // Server checkpoints (braid/ps_checkpoint.h); --resume names a save dir
@@ -103,8 +104,12 @@ class SparseTables {
   void add_rows_pull(std::vector<ps::KeyData>& out);
 };
 
-// One rank of a `braid ps train` job (ps_rank.cc): a worker, a server or
-// both, as the placement says.
+// The job's ranks: W workers, then (dedicated) S servers and the spares.
+inline int ps_world(const PsFlags& f) {
+  return f.placement == "dedicated" ? f.workers + f.servers + f.spare_servers : f.workers;
+}
+// One rank of a `braid ps train` job (ps_rank.cc): a worker, a server,
+// both, as the placement says, or a spare server (ps_spare.h).
 int run_ps_rank(const Job& job, PsFlags f);
 // Worker w's training loop (ps_cmd.cc), from round `start`; rank 0 logs.
 int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
