@@ -8,6 +8,7 @@
 
 #include "braid/checkpoint.h"
 #include "braid/ps_checkpoint.h"
+#include "ps/saved_reader.h"
 #include "ps/shard_state.h"
 
 namespace braid::ps {
@@ -23,57 +24,9 @@ const char* rule_name(UpdateRule::Kind k) {
   return "?";
 }
 
-// A view for saving: the checkpoint only reads it.
-Tensor view_of(const void* data, Shape shape, DType dt = DType::kF32) {
-  return Tensor::view(const_cast<void*>(data), std::move(shape), dt);
-}
-
-// Reads what a checkpoint file says, naming the file and the entry when it
-// is missing or malformed (kCorrupt) or differs from this job (kInvalidArgument).
-struct Reader {
-  const Checkpoint& ck;
-  const std::string& path;
-
-  [[noreturn]] void corrupt(const std::string& why) const {
-    throw Error(Errc::kCorrupt, "parameter-server checkpoint " + path + ": " + why);
-  }
-  [[noreturn]] void mismatch(const std::string& why) const {
-    throw Error(Errc::kInvalidArgument, "parameter-server checkpoint " + path + ": " + why);
-  }
-  const std::string& meta(const std::string& k) const {
-    auto it = ck.meta.find(k);
-    if (it == ck.meta.end()) corrupt("meta '" + k + "' is missing");
-    return it->second;
-  }
-  int64_t number(const std::string& k) const {
-    const std::string& v = meta(k);
-    size_t used = 0;
-    int64_t n = 0;
-    try {
-      n = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size()) corrupt("meta '" + k + "' = '" + v + "' is not a number");
-    return n;
-  }
-  void expect(const std::string& k, int64_t want, const std::string& what) const {
-    const int64_t got = number(k);
-    if (got != want)
-      mismatch(what + ": the checkpoint has " + std::to_string(got) + ", this job " +
-               std::to_string(want));
-  }
-  // The tensor `name` with `numel` elements of `dt` (absent when numel is 0).
-  const void* tensor(const std::string& name, int64_t numel, DType dt = DType::kF32) const {
-    auto it = ck.tensors.find(name);
-    if (numel == 0) return nullptr;
-    if (it == ck.tensors.end()) corrupt("tensor '" + name + "' is missing");
-    if (it->second.dtype() != dt || it->second.numel() != numel)
-      mismatch("tensor '" + name + "' has " + std::to_string(it->second.numel()) +
-               " elements of another shape or type than the " + std::to_string(numel) +
-               " this job keeps");
-    return it->second.raw();
-  }
+// A checkpoint file's reader (saved_reader.h).
+struct Reader : SavedReader {
+  Reader(const Checkpoint& ck, const std::string& path) : SavedReader{ck, path, "checkpoint"} {}
 };
 
 }  // namespace
@@ -116,9 +69,9 @@ Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows
       ck.meta[p + "/range"] = std::to_string(d.begin) + "," + std::to_string(d.end) + "," +
                               std::to_string(spec.size);
       ck.meta[p + "/t"] = std::to_string(d.t);
-      if (!d.w.empty()) ck.tensors[p + "/w"] = view_of(d.w.data(), {int64_t(d.w.size())});
+      if (!d.w.empty()) ck.tensors[p + "/w"] = saved_view(d.w.data(), {int64_t(d.w.size())});
       if (!d.state.empty())
-        ck.tensors[p + "/state"] = view_of(d.state.data(), {int64_t(d.state.size())});
+        ck.tensors[p + "/state"] = saved_view(d.state.data(), {int64_t(d.state.size())});
       continue;
     }
     const Sparse& sp = sparse_[k];
@@ -131,9 +84,9 @@ Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows
     ck.meta[p + "/t"] = std::to_string(sp.t);
     if (n == 0) continue;
     // Checkpoints store no i64: each id as its two i32 halves, as in memory.
-    ck.tensors[p + "/rows"] = view_of(rows[k].data(), {n, 2}, DType::kI32);
-    ck.tensors[p + "/w"] = view_of(sp.w.data(), {n, spec.width});
-    if (slots > 0) ck.tensors[p + "/state"] = view_of(sp.state.data(), {n, spec.width * slots});
+    ck.tensors[p + "/rows"] = saved_view(rows[k].data(), {n, 2}, DType::kI32);
+    ck.tensors[p + "/w"] = saved_view(sp.w.data(), {n, spec.width});
+    if (slots > 0) ck.tensors[p + "/state"] = saved_view(sp.state.data(), {n, spec.width * slots});
   }
   return ck;
 }

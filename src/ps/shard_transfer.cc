@@ -20,15 +20,12 @@
 #include <sstream>
 
 #include "braid/checkpoint.h"
+#include "ps/saved_reader.h"
 #include "ps/shard_state.h"
 
 namespace braid::ps {
 
 namespace {
-
-Tensor view_of(const void* data, Shape shape, DType dt = DType::kF32) {
-  return Tensor::view(const_cast<void*>(data), std::move(shape), dt);
-}
 
 template <typename T>
 std::string join(const std::vector<T>& v) {
@@ -37,18 +34,11 @@ std::string join(const std::vector<T>& v) {
   return s;
 }
 
-struct LiveReader {
-  const Checkpoint& ck;
-  const std::string& path;
+// A state transfer's reader: saved_reader.h, plus the live state's lists.
+struct LiveReader : SavedReader {
+  LiveReader(const Checkpoint& ck, const std::string& path)
+      : SavedReader{ck, path, "state transfer"} {}
 
-  [[noreturn]] void corrupt(const std::string& why) const {
-    throw Error(Errc::kCorrupt, "parameter-server state transfer " + path + ": " + why);
-  }
-  const std::string& meta(const std::string& k) const {
-    auto it = ck.meta.find(k);
-    if (it == ck.meta.end()) corrupt("meta '" + k + "' is missing");
-    return it->second;
-  }
   // Whitespace-separated integers; `n` >= 0 demands exactly n of them.
   std::vector<int64_t> numbers(const std::string& k, int64_t n = -1) const {
     std::istringstream in(meta(k));
@@ -71,13 +61,6 @@ struct LiveReader {
     }
     if (!in.eof()) corrupt("meta '" + k + "' is malformed");
     return v;
-  }
-  const void* tensor(const std::string& name, int64_t numel, DType dt = DType::kF32) const {
-    if (numel == 0) return nullptr;
-    auto it = ck.tensors.find(name);
-    if (it == ck.tensors.end() || it->second.dtype() != dt || it->second.numel() != numel)
-      corrupt("tensor '" + name + "' is missing or not of " + std::to_string(numel) + " elements");
-    return it->second.raw();
   }
 };
 
@@ -108,14 +91,14 @@ void ShardState::add_live_locked(Checkpoint& ck) const {
     std::string dense, sparse;
     for (const auto& [k, g] : c.dense) {
       dense += std::to_string(k) + ":" + std::to_string(g.size()) + " ";
-      if (!g.empty()) ck.tensors[p + "/dense/" + std::to_string(k)] = view_of(g.data(), {int64_t(g.size())});
+      if (!g.empty()) ck.tensors[p + "/dense/" + std::to_string(k)] = saved_view(g.data(), {int64_t(g.size())});
     }
     for (const auto& [k, sg] : c.sparse) {
       sparse += std::to_string(k) + ":" + std::to_string(sg.rows.size()) + " ";
       const std::string q = p + "/sparse/" + std::to_string(k);
       if (sg.rows.empty()) continue;
-      ck.tensors[q + "/rows"] = view_of(sg.rows.data(), {int64_t(sg.rows.size()), 2}, DType::kI32);
-      ck.tensors[q + "/g"] = view_of(sg.g.data(), {int64_t(sg.g.size())});
+      ck.tensors[q + "/rows"] = saved_view(sg.rows.data(), {int64_t(sg.rows.size()), 2}, DType::kI32);
+      ck.tensors[q + "/g"] = saved_view(sg.g.data(), {int64_t(sg.g.size())});
     }
     ck.meta[p + "/dense"] = dense;
     ck.meta[p + "/sparse"] = sparse;

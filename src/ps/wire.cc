@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "braid/env.h"
 #include "comm/store/auth.h"
@@ -121,15 +122,28 @@ namespace {
 constexpr size_t kStatsInts = 18, kStatsDoubles = 3;
 }
 
+namespace {
+
+// The stats frame's counters in wire order, after rank and report_workers
+// (ints of their own), then its doubles: one list for both directions.
+constexpr int64_t ServerStats::*kCounters[] = {
+    &ServerStats::pushes_accepted, &ServerStats::pushes_late,      &ServerStats::pushes_dropped,
+    &ServerStats::pushes_folded,   &ServerStats::rounds_closed,    &ServerStats::updates_applied,
+    &ServerStats::requests,        &ServerStats::bytes_in,         &ServerStats::bytes_out,
+    &ServerStats::rejected,        &ServerStats::max_read_lead,    &ServerStats::writes_duplicate,
+    &ServerStats::epoch,           &ServerStats::pulls_owner,      &ServerStats::pulls_replica,
+    &ServerStats::hot_rows};
+constexpr double ServerStats::*kReportSums[] = {&ServerStats::report_loss, &ServerStats::report_rows,
+                                                &ServerStats::report_correct};
+static_assert(std::size(kCounters) + 2 == kStatsInts && std::size(kReportSums) == kStatsDoubles);
+
+}  // namespace
+
 void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
-  const int64_t ints[kStatsInts] = {s.rank,          s.pushes_accepted, s.pushes_late,
-                                    s.pushes_dropped, s.pushes_folded,  s.rounds_closed,
-                                    s.updates_applied, s.requests,      s.bytes_in,
-                                    s.bytes_out,      s.rejected,       s.report_workers,
-                                    s.max_read_lead,  s.writes_duplicate,
-                                    s.epoch,          s.pulls_owner,    s.pulls_replica,
-                                    s.hot_rows};
-  const double dbl[kStatsDoubles] = {s.report_loss, s.report_rows, s.report_correct};
+  int64_t ints[kStatsInts] = {s.rank, s.report_workers};
+  for (size_t i = 0; i < std::size(kCounters); ++i) ints[2 + i] = s.*kCounters[i];
+  double dbl[kStatsDoubles];
+  for (size_t i = 0; i < std::size(kReportSums); ++i) dbl[i] = s.*kReportSums[i];
   const uint64_t n = s.clocks.size();
   out.resize(8 + sizeof ints + sizeof dbl + n * 16);
   uint8_t* p = out.data();
@@ -155,26 +169,9 @@ ServerStats decode_stats(const std::vector<uint8_t>& in) {
   std::memcpy(dbl, in.data() + 8 + sizeof ints, sizeof dbl);
   ServerStats s;
   s.rank = int(ints[0]);
-  s.pushes_accepted = ints[1];
-  s.pushes_late = ints[2];
-  s.pushes_dropped = ints[3];
-  s.pushes_folded = ints[4];
-  s.rounds_closed = ints[5];
-  s.updates_applied = ints[6];
-  s.requests = ints[7];
-  s.bytes_in = ints[8];
-  s.bytes_out = ints[9];
-  s.rejected = ints[10];
-  s.report_workers = int(ints[11]);
-  s.max_read_lead = ints[12];
-  s.writes_duplicate = ints[13];
-  s.epoch = ints[14];
-  s.pulls_owner = ints[15];
-  s.pulls_replica = ints[16];
-  s.hot_rows = ints[17];
-  s.report_loss = dbl[0];
-  s.report_rows = dbl[1];
-  s.report_correct = dbl[2];
+  s.report_workers = int(ints[1]);
+  for (size_t i = 0; i < std::size(kCounters); ++i) s.*kCounters[i] = ints[2 + i];
+  for (size_t i = 0; i < std::size(kReportSums); ++i) s.*kReportSums[i] = dbl[i];
   s.clocks.resize(n);
   std::memcpy(s.clocks.data(), in.data() + fixed, n * 8);
   s.contributed.resize(n);
