@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parameter-server benchmark (issue 23).
 #
-#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT, COLOCATED
+#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT, COLOCATED, REPS
 #
 # (a) push_pull throughput, 2 servers x 2 workers (braid ps bench):
 #     dense 4 MiB keys in GB/s per worker beside braid bench's 2-rank
@@ -26,7 +26,7 @@
 #     refresh (the done record's "load"), rows served as owner and from
 #     replicas, requests/s and bytes/s, as a table.
 # The defaults are the measured setting; STEPS=60 SAMPLES=16384 ITERS=5
-# HOT_STEPS=40 runs the whole script in well under a minute to check it end to end.
+# HOT_STEPS=40 REPS=1 runs the whole script in well under a minute to check it end to end.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -70,11 +70,11 @@ data=(dlrm --batch 256 --threads 1 --quiet)
 [ -n "${SAMPLES:-}" ] && data+=(--samples "$SAMPLES")
 ps=("${data[@]}" --servers 2 --workers 3 --slow-worker 1:2)
 logs=()
-run_ps() {  # NAME ARGS...: one braid ps train dlrm run
+run_ps() {  # NAME ARGS...: one braid ps train dlrm run (repetition $rep)
   local name=$1
   shift
-  "${clean_env[@]}" "$braid" ps train "${ps[@]}" "$@" --json-log "$out/$name.jsonl" >/dev/null
-  logs+=("$name=$out/$name.jsonl")
+  "${clean_env[@]}" "$braid" ps train "${ps[@]}" "$@" --json-log "$out/$name.$rep.jsonl" >/dev/null
+  logs+=("$name=$out/$name.$rep.jsonl")
 }
 modes() {  # SUFFIX ARGS...: every consistency mode, each row named MODE+SUFFIX
   local sfx=$1
@@ -85,12 +85,16 @@ modes() {  # SUFFIX ARGS...: every consistency mode, each row named MODE+SUFFIX
   run_ps "ssp4$sfx" --consistency ssp --staleness 4 "$@"
   run_ps "kofn$sfx" --consistency kofn --round-k 2 "$@"
 }
-modes ""
-# Co-located: servers 0 and 1 run inside workers 0 and 1 (3 processes, not
-# 5, on this machine's cores); rows named MODE-colo, compared with bsp-colo.
-[ "${COLOCATED:-1}" = 1 ] && modes -colo --placement colocated
-"${clean_env[@]}" "$braid" train "${data[@]}" --dp 3 --json-log "$out/dp.jsonl" >/dev/null
-logs+=("dp=$out/dp.jsonl")
+# REPS rounds (default 3), every mode once per round, so that the machine's
+# drift spreads over all of them; the table gives medians.
+for rep in $(seq "${REPS:-3}"); do
+  modes ""
+  # Co-located: servers 0 and 1 run inside workers 0 and 1 (3 processes, not
+  # 5, on this machine's cores); rows named MODE-colo, compared with bsp-colo.
+  [ "${COLOCATED:-1}" = 1 ] && modes -colo --placement colocated
+  "${clean_env[@]}" "$braid" train "${data[@]}" --dp 3 --json-log "$out/dp.$rep.jsonl" >/dev/null
+  logs+=("dp=$out/dp.$rep.jsonl")
+done
 python3 "$here/bench/ps_time_to_target.py" "$eps" "$out/ps_time_to_target.svg" "${logs[@]}"
 
 echo

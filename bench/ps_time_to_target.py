@@ -12,6 +12,9 @@ braid train --dp, the running sum of rank 0's compute + exposed
 communication + idle seconds. The target is the done record's
 best_log_loss (the test split's entropy floor) + EPS; a mode's time to
 target is the time of the first step whose smoothed loss is <= target.
+A NAME given several times (runs repeated) is summarised by medians: the
+time to target counts a run that never reached it as infinitely late, and
+the spread column says how many runs reached it and their range.
 Prints a markdown table (with each mode's speed-up over the one named bsp,
 or for a name MODE-X over bsp-X, and for braid ps train worker 0's median
 step split into compute_s and exchange_s) and writes the plot: smoothed loss against wall time, one line per log.
@@ -85,32 +88,51 @@ def svg(curves, target, path):
         f.write("\n".join(out) + "\n")
 
 
+def median_or_none(xs):
+    """Median where None (target not reached) counts as infinitely late."""
+    inf = float("inf")
+    m = statistics.median_low([inf if x is None else x for x in xs])
+    return None if m == inf else m
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     eps, out = float(sys.argv[1]), sys.argv[2]
-    curves, rows, target = {}, [], None
+    runs, target = {}, None  # name -> [(smooth, hit, total, test, med)], in order given
     for arg in sys.argv[3:]:
         name, path = arg.split("=", 1)
         smooth, done, med = read(path)
         target = done["best_log_loss"] + eps if target is None else target
         hit = next((t for t, y in smooth if y <= target), None)
-        curves[name] = smooth
-        rows.append((name, hit, smooth[-1][0], done.get("test_log_loss"), med))
+        runs.setdefault(name, []).append((smooth, hit, smooth[-1][0], done.get("test_log_loss"), med))
+    rows = []
+    for name, rs in runs.items():
+        hits = [r[1] for r in rs]
+        med = None
+        if all(r[4] for r in rs):
+            med = tuple(statistics.median(r[4][i] for r in rs) for i in (0, 1))
+        tests = [r[3] for r in rs if r[3] is not None]
+        rows.append((name, median_or_none(hits), hits, statistics.median(r[2] for r in rs),
+                     statistics.median(tests) if tests else None, med))
     hits = {name: hit for name, hit, *_ in rows}
-    print(f"target log loss {target:.4f} (floor + {eps})\n")
-    print("| mode | time to target (s) | vs bsp | run time (s) | final test log loss "
-          "| step compute / comm (ms, median) |")
-    print("|---|---|---|---|---|---|")
-    for name, hit, total, test, med in rows:
+    n = max(len(rs) for rs in runs.values())
+    print(f"target log loss {target:.4f} (floor + {eps}); {n} run(s) per mode, medians\n")
+    print("| mode | time to target (s) | runs reaching it: min-max (s) | vs bsp | run time (s) "
+          "| final test log loss | step compute / comm (ms, median) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, hit, all_hits, total, test, med in rows:
         base = hits.get("bsp" + (name[name.index("-"):] if "-" in name else ""))
         speed = f"{base / hit:.2f}x" if hit and base else "-"
         reached = f"{hit:.2f}" if hit is not None else "not reached"
+        got = [h for h in all_hits if h is not None]
+        spread = (f"{len(got)}/{len(all_hits)}: {min(got):.2f}-{max(got):.2f}" if got
+                  else f"0/{len(all_hits)}")
         tl = f"{test:.4f}" if test is not None else "-"
         split = f"{med[0]:.3f} / {med[1]:.3f}" if med else "-"
-        print(f"| {name} | {reached} | {speed} | {total:.2f} | {tl} | {split} |")
-    svg(curves, target, out)
-    print(f"\nplot: {out}")
+        print(f"| {name} | {reached} | {spread} | {speed} | {total:.2f} | {tl} | {split} |")
+    svg({name: rs[0][0] for name, rs in runs.items()}, target, out)
+    print(f"\nplot: {out} (each mode's first run)")
 
 
 main()
