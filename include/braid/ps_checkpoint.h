@@ -28,8 +28,10 @@
 // traffic counters. Under BSP a resumed job therefore trains exactly as one
 // that never stopped. ASP has no rounds: step N is saved once every worker
 // has clocked it, holding whatever pushes of later steps the shard applied
-// by then. A shard is saved by its home server only (with
-// chains, after that server died later steps stay incomplete).
+// by then. A shard is saved by one server: its home server, or with chains
+// (replicas >= 2) its chain's live head, so saves go on, complete, after a
+// server's death (the step a death interrupts may lack that shard's file;
+// resuming then takes an earlier complete step).
 //
 // Resuming needs the same keys (names, sizes) and the same update rule;
 // anything else is Error(kInvalidArgument) naming the file and the

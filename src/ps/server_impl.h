@@ -64,10 +64,20 @@ struct Server::Impl {
       ServerOptions so = o;
       so.rank = s;
       so.join.clear();
-      if (s != o.rank) so.save_dir.clear();  // saved by its home server (ps_checkpoint.h)
       auto sh = std::make_unique<Shard>();
       sh->id = s;
       sh->state = std::make_unique<ShardState>(layout, so, init, init_sparse);
+      // Saved by one replica (ps_checkpoint.h): the chain's live head, as
+      // the store says at the save (a chain's write reaches its head first).
+      if (o.replicas > 1)
+        sh->state->set_saves([this, s] {
+          try {
+            view.refresh();
+            return view.head(s) == opt.rank;
+          } catch (const Error&) {
+            return false;  // the store or the whole chain is gone: nothing to save into
+          }
+        });
       shards[s] = std::move(sh);
     }
     if (o.hot_keys) {

@@ -34,7 +34,7 @@ struct Reader : SavedReader {
 void ShardState::save_locked() {
   const bool due = (opt_.save_every > 0 && closed_ % opt_.save_every == 0) ||
                    (opt_.save_last > 0 && closed_ == opt_.save_last);
-  if (opt_.save_dir.empty() || !due) return;
+  if (opt_.save_dir.empty() || !due || (saves_ && !saves_())) return;
   std::vector<std::vector<int64_t>> rows;
   const Checkpoint ck = checkpoint_locked(rows);
   const std::string dir = step_dir_path(opt_.save_dir, closed_);

@@ -81,8 +81,11 @@ class ShardState {
 
   // Checkpoints (braid/ps_checkpoint.h; shard_checkpoint.cc). save_locked
   // runs at a round close, under the mutex, and writes the shard when that
-  // round count is due; restore runs in the constructor.
+  // round count is due and `saves` (when set) says this replica writes it:
+  // in a chain, its live head does, so a shard keeps being saved after its
+  // home server died. restore runs in the constructor.
   void save_locked();
+  void set_saves(std::function<bool()> saves) { saves_ = std::move(saves); }
   void restore(const std::string& step_dir);
 
   // State transfer to a server joining the shard's chain (chain_join.h):
@@ -193,6 +196,7 @@ class ShardState {
   std::unique_ptr<HotCounter> hot_;  // set when opt_.hot_keys
   HotSink hot_sink_;
   HotPulls hot_pulls_;
+  std::function<bool()> saves_;
   void send_hot_locked();
   ServerStats st_;
 };

@@ -6,7 +6,8 @@
 // Training completes; for every shard the pushes and clocks the workers had
 // acknowledged equal what the surviving tail accepted and closed; and the
 // final weights are bit for bit those of the same job without a failure and
-// of R = 1. A worker's death is not survivable, nor is a chain's last
+// of R = 1; with --save-dir, every later step still holds every shard. A
+// worker's death is not survivable, nor is a chain's last
 // member's, nor any server's with R = 1: those jobs fail, naming who.
 //
 // Under Open MPI's mpirun (skipped where there is none), mpirun, not
@@ -19,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -122,6 +124,28 @@ TEST(PsChainCli, KillHeadAndTailMidTrainingTheJobCompletesAndLosesNothing) {
   const Job tail = run(dir, "tail", launched, " --servers 3 --replicas 2 --kill-server 1:7");
   expect_failed_over(tail, 1, 7);
   expect_identical_weights(r2.ckpt, tail.ckpt, "tail killed (braid run) vs no failure");
+}
+
+TEST(PsChainCli, AKilledServersShardsKeepBeingSavedByTheirChains) {
+  // Server 0 (home and head of shard 0) dies at step 5 of a job saving every
+  // 4 steps: the later steps still hold every shard (saved by each chain's
+  // live head), and resuming from step 8 trains as the job that never failed.
+  const std::string dir = braid::testing::temp_dir("ps_chain_cli_save");
+  const Job r2 = run(dir, "r2", braid_bin(), " --servers 3 --replicas 2");
+  const Job killed = run(dir, "killed", braid_bin(),
+                         " --servers 3 --replicas 2 --kill-server 0:5 --save-dir " + dir +
+                             "/s --save-every 4");
+  expect_failed_over(killed, 0, 5);
+  for (const char* step : {"step-00000008", "step-00000012"})
+    for (int s = 0; s < 3; ++s)
+      EXPECT_TRUE(std::filesystem::exists(dir + "/s/" + step + "/shard-" + std::to_string(s) +
+                                          ".ckpt"))
+          << step << ", shard " << s;
+  const Job resumed = run(dir, "resumed", braid_bin(),
+                          " --servers 3 --replicas 2 --resume " + dir + "/s/step-00000008");
+  ASSERT_EQ(resumed.r.status, 0) << resumed.r.out;
+  EXPECT_EQ(resumed.log.back()["resumed_at"], 8);
+  expect_identical_weights(r2.ckpt, resumed.ckpt, "resumed from a save after the death");
 }
 
 TEST(PsChainCli, LosingAChainsLastMemberOrAnUnreplicatedServerFailsTheJob) {
