@@ -150,6 +150,7 @@ void encode_stats(const ServerStats& s, std::vector<uint8_t>& out) {
   std::memcpy(p, &n, 8);
   std::memcpy(p + 8, ints, sizeof ints);
   std::memcpy(p + 8 + sizeof ints, dbl, sizeof dbl);
+  if (n == 0) return;  // (an empty vector's data() may be null: no memcpy from it)
   std::memcpy(p + 8 + sizeof ints + sizeof dbl, s.clocks.data(), n * 8);
   std::vector<int64_t> contributed = s.contributed;
   contributed.resize(n, 0);
@@ -173,6 +174,7 @@ ServerStats decode_stats(const std::vector<uint8_t>& in) {
   for (size_t i = 0; i < std::size(kCounters); ++i) s.*kCounters[i] = ints[2 + i];
   for (size_t i = 0; i < std::size(kReportSums); ++i) s.*kReportSums[i] = dbl[i];
   s.clocks.resize(n);
+  if (n == 0) return s;  // (no memcpy into an empty vector's null data())
   std::memcpy(s.clocks.data(), in.data() + fixed, n * 8);
   s.contributed.resize(n);
   std::memcpy(s.contributed.data(), in.data() + fixed + n * 8, n * 8);

@@ -65,6 +65,7 @@ Frame read_frame(int fd) {
 }
 
 void append(std::vector<uint8_t>& out, const void* p, size_t n) {
+  if (n == 0) return;  // p may be an empty vector's null data()
   const size_t at = out.size();
   out.resize(at + n);
   std::memcpy(out.data() + at, p, n);
