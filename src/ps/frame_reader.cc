@@ -1,7 +1,6 @@
 // Buffered frame reading (why and invariants: frame_reader.h).
 #include "ps/frame_reader.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -11,41 +10,9 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/store/auth.h"
 
 namespace braid::ps::wire {
-
-size_t recv_some(int fd, void* buf, size_t min, size_t max, int64_t deadline_ns,
-                 const char* what) {
-  uint8_t* p = static_cast<uint8_t*>(buf);
-  size_t got = 0;
-  // The first recv takes whatever has arrived, up to max; later ones wait
-  // for the rest of `min` in one call (MSG_WAITALL) rather than one per
-  // segment.
-  bool first = true;
-  while (got < min) {
-    const size_t ask = first ? max - got : min - got;
-    ssize_t r = ::recv(fd, p + got, ask, first ? 0 : MSG_WAITALL);
-    first = false;
-    if (r > 0) {
-      got += size_t(r);
-      continue;
-    }
-    if (r == 0) throw Error(Errc::kPeerDied, std::string(what) + ": connection closed by peer");
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      const int64_t left_ms = (deadline_ns - int64_t(now_ns())) / 1000000;
-      if (left_ms <= 0) throw Error(Errc::kTimeout, std::string(what) + ": timed out");
-      pollfd pf{fd, POLLIN, 0};
-      if (::poll(&pf, 1, int(std::min<int64_t>(left_ms, 1000))) < 0 && errno != EINTR)
-        throw_errno(std::string(what) + ": poll");
-      continue;
-    }
-    if (errno == ECONNRESET)
-      throw Error(Errc::kPeerDied, std::string(what) + ": connection reset by peer");
-    throw_errno(std::string(what) + ": recv");
-  }
-  return got;
-}
 
 bool FrameReader::arrived(int fd, const char* what) {
   if (buffered()) return true;
@@ -74,7 +41,7 @@ void FrameReader::want(int fd, size_t n, int64_t deadline_ns, const char* what) 
     end_ = have;
     if (buf_.size() < n) buf_.resize(n);
   }
-  end_ += recv_some(fd, buf_.data() + end_, n - have, buf_.size() - end_, deadline_ns, what);
+  end_ += comm::read_at_least(fd, buf_.data() + end_, n - have, buf_.size() - end_, deadline_ns, what);
 }
 
 Header FrameReader::header(int fd, int64_t deadline_ns, const char* what) {
@@ -100,7 +67,7 @@ void FrameReader::payload(int fd, void* dst, size_t n, int64_t deadline_ns, cons
   pos_ += have;
   if (pos_ == end_) pos_ = end_ = 0;
   if (n > have)
-    recv_some(fd, static_cast<uint8_t*>(dst) + have, n - have, n - have, deadline_ns, what);
+    comm::read_at_least(fd, static_cast<uint8_t*>(dst) + have, n - have, n - have, deadline_ns, what);
 }
 
 }  // namespace braid::ps::wire

@@ -53,9 +53,4 @@ class FrameReader {
   size_t pos_ = 0, end_ = 0;
 };
 
-// Receives at least `min` and at most `max` bytes into buf; returns how many.
-// Blocks as comm::read_full does; a closed or reset connection is kPeerDied.
-size_t recv_some(int fd, void* buf, size_t min, size_t max, int64_t deadline_ns,
-                 const char* what);
-
 }  // namespace braid::ps::wire

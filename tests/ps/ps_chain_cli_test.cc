@@ -10,7 +10,7 @@
 // worker's death is not survivable, nor is a chain's last
 // member's, nor any server's with R = 1: those jobs fail, naming who.
 //
-// Under Open MPI's mpirun (skipped where there is none), mpirun, not
+// Under Open MPI's mpirun (scripts/deps.sh installs it), mpirun, not
 // braid, decides whether a death ends the job: by default it aborts every
 // rank, so rank 0 warns at start, naming the option; under `mpirun
 // --enable-recovery` a killed server's job completes as above. A worker
@@ -185,7 +185,8 @@ TEST(PsChainCli, KillServerFlagIsChecked) {
   EXPECT_NE(co.out.find("--kill-server needs --placement dedicated"), std::string::npos) << co.out;
 }
 
-// Empty when an Open MPI mpirun can run here, else why not.
+// Empty when an Open MPI mpirun can run here, else why not (make test
+// installs it through scripts/deps.sh, so a missing one is a failure).
 std::string mpirun_missing() {
   const CommandResult v = run_command("mpirun --version 2>&1");
   if (v.status != 0) return "no mpirun on PATH";
@@ -209,7 +210,7 @@ const std::string kRecoveryWarning =
     "rank dies; start it with mpirun --enable-recovery";
 
 TEST(PsChainCli, UnderMpirunWithRecoveryAServerDiesAndTrainingCompletesLosingNothing) {
-  if (const std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
   const std::string dir = braid::testing::temp_dir("ps_chain_mpirun");
   const std::string args = " --servers 3 --replicas 2";
   const Job ref = run(dir, "ref", braid_bin(), args);
@@ -236,7 +237,7 @@ TEST(PsChainCli, UnderMpirunWithRecoveryAServerDiesAndTrainingCompletesLosingNot
 }
 
 TEST(PsChainCli, UnderMpirunWithRecoveryAFailedWorkerEndsTheServers) {
-  if (const std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
   // Rank 1 (a worker) fails before it starts; worker 0 gives up on it
   // after --ps-timeout and posts its failure; the servers, which mpirun
   // --enable-recovery leaves running, end on that post.

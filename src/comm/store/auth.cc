@@ -86,13 +86,16 @@ void write_full(int fd, const void* buf, size_t n, int64_t deadline_ns, const ch
   }
 }
 
-void read_full(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what) {
+size_t read_at_least(int fd, void* buf, size_t min, size_t max, int64_t deadline_ns,
+                     const char* what) {
   uint8_t* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, 0);
+  size_t got = 0;
+  bool first = true;
+  while (got < min) {
+    const ssize_t r = ::recv(fd, p + got, first ? max - got : min - got, first ? 0 : MSG_WAITALL);
+    first = false;
     if (r > 0) {
-      p += r;
-      n -= size_t(r);
+      got += size_t(r);
       continue;
     }
     if (r == 0) throw Error(Errc::kPeerDied, std::string(what) + ": connection closed by peer");
@@ -105,6 +108,11 @@ void read_full(int fd, void* buf, size_t n, int64_t deadline_ns, const char* wha
       throw Error(Errc::kPeerDied, std::string(what) + ": connection reset by peer");
     throw_errno(std::string(what) + ": recv");
   }
+  return got;
+}
+
+void read_full(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what) {
+  read_at_least(fd, buf, n, n, deadline_ns, what);
 }
 
 void authenticate_accept(int fd, const std::string& secret, std::chrono::milliseconds timeout) {

@@ -24,5 +24,10 @@ void authenticate_connect(int fd, const std::string& secret, std::chrono::millis
 // Error(kTimeout) / Error(kPeerDied) / Error(kIo). `what` names the operation.
 void write_full(int fd, const void* buf, size_t n, int64_t deadline_ns, const char* what);
 void read_full(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what);
+// At least `min` and at most `max` bytes into buf (read_full is min = max);
+// returns how many. The first recv takes whatever has arrived up to max,
+// later ones wait for the rest of min in one call (MSG_WAITALL).
+size_t read_at_least(int fd, void* buf, size_t min, size_t max, int64_t deadline_ns,
+                     const char* what);
 
 }  // namespace braid::comm
