@@ -284,6 +284,10 @@ struct WorkerOptions {
   int replicas = 1;  // R, as the servers'
   std::string secret;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
+  // Bytes of each direction's ring on a connection to a server on this
+  // host: frames then travel through shared memory, and the server applies
+  // a push where it lies. 0 keeps every connection on TCP.
+  size_t shm_bytes = size_t(4) << 20;
 };
 
 // A worker's own counters (Worker::worker_stats).
@@ -295,6 +299,7 @@ struct WorkerStats {
   int64_t reroutes = 0;       // requests that lost a server and were re-routed
   double max_reroute_s = 0;   // longest: from the lost connection to the last reply
   uint32_t epoch = 0;         // chain configuration the worker routes by
+  int64_t shm_links = 0;      // connections moved to shared memory (link.h)
 };
 
 // A request in flight. wait() rethrows the request's error.

@@ -23,8 +23,9 @@
 
 #include "braid/log.h"
 #include "comm/store/auth.h"
+#include "comm/transport/peer_info.h"
 #include "ps/chain_join.h"
-#include "ps/frame_reader.h"
+#include "ps/link.h"
 #include "ps/server_impl.h"
 #include "ps/socket.h"
 
@@ -60,12 +61,12 @@ void Server::Impl::accept_loop() {
   }
 }
 
-void Server::Impl::reject(int fd, ShardState& st, const wire::Header& h, const Error& e) {
+void Server::Impl::reject(Link& link, ShardState& st, const wire::Header& h, const Error& e) {
   std::string msg;
   wire::Header r = wire::error_reply(h, e, &msg);
   try {
-    wire::send_frame(fd, r, msg.data(), wire::deadline_after(std::chrono::seconds(1)),
-                     "parameter server: error reply");
+    link.send(r, msg.data(), wire::deadline_after(std::chrono::seconds(1)),
+              "parameter server: error reply");
   } catch (const Error&) {
     // The client is gone or not reading: it is dropped either way.
   }
@@ -152,6 +153,29 @@ void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payl
   }
 }
 
+std::unique_ptr<ShmChannel> Server::Impl::accept_shm(Link& link, const wire::Header& h,
+                                                      int64_t deadline) {
+  const std::string name = "parameter server " + std::to_string(opt.rank);
+  if (!(h.flags & wire::kShm)) {
+    if (h.payload)
+      throw Error(Errc::kProtocol, name + ": a hello carries a payload only to offer shared memory");
+    return nullptr;
+  }
+  if (h.payload == 0 || h.payload > 64)
+    throw Error(Errc::kProtocol, name + ": a shared-memory offer of " + std::to_string(h.payload) +
+                                     " bytes (an offer is 1..64)");
+  const uint8_t* p = link.take(h.payload, deadline, "parameter server: hello");
+  const std::string offer(reinterpret_cast<const char*>(p), h.payload);
+  if (!ShmChannel::valid_offer(offer))
+    throw Error(Errc::kProtocol, name + ": '" + offer + "' is not a shared-memory offer");
+  try {
+    return ShmChannel::attach(offer);
+  } catch (const Error& e) {  // e.g. no access to the worker's /proc: the connection stays on TCP
+    BRAID_LOG(kInfo, name << ": worker " << h.worker << " stays on TCP: " << e.what());
+    return nullptr;
+  }
+}
+
 void Server::Impl::serve(int fd) {
   const std::string name = "parameter server " + std::to_string(opt.rank);
   try {
@@ -166,20 +190,23 @@ void Server::Impl::serve(int fd) {
   Shard* sh = nullptr;
   bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
   std::vector<uint8_t> in, out;
-  // Requests are read through `rx` (frame_reader.h): one recv waits for a
-  // request (up to kPollMs, then `stopping` is checked) and takes it with
-  // whatever the worker queued behind it; a request already buffered is
-  // served without touching the socket.
-  wire::FrameReader rx;
+  // Requests are read through `link` (link.h, frame_reader.h): one recv
+  // waits for a request (up to kPollMs, then `stopping` is checked) and
+  // takes it with whatever the worker queued behind it; a request already
+  // buffered is served without touching the socket. After a hello that
+  // moves the connection to shared memory (`moving`), frames are read
+  // where they lie in the ring.
+  Link link(fd, kPollMs);
+  std::unique_ptr<ShmChannel> moving;
   set_recv_timeout(fd, kPollMs);
   while (!stopping) {
     ShardState& st = sh ? *sh->state : own();
     wire::Header h{};
     try {
-      if (!rx.arrived(fd, "parameter server: request")) continue;
-      h = rx.header(fd, wire::deadline_after(opt.timeout), "parameter server: request");
+      if (!link.arrived("parameter server: request")) continue;
+      h = link.header(wire::deadline_after(opt.timeout), "parameter server: request");
     } catch (const Error& e) {
-      if (e.code() != Errc::kPeerDied) reject(fd, st, h, e);  // garbage, or a stalled header
+      if (e.code() != Errc::kPeerDied) reject(link, st, h, e);  // garbage, or a stalled header
       break;
     }
     const int64_t deadline = wire::deadline_after(opt.timeout);
@@ -196,21 +223,26 @@ void Server::Impl::serve(int fd) {
           s.state->expected_payload(h, -1);
           s.state->attach(int(h.worker));
           worker = int(h.worker);
+        } else if (h.payload) {
+          throw Error(Errc::kProtocol, name + ": a server's hello carries no payload");
         }
-        sh = &s;
+        sh = &s;  // before anything else may throw: the worker is detached through it
+        if (worker >= 0) moving = accept_shm(link, h, deadline);
         reply = h;
         reply.op = uint16_t(h.op | wire::kReply);
+        reply.flags = uint16_t(h.flags & ~wire::kShm);  // set below once the reply is due
+        reply.payload = 0;
         out.clear();
       } else if (join_conn || h.op == wire::kJoin) {
         if (!join_conn || h.op != wire::kJoin || h.key != uint32_t(sh->id))
           throw Error(Errc::kProtocol,
                       name + ": a join connection carries only a join of its hello's shard");
-        if (rx.buffered())  // the join's exchange reads the connection itself
+        if (link.buffered())  // the join's exchange reads the connection itself
           throw Error(Errc::kProtocol, name + ": bytes after a join request, before its reply");
         send_shard_state(fd, h, *sh->state, sh->fwd_mu, view, opt.rank, deadline);
         joined = true;  // the whole exchange is done: close the connection
       } else if (h.op == wire::kHotPush || h.op == wire::kHotPull || h.op == wire::kHotSet) {
-        serve_hot(fd, rx, h, hot_conn, *sh, in, reply, out, deadline);
+        serve_hot(link, h, hot_conn, *sh, in, reply, out, deadline);
       } else {
         if (hot_conn)
           throw Error(Errc::kProtocol, name + ": a hot-key connection carries only refreshes");
@@ -221,11 +253,11 @@ void Server::Impl::serve(int fd) {
                                                   std::to_string(h.worker));
         const uint64_t n = st.expected_payload(h, w);
         const uint8_t* payload = nullptr;
-        if (n <= kInPlace) {  // read and run in the reader's buffer: no copy
-          payload = rx.take(fd, n, deadline, "parameter server: request payload");
+        if (n <= link.in_place_max(kInPlace)) {  // run where it lies: no copy
+          payload = link.take(n, deadline, "parameter server: request payload");
         } else {
           in.resize(n);
-          rx.payload(fd, in.data(), n, deadline, "parameter server: request payload");
+          link.payload(in.data(), n, deadline, "parameter server: request payload");
           payload = in.data();
         }
         check_role(*sh, h, chain_conn);
@@ -239,16 +271,18 @@ void Server::Impl::serve(int fd) {
       }
     } catch (const Error& e) {
       BRAID_LOG(kInfo, name << ": dropping worker " << worker << ": " << e.what());
-      reject(fd, *target, h, e);
+      reject(link, *target, h, e);
       break;
     }
     if (joined) break;
     reply.epoch = view.epoch();  // a worker behind it re-reads the view
+    if (moving) reply.flags |= wire::kShm;
     try {
-      wire::send_frame(fd, reply, out.data(), deadline, "parameter server: reply");
+      link.send(reply, out.data(), deadline, "parameter server: reply");
     } catch (const Error&) {
       break;  // the worker went away; its id is released below
     }
+    if (moving) link.use_shm(std::move(moving));
     target->count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
   }
   if (worker >= 0) sh->state->detach(worker);
@@ -261,6 +295,9 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
     : impl_(std::make_unique<Impl>(layout, opt, store, init, std::move(init_sparse))) {
   impl_->listen_fd = listen_tcp(opt.bind_host, &impl_->port);
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
+  // Before the address, which workers wait for: with it they tell whether
+  // they share this host (link.h).
+  store->set_str("ps/host/" + std::to_string(opt.rank), comm::host_identity());
   store->set_str("ps/server/" + std::to_string(opt.rank),
                  opt.bind_host + ":" + std::to_string(impl_->port));
   try {

@@ -10,8 +10,7 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
-void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h,
-                             bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
+void Server::Impl::serve_hot(Link& link, const wire::Header& h, bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
                              wire::Header& reply, std::vector<uint8_t>& out, int64_t deadline) {
   auto name = [&] { return "parameter server " + std::to_string(opt.rank); };
   BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +
@@ -27,7 +26,7 @@ void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& 
       throw Error(Errc::kProtocol, name() + ": hot-key refresh of " + std::to_string(h.payload) +
                                        " bytes");
     in.resize(h.payload);
-    rx.payload(fd, in.data(), in.size(), deadline, "parameter server: hot refresh");
+    link.payload(in.data(), in.size(), deadline, "parameter server: hot refresh");
     replicas->refresh(h, in);
   } else if (h.op == wire::kHotPull) {
     const uint64_t n = replicas->expected_payload(h);
@@ -35,7 +34,7 @@ void Server::Impl::serve_hot(int fd, wire::FrameReader& rx, const wire::Header& 
       throw Error(Errc::kProtocol, name() + ": hot pull carries " + std::to_string(h.payload) +
                                        " bytes, expected " + std::to_string(n));
     in.resize(n);
-    rx.payload(fd, in.data(), n, deadline, "parameter server: hot pull");
+    link.payload(in.data(), n, deadline, "parameter server: hot pull");
     hot_pull(h, in.data(), reply, out, deadline);
   } else {
     if (h.payload != 0) throw Error(Errc::kProtocol, name() + ": hot-set request with a payload");

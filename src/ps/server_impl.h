@@ -13,6 +13,7 @@
 #include "ps/frame_reader.h"
 #include "ps/hot_keys.h"
 #include "ps/hot_sender.h"
+#include "ps/link.h"
 #include "ps/shard_state.h"
 
 namespace braid::ps {
@@ -95,7 +96,10 @@ struct Server::Impl {
 
   void accept_loop();
   void serve(int fd);
-  void reject(int fd, ShardState& st, const wire::Header& h, const Error& e);
+  void reject(Link& link, ShardState& st, const wire::Header& h, const Error& e);
+  // The shared memory a worker's hello offers (wire.h kShm), mapped; null
+  // when it offers none or it cannot be mapped here (the link stays TCP).
+  std::unique_ptr<ShmChannel> accept_shm(Link& link, const wire::Header& h, int64_t deadline);
   Shard& hello(const wire::Header& h);
   void check_role(const Shard& sh, const wire::Header& h, bool chain_conn);
   void forward(Shard& sh, const wire::Header& h, const uint8_t* payload, int64_t deadline);
@@ -103,7 +107,7 @@ struct Server::Impl {
   // Hot keys: copies of other shards' hot rows, and the refresh sender.
   std::unique_ptr<HotReplicas> replicas;
   std::unique_ptr<HotSender> sender;
-  void serve_hot(int fd, wire::FrameReader& rx, const wire::Header& h, bool hot_conn,
+  void serve_hot(Link& link, const wire::Header& h, bool hot_conn,
                  Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
                  std::vector<uint8_t>& out, int64_t deadline);
   // A worker's hot pull from the replicas; appends the rows to `out`.

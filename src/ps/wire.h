@@ -74,6 +74,9 @@ enum Op : uint16_t {
 // its hot-key refreshes.
 // kJoinConn (on hello): the connection comes from a server joining the
 // shard's chain and carries its kJoin frames.
+// kShm (on a worker's hello): the payload names a shared-memory segment
+// (link.h) the worker offers; on the reply: the server mapped it, and the
+// connection's frames now travel through it.
 enum Flags : uint16_t {
   kAdvance = 1,
   kWaitRound = 2,
@@ -82,6 +85,7 @@ enum Flags : uint16_t {
   kWaitOthers = 16,
   kJoinConn = 32,
   kCommit = 64,
+  kShm = 128,
 };
 
 // The most sub-frames one kBatch may carry.

@@ -70,7 +70,7 @@ void Worker::Impl::exchange_batched(std::vector<Frame>& frames, int64_t deadline
     if (u.frames.size() == 1) {
       Frame& f = frames[u.frames[0]];
       named_io(f.server, f.h.op, [&] {
-        wire::send_frame(u.fd, f.h, f.ext ? f.ext : f.own.data(), deadline, "send");
+        link(u.fd).send(f.h, f.ext ? f.ext : f.own.data(), deadline, "send");
       });
       continue;
     }
@@ -85,7 +85,7 @@ void Worker::Impl::exchange_batched(std::vector<Frame>& frames, int64_t deadline
       iov.push_back({&f.h, sizeof f.h});
       if (f.h.payload) iov.push_back({const_cast<void*>(f.ext ? f.ext : f.own.data()), f.h.payload});
     }
-    named_io(u.server, wire::kBatch, [&] { wire::write_gather(u.fd, iov, deadline, "send"); });
+    named_io(u.server, wire::kBatch, [&] { link(u.fd).send_gather(iov, deadline, "send"); });
   }
   for (Unit& u : units)
     receive(u.fd, u.server, u.frames.size() > 1 ? &u.h : nullptr, u.frames, frames, deadline);
@@ -100,8 +100,8 @@ void Worker::Impl::receive(int fd, int server, const Header* batch, const std::v
                            std::vector<Frame>& frames, int64_t deadline) {
   constexpr uint64_t kWholeReply = uint64_t(256) << 10;
   const Header& sent = batch ? *batch : frames[idx[0]].h;
-  wire::FrameReader& rd = reader(fd);
-  const Header r = named_io(server, sent.op, [&] { return rd.header(fd, deadline, "reply"); });
+  Link& rd = link(fd);
+  const Header r = named_io(server, sent.op, [&] { return rd.header(deadline, "reply"); });
   check_reply(r, sent, server);
   if (r.status != 0) wire::throw_reply(r, read_message(r, fd, server, sent.op, deadline),
                                        who(server, sent.op));
@@ -120,14 +120,14 @@ void Worker::Impl::receive(int fd, int server, const Header* batch, const std::v
                                      " bytes to " + std::to_string(idx.size()) +
                                      " sub-frames (at most " + std::to_string(most) + ")");
   if (r.payload <= kWholeReply)
-    named_io(server, sent.op, [&] { rd.want(fd, r.payload, deadline, "reply"); });
+    named_io(server, sent.op, [&] { rd.want(r.payload, deadline, "reply"); });
   uint64_t left = r.payload;
   for (size_t i : idx) {
     Frame& f = frames[i];
     if (left < sizeof(Header))
       throw Error(Errc::kProtocol, who(server, sent.op) + ": reply ends before the reply to its " +
                                        who(f.server, f.h.op));
-    const Header sub = named_io(f.server, f.h.op, [&] { return rd.header(fd, deadline, "reply"); });
+    const Header sub = named_io(f.server, f.h.op, [&] { return rd.header(deadline, "reply"); });
     left -= sizeof sub;
     if (sub.op != (f.h.op | wire::kReply) || sub.req != f.h.req || sub.status != 0 ||
         sub.payload > left)

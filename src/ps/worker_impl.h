@@ -16,7 +16,7 @@
 
 #include "braid/ps.h"
 #include "ps/chain.h"
-#include "ps/frame_reader.h"
+#include "ps/link.h"
 #include "ps/wire.h"
 
 namespace braid::ps {
@@ -46,9 +46,9 @@ struct Worker::Impl {
   // Open connections by (shard, server process): a connection serves one
   // shard, for writes when the process is its head, reads when its tail.
   std::map<std::pair<int, int>, int> conns;
-  // Every reply is read through its connection's reader (frame_reader.h);
-  // dropped with the connection.
-  std::map<int, wire::FrameReader> readers;
+  // Every frame goes through its connection's link (link.h), dropped with
+  // the connection.
+  std::map<int, Link> links;
   WorkerStats counters;  // under mu
   uint64_t next_req = 1;
   std::string broken;  // the first error; set once
@@ -78,7 +78,7 @@ struct Worker::Impl {
   std::string read_message(const Header& r, int fd, int server, uint16_t op, int64_t deadline);
   // Checks reply r's op and request id against the request `sent`.
   void check_reply(const Header& r, const Header& sent, int server) const;
-  wire::FrameReader& reader(int fd) { return readers[fd]; }
+  Link& link(int fd) { return links.at(fd); }
   void close_conn(int fd);
 
   std::string who(int s, uint16_t op) const {

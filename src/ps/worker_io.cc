@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "braid/env.h"
+#include "braid/log.h"
 #include "comm/store/auth.h"
+#include "comm/transport/peer_info.h"
 #include "ps/socket.h"
 #include "ps/worker_impl.h"
 
@@ -37,17 +39,38 @@ int Worker::Impl::connect(int shard, int server, int64_t deadline) {
     throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
   int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), opt.timeout, what);
   conns[{shard, server}] = fd;  // closed with the others, also when this throws
-  readers.erase(fd);            // a closed connection's number may come back
+  Link& ln = links.insert_or_assign(fd, Link(fd)).first->second;  // a closed fd's number may come back
   comm::authenticate_connect(fd, opt.secret, opt.timeout);
   Header h = header(wire::kHello, shard);
   h.key = uint32_t(shard);
   h.epoch = view.epoch();
-  wire::send_frame(fd, h, nullptr, deadline, what.c_str());
-  Header r = wire::recv_header(fd, deadline, what.c_str());
+  // A server on this host gets the offer of a segment (link.h); the file
+  // the offer names is closed once the server has answered, mapped or not.
+  std::unique_ptr<ShmChannel> ch;
+  std::string offer;
+  if (opt.shm_bytes > 0 && store->check("ps/host/" + std::to_string(server)) &&
+      store->get_str("ps/host/" + std::to_string(server)) == comm::host_identity()) {
+    try {
+      ch = ShmChannel::create(opt.shm_bytes);
+      offer = ch->offer();
+      h.flags |= wire::kShm;
+      h.payload = offer.size();
+    } catch (const Error& e) {
+      BRAID_LOG(kInfo, what << ": staying on TCP: " << e.what());
+    }
+  }
+  ln.send(h, ch ? offer.data() : nullptr, deadline, what.c_str());
+  Header r = ln.header(deadline, what.c_str());
+  if (ch) ch->close_offer();
   if (r.status != 0) {
     std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
-    wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
+    ln.payload(msg.data(), msg.size(), deadline, what.c_str());
     wire::throw_reply(r, msg, what);
+  }
+  if (ch && (r.flags & wire::kShm)) {
+    ln.use_shm(std::move(ch));
+    std::lock_guard<std::mutex> lk(mu);
+    counters.shm_links += 1;
   }
   return fd;
 }
@@ -110,7 +133,7 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
         if (is_lost(p)) continue;
         f.h.epoch = view.epoch();
         const void* payload = f.ext ? f.ext : f.own.data();
-        named_io(f.server, f.h.op, [&] { wire::send_frame(fd, f.h, payload, deadline, "send"); });
+        named_io(f.server, f.h.op, [&] { link(fd).send(f.h, payload, deadline, "send"); });
         sent_to[i] = p;
       } catch (const Error& e) {
         if (!connection_lost(e) || p < 0) throw;
@@ -125,7 +148,7 @@ void Worker::Impl::exchange(std::vector<Frame>& frames) {
       Header r;
       std::string msg;
       try {
-        r = named_io(f.server, f.h.op, [&] { return reader(fd).header(fd, deadline, "reply"); });
+        r = named_io(f.server, f.h.op, [&] { return link(fd).header(deadline, "reply"); });
         check_reply(r, f.h, f.server);
         if (r.status != 0)
           msg = read_message(r, fd, f.server, f.h.op, deadline);
@@ -185,19 +208,19 @@ std::string Worker::Impl::read_message(const Header& r, int fd, int server, uint
                 who(server, op) + ": error reply of " + std::to_string(r.payload) + " bytes");
   std::string msg(r.payload, '\0');
   named_io(server, op,
-           [&] { reader(fd).payload(fd, msg.data(), msg.size(), deadline, "error reply"); });
+           [&] { link(fd).payload(msg.data(), msg.size(), deadline, "error reply"); });
   return msg;
 }
 
 void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, int64_t deadline) {
-  wire::FrameReader& rd = reader(fd);
+  Link& rd = link(fd);
   if (f.reply_into) {
     if (r.payload > wire::kMaxStats)
       throw Error(Errc::kProtocol,
                   who(f.server, f.h.op) + ": reply of " + std::to_string(r.payload) + " bytes");
     f.reply_into->resize(r.payload);
     named_io(f.server, f.h.op,
-       [&] { rd.payload(fd, f.reply_into->data(), r.payload, deadline, "reply payload"); });
+       [&] { rd.payload(f.reply_into->data(), r.payload, deadline, "reply payload"); });
     return;
   }
   if (r.payload != f.reply_bytes)
@@ -207,11 +230,11 @@ void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, int64_t deadlin
   if (f.assigned) *f.assigned = std::min(*f.assigned, r.clock);
   if (f.dest) {
     named_io(f.server, f.h.op,
-             [&] { rd.payload(fd, f.dest, r.payload, deadline, "reply payload"); });
+             [&] { rd.payload(f.dest, r.payload, deadline, "reply payload"); });
   } else if (f.sparse_base) {
     const uint8_t* p =
         named_io(f.server, f.h.op,
-                 [&] { return rd.take(fd, r.payload, deadline, "reply payload"); });
+                 [&] { return rd.take(r.payload, deadline, "reply payload"); });
     const size_t row = size_t(f.width) * 4;
     for (size_t i = 0; i < f.sparse_pos.size(); ++i)
       std::memcpy(f.sparse_base + f.sparse_pos[i] * size_t(f.width), p + i * row, row);
@@ -219,8 +242,8 @@ void Worker::Impl::read_reply(Frame& f, const Header& r, int fd, int64_t deadlin
 }
 
 void Worker::Impl::close_conn(int fd) {
+  links.erase(fd);  // unmaps its rings, if any
   ::close(fd);
-  readers.erase(fd);
 }
 
 std::vector<Frame> Worker::Impl::dense_frames(const KeyData& kd, uint16_t op) {

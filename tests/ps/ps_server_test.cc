@@ -127,6 +127,44 @@ void bad_clients(braid::Store& store) {
     wire::send_frame(fd, h, nullptr, wire::deadline_after(5s), "bad pull");
     expect_error_then_close(fd, braid::Errc::kInvalidArgument, "unknown key id 99");
   }
+  // Offers of shared memory (link.h) the server cannot take: each is
+  // refused naming the fault, before anything is mapped.
+  auto offer = [&](uint16_t flags, const std::string& name) {
+    int fd = authenticated(store);
+    wire::Header h;
+    h.op = wire::kHello;
+    h.flags = flags;
+    h.worker = 1;
+    h.payload = name.size();
+    wire::send_frame(fd, h, name.data(), wire::deadline_after(5s), "shm offer");
+    return fd;
+  };
+  expect_error_then_close(offer(wire::kShm, "/etc/passwd"), braid::Errc::kProtocol,
+                          "is not a shared-memory offer");
+  expect_error_then_close(offer(wire::kShm, std::string(200, 'a')), braid::Errc::kProtocol,
+                          "shared-memory offer of 200 bytes");
+  expect_error_then_close(offer(0, "1:2"), braid::Errc::kProtocol,
+                          "payload only to offer shared memory");
+  {  // a well-formed offer of something that is not a segment (this
+     // process's stdin, or nothing): the connection stays on TCP
+    int fd = offer(wire::kShm, std::to_string(::getpid()) + ":0");
+    wire::Header r = wire::recv_header(fd, wire::deadline_after(10s), "hello reply");
+    EXPECT_EQ(r.status, 0u);
+    EXPECT_EQ(r.flags & wire::kShm, 0);
+    EXPECT_EQ(r.payload, 0u);
+    wire::Header h;
+    h.op = wire::kPull;
+    h.worker = 1;
+    h.key = 0;
+    h.offset = 0;
+    h.count = 4;
+    h.clock = 0;
+    wire::send_frame(fd, h, nullptr, wire::deadline_after(5s), "pull over TCP");
+    r = wire::recv_header(fd, wire::deadline_after(10s), "pull reply");
+    EXPECT_EQ(r.status, 0u);
+    EXPECT_EQ(r.payload, 16u);
+    ::close(fd);
+  }
   {  // a worker id outside the job
     int fd = authenticated(store);
     wire::Header h;
@@ -149,7 +187,7 @@ TEST(PsServer, BadClientsAreDroppedAndOthersKeepBeingServed) {
       ps::Server server(l, o, store, {{1, 2, 3, 4}, {}},
                         [](ps::KeyId, int64_t row, float* out) { out[0] = out[1] = float(row); });
       store->wait({"good/done"}, 60s);
-      EXPECT_GE(server.stats().rejected, 4);
+      EXPECT_GE(server.stats().rejected, 7);
       return;
     }
     if (rank == 2) {
@@ -177,6 +215,9 @@ TEST(PsServer, BadClientsAreDroppedAndOthersKeepBeingServed) {
     EXPECT_EQ(rv, (std::vector<float>{2, 2, 42, 42, 5, 5}));
     const ps::ServerStats st = worker.stats(0);
     EXPECT_GE(st.rejected, 4);
+    // The good worker shares the server's host: its one connection moved to
+    // shared memory, and the pushes and pulls above travelled through it.
+    EXPECT_EQ(worker.worker_stats().shm_links, 1);
     EXPECT_EQ(st.pushes_accepted, 2);
     store->set_str("good/done", "1");
   });

@@ -55,7 +55,9 @@ void expect_same_steps(const Log& a, const Log& b, const std::string& what,
               1e-5 * double(a.back()["final_loss"])) << what;
 }
 
-void expect_same_weights(const std::string& pa, const std::string& pb, const std::string& what) {
+// tol 0: bit-equal (up to the sign of zero).
+void expect_same_weights(const std::string& pa, const std::string& pb, const std::string& what,
+                         double tol = 1e-5) {
   braid::Checkpoint a = braid::load_checkpoint(pa), b = braid::load_checkpoint(pb);
   size_t compared = 0;
   for (auto& [name, ta] : a.tensors) {
@@ -66,7 +68,7 @@ void expect_same_weights(const std::string& pa, const std::string& pb, const std
     const float *x = ta.f32(), *y = it->second.f32();
     double worst = 0;
     for (int64_t i = 0; i < ta.numel(); ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
-    EXPECT_LE(worst, 1e-5) << what << ": " << name;
+    EXPECT_LE(worst, tol) << what << ": " << name;
     ++compared;
   }
   EXPECT_EQ(compared, 6u) << what;  // 3 linear layers, weight and bias
@@ -167,6 +169,31 @@ TEST(PsTrain, RejectsModelsAndFlagsItCannotRun) {
   r = run_command(braid_bin() + " ps train mlp --workers 2 --consistency kofn");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--round-k"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// Worker and server processes on one host talk through shared-memory rings
+// (src/ps/link.h) unless --ps-shm-bytes 0; a ring smaller than a frame
+// streams it through. Whichever carries the frames, the job is the same
+// job: every step's loss and every final weight are bit-equal.
+TEST(PsTrain, SharedMemoryLinksTrainExactlyAsTcp) {
+  const std::string dir = braid::testing::temp_dir("ps_shm");
+  const std::string job = " ps train" + kSmall + " --servers 2 --workers 2 --consistency bsp";
+  Log tcp = run(dir, "tcp", job + " --ps-shm-bytes 0");
+  Log shm = run(dir, "shm", job);
+  Log tiny = run(dir, "tiny", job + " --ps-shm-bytes 4096");
+  ASSERT_EQ(tcp.size(), kSteps + 1);
+  EXPECT_EQ(int(tcp.back()["shm_links"]), 0);
+  for (const auto& [name, log] : {std::pair{"shm", &shm}, std::pair{"tiny", &tiny}}) {
+    ASSERT_EQ(log->size(), kSteps + 1) << name;
+    EXPECT_EQ(int(log->back()["shm_links"]), 2) << name << ": one link per server";
+    for (size_t i = 0; i < kSteps; ++i)
+      EXPECT_EQ(double((*log)[i]["loss"]), double(tcp[i]["loss"])) << name << ", step " << i;
+    expect_same_weights(dir + "/tcp.ckpt", dir + "/" + name + ".ckpt", name, 0.0);
+  }
 }
 
 }  // namespace

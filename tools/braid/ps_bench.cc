@@ -37,13 +37,17 @@ struct BenchFlags {
   int servers = 2, workers = 2, iters = 50, warmup = 5;
   std::string mode = "dense";
   int64_t bytes = 4 << 20, rows = 1 << 20, row_bytes = 64, keys = 4096;
+  int64_t shm_bytes = int64_t(4) << 20;
   bool json = false;
 };
 
-double bench_worker(const BenchFlags& f, const Job& job, const ps::Layout& layout) {
+// Seconds of the timed push_pulls; *shm_links: connections on shared memory.
+double bench_worker(const BenchFlags& f, const Job& job, const ps::Layout& layout,
+                    int64_t* shm_links) {
   ps::WorkerOptions wo;
   wo.rank = job.rank;
   wo.secret = job.secret;
+  wo.shm_bytes = size_t(f.shm_bytes);
   ps::Worker worker(layout, wo, job.store);
   const bool dense = f.mode == "dense";
   const int64_t width = f.row_bytes / 4;
@@ -65,6 +69,7 @@ double bench_worker(const BenchFlags& f, const Job& job, const ps::Layout& layou
     worker.push_pull({{0, rows, grad.data()}}, {{0, rows, out.data()}}, it);
   }
   const double secs = now_s() - t0;
+  *shm_links = worker.worker_stats().shm_links;
   worker.finish();
   return secs;
 }
@@ -89,7 +94,8 @@ int bench_rank(const BenchFlags& f, const Job& job) {
     srv.wait_finished(std::chrono::hours(1));
     return 0;
   }
-  const double secs = bench_worker(f, job, layout);
+  int64_t shm_links = 0;
+  const double secs = bench_worker(f, job, layout, &shm_links);
   const std::string me = "ps_bench/" + std::to_string(job.rank);
   const std::string s = std::to_string(secs);
   job.store->set(me, Bytes(s.begin(), s.end()));
@@ -104,6 +110,7 @@ int bench_rank(const BenchFlags& f, const Job& job) {
     worst = std::max(worst, t);
   }
   nlohmann::json r{{"mode", f.mode}, {"servers", f.servers}, {"workers", f.workers},
+                   {"shm_links", shm_links},  // worker 0's
                    {"iters", f.iters}, {"seconds_max", worst}};
   char line[256];
   if (f.mode == "dense") {
@@ -138,6 +145,9 @@ int ps_bench_main(int argc, char** argv) {
   app.add_option("--keys", f.keys, "sparse: rows per push_pull (4096)")->check(CLI::PositiveNumber);
   app.add_option("--iters", f.iters, "timed push_pulls per worker (50)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed push_pulls first (5)")->check(CLI::NonNegativeNumber);
+  app.add_option("--ps-shm-bytes", f.shm_bytes,
+                 "bytes of each shared-memory ring (link.h); 0: TCP only (4194304)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", f.json, "one JSON object");
   try {
     app.parse(argc, argv);

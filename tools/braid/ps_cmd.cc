@@ -152,6 +152,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   wo.replicas = f.replicas;
   wo.secret = job.secret;
   wo.timeout = std::chrono::milliseconds(int64_t(f.timeout_s * 1000));
+  wo.shm_bytes = size_t(f.shm_bytes);
   ps::Worker worker(layout, wo, job.store);
 
   setup.opts.rank = w;
@@ -314,6 +315,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     nlohmann::json hot = nlohmann::json::array();
     for (const auto& [k, row] : worker.hot_rows()) hot.push_back({k, row, layout.row_server(row)});
     done["hot_rows"] = hot;
+    done["shm_links"] = worker.worker_stats().shm_links;  // this worker's
     done.update(faults.done_fields(worker, all));
     const nn::EvalStats ev = trainer.evaluate(*setup.test, 1000);
     const std::string dlrm = f.model == "dlrm" ? dlrm_summary(*setup.test, ev, done) : "";

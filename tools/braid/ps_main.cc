@@ -116,6 +116,10 @@ int ps_main(int argc, char** argv) {
                  "with --replicas >= 2: N extra server ranks that stand by; when a server "
                  "dies, a spare joins every chain it was in by state transfer, so each chain "
                  "is back to R members (0)");
+  app.add_option("--ps-shm-bytes", f.shm_bytes,
+                 "bytes of each direction's shared-memory ring on a worker's connection to a "
+                 "server on its host; 0: every connection over TCP (4194304)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--ps-timeout", f.timeout_s, "seconds any parameter-server wait may take (300)")
       ->check(CLI::PositiveNumber);
   try {

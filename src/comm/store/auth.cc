@@ -67,9 +67,11 @@ void exchange(int fd, const std::string& secret, std::chrono::milliseconds timeo
 }  // namespace
 
 void write_full(int fd, const void* buf, size_t n, int64_t deadline_ns, const char* what) {
+  // MSG_DONTWAIT: a blocking send into a full buffer (a peer that stopped
+  // reading) would wait past the deadline; poll waits up to it instead.
   const uint8_t* p = static_cast<const uint8_t*>(buf);
   while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       p += w;
       n -= size_t(w);

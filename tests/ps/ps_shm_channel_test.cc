@@ -1,0 +1,205 @@
+// The parameter server's shared-memory rings (ps/shm_channel.h) and the
+// link over them (ps/link.h), inside one process: a socket pair is the
+// connection (its doorbell), and a thread plays the other side.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "ps/link.h"
+#include "ps/shm_channel.h"
+#include "ps/wire.h"
+
+namespace {
+
+namespace ps = braid::ps;
+namespace wire = braid::ps::wire;
+using namespace std::chrono_literals;
+
+struct Pair {
+  int fd[2] = {-1, -1};
+  std::unique_ptr<ps::ShmChannel> worker, server;
+  explicit Pair(size_t capacity) {
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd), 0);
+    worker = ps::ShmChannel::create(capacity);
+    server = ps::ShmChannel::attach(worker->offer());
+    worker->close_offer();
+  }
+  ~Pair() {
+    for (int f : fd)
+      if (f >= 0) ::close(f);
+  }
+};
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 9));
+  return v;
+}
+
+TEST(PsShmChannel, OffersAreCheckedBeforeAnythingIsOpened) {
+  auto ch = ps::ShmChannel::create(1);
+  EXPECT_EQ(ch->capacity(), size_t(::sysconf(_SC_PAGESIZE)));
+  EXPECT_TRUE(ps::ShmChannel::valid_offer(ch->offer())) << ch->offer();
+  for (const char* bad : {"/etc/passwd", "1:2/../3", ":3", "3:", "1:2:3", "-1:2", "1 :2", "",
+                          "12345678901234567890:1234"})
+    EXPECT_FALSE(ps::ShmChannel::valid_offer(bad)) << bad;
+  EXPECT_THROW(ps::ShmChannel::attach("../x"), braid::Error);
+  // Files that are not a channel: this process's stdin, an fd it does not have.
+  EXPECT_THROW(ps::ShmChannel::attach(std::to_string(::getpid()) + ":0"), braid::Error);
+  EXPECT_THROW(ps::ShmChannel::attach(std::to_string(::getpid()) + ":999999"), braid::Error);
+  // Once the offer is closed nobody can take it up.
+  const std::string offer = ch->offer();
+  ch->close_offer();
+  EXPECT_THROW(ps::ShmChannel::attach(offer), braid::Error);
+}
+
+// Messages larger than the ring, and messages that straddle its end, arrive
+// whole and in order while the writer waits for room.
+TEST(PsShmChannel, BytesArriveInOrderThroughASmallRing) {
+  Pair p(4096);
+  ASSERT_EQ(p.worker->capacity(), p.server->capacity());
+  const size_t cap = p.worker->capacity();
+  const std::vector<size_t> sizes = {1, 100, cap - 7, cap, 3 * cap + 5, 1 << 20, 64};
+  std::thread writer([&] {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<uint8_t> m = pattern(sizes[i], uint8_t(i));
+      iovec iov[2] = {{const_cast<uint8_t*>(m.data()), m.size() / 2},
+                      {const_cast<uint8_t*>(m.data()) + m.size() / 2, m.size() - m.size() / 2}};
+      p.worker->write(p.fd[0], iov, 2, wire::deadline_after(20s), "test write");
+    }
+  });
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<uint8_t> got(sizes[i]);
+    size_t at = 0;
+    while (at < got.size()) {
+      ASSERT_TRUE(p.server->wait_readable(p.fd[1], 1, wire::deadline_after(20s), "test read"));
+      const size_t k = std::min(got.size() - at, p.server->readable());
+      std::memcpy(got.data() + at, p.server->peek(), k);
+      p.server->consume(p.fd[1], k);
+      at += k;
+    }
+    EXPECT_EQ(got, pattern(sizes[i], uint8_t(i))) << "message " << i;
+  }
+  writer.join();
+  EXPECT_EQ(p.server->readable(), 0u);
+}
+
+// A span of up to the ring's capacity is contiguous wherever it starts,
+// so a reader can use a frame in place across the wrap.
+TEST(PsShmChannel, AFrameAcrossTheWrapIsReadInPlace) {
+  Pair p(4096);
+  const size_t cap = p.worker->capacity();
+  ps::Link server(p.fd[1]);
+  server.use_shm(std::move(p.server));
+  // Each round moves the ring's start near its end with a filler, then sends
+  // a frame of the ring's whole capacity, which crosses the end.
+  auto filler = [&](int round) { return pattern(cap - 100 + size_t(round), 3); };
+  auto frame = [&](int round) { return pattern(cap, uint8_t(round)); };
+  std::thread writer([&] {
+    for (int round = 0; round < 3; ++round)
+      for (const std::vector<uint8_t>& m : {filler(round), frame(round)}) {
+        iovec v{const_cast<uint8_t*>(m.data()), m.size()};
+        p.worker->write(p.fd[0], &v, 1, wire::deadline_after(10s), "writer");
+      }
+  });
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint8_t> skip(filler(round).size());
+    server.payload(skip.data(), skip.size(), wire::deadline_after(10s), "filler");
+    EXPECT_EQ(skip, filler(round));
+    const uint8_t* at = server.take(cap, wire::deadline_after(10s), "frame");
+    EXPECT_EQ(std::memcmp(at, frame(round).data(), cap), 0) << "round " << round;
+  }
+  writer.join();
+}
+
+TEST(PsShmChannel, AWaitEndsAtTheDeadlineOrWhenThePeerCloses) {
+  Pair p(4096);
+  const int64_t t0 = int64_t(braid::now_ns());
+  EXPECT_FALSE(p.server->wait_readable(p.fd[1], 1, wire::deadline_after(50ms), "idle"));
+  EXPECT_GE(int64_t(braid::now_ns()) - t0, 50'000'000);
+  // A frame written before the peer closes is still read; then the close shows.
+  const std::vector<uint8_t> last = pattern(10, 1);
+  iovec v{const_cast<uint8_t*>(last.data()), last.size()};
+  p.worker->write(p.fd[0], &v, 1, wire::deadline_after(5s), "last");
+  ::close(p.fd[0]);
+  p.fd[0] = -1;
+  EXPECT_TRUE(p.server->wait_readable(p.fd[1], 10, wire::deadline_after(5s), "last"));
+  p.server->consume(p.fd[1], 10);
+  try {
+    p.server->wait_readable(p.fd[1], 1, wire::deadline_after(30s), "after close");
+    ADD_FAILURE() << "a wait on a closed peer returned";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kPeerDied);
+    EXPECT_NE(std::string(e.what()).find("after close"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PsShmChannel, AWriterBlockedOnAFullRingLearnsThePeerClosed) {
+  Pair p(4096);
+  std::thread closer([&] {
+    std::this_thread::sleep_for(50ms);
+    ::shutdown(p.fd[1], SHUT_RDWR);
+  });
+  const std::vector<uint8_t> big = pattern(4 * p.worker->capacity(), 2);
+  iovec v{const_cast<uint8_t*>(big.data()), big.size()};
+  try {
+    p.worker->write(p.fd[0], &v, 1, wire::deadline_after(30s), "blocked write");
+    ADD_FAILURE() << "a write into a ring nobody reads returned";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kPeerDied) << e.what();
+  }
+  closer.join();
+}
+
+// Frames between two links, as a worker and a server exchange them.
+TEST(PsShmChannel, LinksCarryFramesBothWays) {
+  Pair p(8192);
+  ps::Link worker(p.fd[0]), server(p.fd[1]);
+  worker.use_shm(std::move(p.worker));
+  server.use_shm(std::move(p.server));
+  EXPECT_EQ(server.in_place_max(1), 8192u);
+  std::vector<float> grad(3000);
+  std::iota(grad.begin(), grad.end(), 0.5f);
+  wire::Header h;
+  h.op = wire::kPush;
+  h.req = 9;
+  h.payload = grad.size() * 4;  // bigger than the ring
+  std::thread t([&] { worker.send(h, grad.data(), wire::deadline_after(10s), "push"); });
+  const wire::Header got = server.header(wire::deadline_after(10s), "push");
+  EXPECT_EQ(got.req, 9u);
+  std::vector<float> in(grad.size());
+  server.payload(in.data(), got.payload, wire::deadline_after(10s), "push");
+  t.join();
+  EXPECT_EQ(in, grad);
+  wire::Header r = got;
+  r.op = wire::kPush | wire::kReply;
+  r.payload = 8;
+  const double two[1] = {2.5};
+  server.send(r, two, wire::deadline_after(10s), "reply");
+  const wire::Header back = worker.header(wire::deadline_after(10s), "reply");
+  EXPECT_EQ(back.op, wire::kPush | wire::kReply);
+  double v = 0;
+  std::memcpy(&v, worker.take(8, wire::deadline_after(10s), "reply"), 8);
+  EXPECT_EQ(v, 2.5);
+  // A frame with a bad magic is refused as on TCP.
+  wire::Header junk;
+  junk.magic = 7;
+  iovec j{&junk, sizeof junk};
+  std::vector<iovec> jv{j};
+  server.send_gather(jv, wire::deadline_after(10s), "junk");
+  try {
+    worker.header(wire::deadline_after(10s), "junk");
+    ADD_FAILURE() << "a bad magic was accepted";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kProtocol);
+  }
+}
+
+}  // namespace
