@@ -1,6 +1,7 @@
 #include "ps/chain_join.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,15 +129,26 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
   r.op = uint16_t(h.op | wire::kReply);
   r.status = 0;
   r.payload = state.size();
+  // A blocking send waits while the socket's buffer is full, whatever the
+  // deadline of the write that called it; a send timeout hands control
+  // back often enough for the join's deadline to hold against a joiner
+  // that stops reading mid-state. The connection ends with this exchange,
+  // so the setting affects nothing else.
+  const timeval send_poll{0, 100 * 1000};
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_poll, sizeof send_poll) != 0)
+    throw Error(Errc::kIo, what + ": setting the connection's send timeout failed");
   try {
     wire::send_frame(fd, r, state.data(), join_deadline, what.c_str());
   } catch (const Error& e) {
     // Cut mid-frame: end the stream, so that no error reply is read as
     // state; the joiner sees a short transfer and cannot commit it.
     ::shutdown(fd, SHUT_RDWR);
-    abandon("the state was not taken " + within + " (" + e.what() + ")");
-    throw Error(e.code(), what + ": the state was not taken " + within + " (" + e.what() +
-                              "); join abandoned, the chain is unchanged");
+    const std::string reason =
+        (e.code() == Errc::kTimeout ? "the state was not taken " + within
+                                    : std::string("the state could not be sent")) +
+        " (" + e.what() + ")";
+    abandon(reason);
+    throw Error(e.code(), what + ": " + reason + "; join abandoned, the chain is unchanged");
   }
   wire::Header c;
   try {

@@ -9,11 +9,13 @@
 // worker's, so a tail that held the lock until its timeout would fail the
 // worker's push. The client then commits, late, and is refused; the chain
 // in the store is unchanged. The same again with joiner 8, which stalls
-// with half of the state read. A real replacement then joins both shards,
+// with half of the state read and the rest more than the socket buffers
+// hold: the tail gives up sending and ends the stream. A real replacement then joins both shards,
 // and the worker finishes with every acknowledged push applied at the
 // final tails.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
@@ -39,7 +41,7 @@ using braid::testing::ps_join::join_frame;
 
 const std::string kSecret = "ps-join-stall-0123456789abcdef";
 constexpr int kServers = 2, kSteps = 10, kVictim = 1;
-constexpr int64_t kKeySize = 8;
+constexpr int64_t kKeySize = 8, kBigSize = int64_t(8) << 20;  // 16 MiB on each server
 // The servers' timeout, far above the worker's: a write that waited for a
 // stalled join until the servers' timeout fails at the worker's, before
 // the client's waits (kDeadline) end the stall.
@@ -50,6 +52,7 @@ constexpr auto kDeadline = 60s;
 ps::Layout layout() {
   ps::Layout l(kServers);
   l.add_dense("w", kKeySize);  // 4 elements on each server
+  l.add_dense("big", kBigSize);  // never pushed: a state far larger than socket buffers
   return l;
 }
 
@@ -64,19 +67,28 @@ ps::ServerOptions options(int id) {
   return o;
 }
 
-const std::vector<std::vector<float>> kInit{std::vector<float>(size_t(kKeySize), 1.0f)};
+const std::vector<std::vector<float>> kInit{std::vector<float>(size_t(kKeySize), 1.0f),
+                                            std::vector<float>(size_t(kBigSize), 0.5f)};
 
 // Asks server `p` for shard `s`'s state as joiner `id` on a fresh join
 // connection and reads `part` of its bytes (the state's size: *size).
-int take_state(braid::Store& store, int p, uint32_t s, uint32_t id, double part, uint64_t* size) {
+// With `small_buffer` the connection's receive buffer is pinned small, so
+// the state the client does not read fills it and the tail's send buffer
+// and the tail's send of the rest waits on the client.
+int take_state(braid::Store& store, int p, uint32_t s, uint32_t id, double part, uint64_t* size,
+               bool small_buffer = false) {
   const int fd = join_conn(store, kSecret, p, s, id);
+  if (small_buffer) {
+    const int bytes = 64 << 10;
+    EXPECT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes), 0);
+  }
   const int64_t deadline = wire::deadline_after(10s);
   EXPECT_EQ(wire::recv_header(fd, deadline, "test: hello reply").status, 0u);
   wire::send_frame(fd, join_frame(s, id), nullptr, deadline, "test: join");
   const wire::Header r = wire::recv_header(fd, deadline, "test: state");
   EXPECT_EQ(r.op, wire::kJoin | wire::kReply);
   EXPECT_EQ(r.status, 0u);
-  EXPECT_GT(r.payload, 1u);
+  EXPECT_GT(r.payload, uint64_t(kBigSize) * 4 / 2);  // its half of "big", at least
   *size = r.payload;
   std::vector<uint8_t> state(size_t(double(r.payload) * part));
   wire::recv_payload(fd, state.data(), state.size(), deadline, "test: state");
@@ -123,11 +135,17 @@ void stalled_joins(std::shared_ptr<braid::Store> store) {
   store->set_str("test/stalled/0", "1");
   store->wait({"test/pushed/0"}, kDeadline);
   late_commit(fd, 0, 7, 0);
-  // Joiner 8 stalls with half of the state read.
-  fd = take_state(*store, 0, 0, 8, 0.5, &size);
+  // Joiner 8 stalls with half of the state read, the rest more than the
+  // buffers between it and the tail hold: the tail's send waits, then
+  // past the deadline the tail ends the stream mid-state.
+  fd = take_state(*store, 0, 0, 8, 0.5, &size, true);
   store->set_str("test/stalled/1", "1");
   store->wait({"test/pushed/1"}, kDeadline);
-  late_commit(fd, 0, 8, size - size / 2);
+  std::vector<uint8_t> rest(size - size / 2);
+  EXPECT_THROW(wire::recv_payload(fd, rest.data(), rest.size(), wire::deadline_after(10s),
+                                  "test: the rest of a state cut short"),
+               braid::Error);
+  ::close(fd);
   view.refresh();
   EXPECT_EQ(view.chain(0), std::vector<int>{0});
   EXPECT_EQ(view.chain(1), std::vector<int>{0});
