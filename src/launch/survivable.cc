@@ -41,6 +41,16 @@ std::optional<std::string> survivable_reason(Store& store, int rank) {
 std::string launcher_recovery_option() {
   // OMPI_COMM_WORLD_SIZE is what bootstrap reads to call the job mpirun's.
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return "";
+  // Open MPI 5's runtime, PRRTE, marks every process it starts with
+  // PRTE_LAUNCHED; Open MPI 4's ORTE never sets it.
+  if (std::getenv("PRTE_LAUNCHED")) {
+    // Open MPI 5: --with-ft ulfm (or mpi) makes the job recoverable and
+    // exports OMPI_MCA_mpi_ft_enable=1 to the ranks. --enable-recovery
+    // also makes it recoverable, but as a job attribute that no rank's
+    // environment shows, so the option braid can see is the one it names.
+    if (mca_true(std::getenv("OMPI_MCA_mpi_ft_enable"))) return "";
+    return "mpirun --with-ft ulfm";
+  }
   if (mca_true(std::getenv("OMPI_MCA_orte_enable_recovery"))) return "";
   return "mpirun --enable-recovery";
 }

@@ -16,7 +16,11 @@
 // Other launchers. mpirun and srun do not read the marks: their own policy
 // decides whether one rank's death ends the job. Open MPI 4's mpirun ends
 // it unless started with --enable-recovery (which its ranks see as
-// OMPI_MCA_orte_enable_recovery); srun keeps the others running unless
+// OMPI_MCA_orte_enable_recovery). Open MPI 5's mpirun (PRRTE, whose ranks
+// see PRTE_LAUNCHED) ends it unless the job is recoverable: --with-ft ulfm
+// makes it so and its ranks see OMPI_MCA_mpi_ft_enable; its
+// --enable-recovery does too, but leaves nothing in the ranks'
+// environment. srun keeps the others running unless
 // --kill-on-bad-exit (or the site's KillOnBadExit) or --wait says
 // otherwise, which its tasks cannot see. A launcher that lets ranks die
 // also lets ranks that wait on a failed one wait on: such ranks end
@@ -37,9 +41,10 @@ void mark_survivable(Store& store, int rank, const std::string& why);
 std::optional<std::string> survivable_reason(Store& store, int rank);
 
 // When this process's environment shows a launcher that ends the whole job
-// as soon as one rank dies whatever the marks say (mpirun without
-// orte_enable_recovery), the launcher's option that lets the others run
-// on, as a user would add it ("mpirun --enable-recovery"); empty under
+// as soon as one rank dies whatever the marks say (Open MPI 4's mpirun
+// without orte_enable_recovery, Open MPI 5's without mpi_ft_enable), the
+// launcher's option that lets the others run on, as a user would add it
+// ("mpirun --enable-recovery", "mpirun --with-ft ulfm"); empty under
 // braid run, the self-forked job, srun, or no launcher.
 std::string launcher_recovery_option();
 

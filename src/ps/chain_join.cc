@@ -1,7 +1,10 @@
 #include "ps/chain_join.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -52,7 +55,34 @@ bool connection_lost(const Error& e) {
 // peer data; this only stops a corrupt header from allocating without end).
 constexpr uint64_t kMaxState = uint64_t(1) << 40;
 
+// Whether server `tail` takes a fresh connection for `shard` (its hello
+// answered): alive, whatever became of an earlier connection.
+bool tail_answers(Store& store, const ServerOptions& opt, int tail, int shard, int64_t deadline,
+                  const std::string& what) {
+  try {
+    ::close(connect_peer(store, opt, tail, shard, wire::kJoinConn, deadline, what));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
+
+std::chrono::milliseconds join_window(uint64_t state_bytes) {
+  // The base covers what does not grow with the shard: the round trips,
+  // the joiner creating its temporary file and a checkpoint reader, and a
+  // joiner descheduled for a moment on a host whose cores its co-located
+  // workers share. That is milliseconds of work; a couple of seconds leaves
+  // a wide margin while a stalled joiner stops training for no longer.
+  constexpr int64_t kBaseMs = 3000;
+  // Per byte, the state crosses the link once and is written to and read
+  // back from a temporary file on each side (CRC-checked). 16 MiB/s is an
+  // order of magnitude below a 1 Gbit/s link or a disk, so a large shard
+  // over a slow or busy link still fits: 1 GiB of state gets 64 s more.
+  constexpr uint64_t kBytesPerSecond = uint64_t(16) << 20;
+  return std::chrono::milliseconds(kBaseMs + int64_t(state_bytes / (kBytesPerSecond / 1000)));
+}
 
 void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex& fwd_mu,
                       ChainView& view, int self, int64_t deadline) {
@@ -82,16 +112,54 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
   TempFile tmp{temp_path("out", s, uint32_t(id))};
   st.transfer_out(tmp.path);
   const std::vector<uint8_t> state = read_file(tmp.path);
+  // The exchange from here to the commit has the join's own deadline, so a
+  // joiner that stalls holds this shard's writes for that long at most.
+  const int64_t now = wire::deadline_after(std::chrono::milliseconds(0));
+  const int64_t join_deadline =
+      std::min(deadline, wire::deadline_after(join_window(state.size())));
+  const std::string within = "within the join's deadline (" +
+                             std::to_string(double(join_deadline - now) * 1e-9) + " s for " +
+                             std::to_string(state.size()) + " bytes of state)";
+  auto abandon = [&](const std::string& reason) {
+    BRAID_LOG(kWarn, what << ": join abandoned, " << reason << "; the tail keeps serving, "
+                          << "writes resume and the chain is unchanged (epoch " << view.epoch()
+                          << ")");
+  };
   wire::Header r = h;
   r.op = uint16_t(h.op | wire::kReply);
   r.status = 0;
   r.payload = state.size();
-  wire::send_frame(fd, r, state.data(), deadline, what.c_str());
+  // A blocking send waits while the socket's buffer is full, whatever the
+  // deadline of the write that called it; a send timeout hands control
+  // back often enough for the join's deadline to hold against a joiner
+  // that stops reading mid-state. The connection ends with this exchange,
+  // so the setting affects nothing else.
+  const timeval send_poll{0, 100 * 1000};
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_poll, sizeof send_poll) != 0)
+    throw Error(Errc::kIo, what + ": setting the connection's send timeout failed");
+  try {
+    wire::send_frame(fd, r, state.data(), join_deadline, what.c_str());
+  } catch (const Error& e) {
+    // Cut mid-frame: end the stream, so that no error reply is read as
+    // state; the joiner sees a short transfer and cannot commit it.
+    ::shutdown(fd, SHUT_RDWR);
+    const std::string reason =
+        (e.code() == Errc::kTimeout ? "the state was not taken " + within
+                                    : std::string("the state could not be sent")) +
+        " (" + e.what() + ")";
+    abandon(reason);
+    throw Error(e.code(), what + ": " + reason + "; join abandoned, the chain is unchanged");
+  }
   wire::Header c;
   try {
-    c = wire::recv_header(fd, deadline, what.c_str());
+    c = wire::recv_header(fd, join_deadline, what.c_str());
   } catch (const Error& e) {
-    throw Error(e.code() == Errc::kTimeout ? Errc::kTimeout : Errc::kProtocol,
+    if (e.code() == Errc::kTimeout) {
+      abandon("no commit from the joiner " + within);
+      throw Error(Errc::kTimeout, what + ": no commit from the joiner " + within +
+                                      "; join abandoned, the chain is unchanged");
+    }
+    throw Error(Errc::kProtocol,
                 what + ": no commit from the joiner (" + e.what() + "); the chain is unchanged");
   }
   if (c.op != wire::kJoin || !(c.flags & wire::kCommit) || c.key != h.key || c.worker != h.worker ||
@@ -130,10 +198,22 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
     if (view.member(shard, opt.rank))  // committed; only the last reply was lost
       return JoinReport{shard, -1, view.epoch(), 0.0};
     const int tail = view.tail(shard);
+    const std::string at = what + ": tail " + std::to_string(tail);
     int fd = -1;
+    bool connected = false, refused = false;
+    // An error reply: the tail is alive and refuses this join.
+    auto check_reply = [&](const wire::Header& r) {
+      if (r.op != (wire::kJoin | wire::kReply))
+        throw Error(Errc::kProtocol, at + ": unexpected reply to the join");
+      if (r.status == 0) return;
+      refused = true;
+      std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
+      wire::recv_payload(fd, msg.data(), msg.size(), deadline, at.c_str());
+      wire::throw_reply(r, msg, at + " refused the join");
+    };
     try {
-      fd = connect_peer(store, opt, tail, shard, wire::kJoinConn, deadline,
-                        what + ": tail " + std::to_string(tail));
+      fd = connect_peer(store, opt, tail, shard, wire::kJoinConn, deadline, at);
+      connected = true;
       wire::Header h;
       h.op = wire::kJoin;
       h.key = uint32_t(shard);
@@ -141,13 +221,7 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       h.epoch = view.epoch();
       wire::send_frame(fd, h, nullptr, deadline, what.c_str());
       wire::Header r = wire::recv_header(fd, deadline, what.c_str());
-      if (r.op != (wire::kJoin | wire::kReply))
-        throw Error(Errc::kProtocol, what + ": unexpected reply to the join request");
-      if (r.status != 0) {
-        std::string msg(std::min<uint64_t>(r.payload, wire::kMaxMessage), '\0');
-        wire::recv_payload(fd, msg.data(), msg.size(), deadline, what.c_str());
-        wire::throw_reply(r, msg, what);
-      }
+      check_reply(r);
       if (r.payload > kMaxState)
         throw Error(Errc::kProtocol, what + ": state of " + std::to_string(r.payload) + " bytes");
       std::vector<uint8_t> state(r.payload);
@@ -160,8 +234,7 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       h.flags = wire::kCommit;
       wire::send_frame(fd, h, nullptr, deadline, what.c_str());
       r = wire::recv_header(fd, deadline, what.c_str());
-      if (r.op != (wire::kJoin | wire::kReply) || r.status != 0)
-        throw Error(Errc::kProtocol, what + ": the tail did not confirm the join");
+      check_reply(r);  // e.g. the commit came after the tail's join deadline
       ::close(fd);
       view.refresh();
       if (!view.member(shard, opt.rank))
@@ -169,9 +242,16 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       return JoinReport{shard, tail, r.epoch, double(r.clock) * 1e-9};
     } catch (const Error& e) {
       if (fd >= 0) ::close(fd);
-      if (!connection_lost(e)) throw;
+      if (refused || !connection_lost(e)) throw;
       if (wire::deadline_after(std::chrono::milliseconds(0)) >= deadline)
         throw Error(Errc::kTimeout, what + ": no tail completed the transfer in time: " + e.what());
+      // A tail that abandons a join past its deadline (send_shard_state)
+      // ends the connection, mid-state perhaps, as a dead one would: only a
+      // tail that no longer answers a fresh connection is declared dead.
+      if (connected && tail_answers(store, opt, tail, shard, deadline, at))
+        throw Error(Errc::kTimeout, at + " is alive but ended the transfer (" + e.what() +
+                                        "): a tail abandons a join not committed within the "
+                                        "join's deadline; the chain is unchanged");
       BRAID_LOG(kInfo, what << ": tail " << tail << " lost (" << e.what() << "); declaring it dead");
       view.declare_dead(tail);
     }

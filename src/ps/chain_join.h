@@ -34,13 +34,31 @@
 // keeps one write per shard in flight along the chain, which the
 // duplicate-detection of re-sent writes relies on (shard_state.h).
 //
+// A stalled joiner: steps 2 to 4 have a deadline of their own
+// (join_window, bounded by the server's timeout), far shorter than the
+// timeout a write waits for. Past it the tail abandons the join: it logs
+// the joiner, the shard and the reason, releases the lock, answers the
+// joiner with an error (or, cut mid-state, ends the stream) and serves on;
+// the chain stays as it was. The joiner's late commit then reads that
+// refusal, and the joiner fails with it. A joiner is a member only through
+// the tail's commit_join, which the tail reaches only after sending the
+// whole state and reading the matching commit on that same connection
+// before the deadline, so a state half received, or received after the
+// deadline, can never make its holder a member; a fresh attempt starts
+// over with a fresh copy.
+//
 // Failures: a tail that dies during the transfer is declared dead by the
 // joiner, which retries with the new tail (a tail that committed and then
-// died leaves the joiner in the chain, which it sees and stops). A joiner
-// that dies before step 4 leaves the chain as it was; after step 4 it is a
+// died leaves the joiner in the chain, which it sees and stops). Since a
+// tail that abandons a join ends the connection as a dead one would, the
+// joiner first checks that the tail no longer answers a fresh connection;
+// a tail that answers is alive and the join fails instead. A joiner that
+// dies before step 4 leaves the chain as it was; after step 4 it is a
 // member like any other, declared dead by whoever loses its connection.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 
 #include "braid/ps.h"
@@ -50,10 +68,17 @@
 
 namespace braid::ps {
 
+// How long the tail keeps a shard's writes paused for a join whose state
+// is `state_bytes` long: a base plus the bytes at a conservative rate
+// (chain_join.cc gives the numbers' reasons). The tail uses the smaller of
+// this and its own timeout.
+std::chrono::milliseconds join_window(uint64_t state_bytes);
+
 // Tail side: runs steps 2 to 4 for the kJoin frame `h` read from `fd`
 // (tail `self` of shard h.key). Throws kInvalidArgument when this server is
-// not the shard's tail or the id is not a fresh replacement's; connection
-// errors as wire.h.
+// not the shard's tail or the id is not a fresh replacement's, kTimeout
+// when the join's deadline passed (the join abandoned); connection errors
+// as wire.h.
 void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex& fwd_mu,
                       ChainView& view, int self, int64_t deadline);
 

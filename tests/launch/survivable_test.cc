@@ -26,7 +26,10 @@ void put(const char* k, const char* v) {
   else ::unsetenv(k);
 }
 
+// What an Open MPI 4 (ORTE) rank sees: no PRTE_LAUNCHED.
 TEST(Survivable, LauncherRecoveryOptionReadsOpenMpisEnvironment) {
+  put("PRTE_LAUNCHED", nullptr);
+  put("OMPI_MCA_mpi_ft_enable", nullptr);
   put("OMPI_MCA_orte_enable_recovery", nullptr);
   put("OMPI_COMM_WORLD_SIZE", nullptr);
   EXPECT_EQ(launcher_recovery_option(), "");  // braid run, srun, no launcher
@@ -42,8 +45,41 @@ TEST(Survivable, LauncherRecoveryOptionReadsOpenMpisEnvironment) {
     put("OMPI_MCA_orte_enable_recovery", off);
     EXPECT_EQ(launcher_recovery_option(), "mpirun --enable-recovery") << "'" << off << "'";
   }
+  // Open MPI 5's setting means nothing to Open MPI 4's mpirun.
+  put("OMPI_MCA_mpi_ft_enable", "1");
+  EXPECT_EQ(launcher_recovery_option(), "mpirun --enable-recovery");
+  put("OMPI_MCA_mpi_ft_enable", nullptr);
   put("OMPI_MCA_orte_enable_recovery", nullptr);
   put("OMPI_COMM_WORLD_SIZE", nullptr);
+}
+
+// What an Open MPI 5 (PRRTE) rank sees: PRTE_LAUNCHED=1 beside the
+// OMPI_COMM_WORLD_* variables, and OMPI_MCA_mpi_ft_enable=1 when mpirun
+// was given --with-ft ulfm (or mpi). Only Open MPI 4.1.4 runs here: these
+// are the variables PRRTE's sources set, not ones observed from a run.
+TEST(Survivable, LauncherRecoveryOptionReadsOpenMpi5sEnvironment) {
+  put("OMPI_MCA_orte_enable_recovery", nullptr);
+  put("OMPI_MCA_mpi_ft_enable", nullptr);
+  put("OMPI_COMM_WORLD_SIZE", nullptr);
+  put("PRTE_LAUNCHED", "1");
+  EXPECT_EQ(launcher_recovery_option(), "");  // prterun without Open MPI's ranks
+  put("OMPI_COMM_WORLD_SIZE", "4");
+  EXPECT_EQ(launcher_recovery_option(), "mpirun --with-ft ulfm");
+  for (const char* on : {"1", "true", "yes"}) {
+    put("OMPI_MCA_mpi_ft_enable", on);
+    EXPECT_EQ(launcher_recovery_option(), "") << on;
+  }
+  for (const char* off : {"0", "false", ""}) {
+    put("OMPI_MCA_mpi_ft_enable", off);
+    EXPECT_EQ(launcher_recovery_option(), "mpirun --with-ft ulfm") << "'" << off << "'";
+  }
+  // Open MPI 4's setting means nothing to Open MPI 5's mpirun.
+  put("OMPI_MCA_mpi_ft_enable", nullptr);
+  put("OMPI_MCA_orte_enable_recovery", "1");
+  EXPECT_EQ(launcher_recovery_option(), "mpirun --with-ft ulfm");
+  put("OMPI_MCA_orte_enable_recovery", nullptr);
+  put("OMPI_COMM_WORLD_SIZE", nullptr);
+  put("PRTE_LAUNCHED", nullptr);
 }
 
 // Four ranks fail at once: one post is kept, whole, and every rank reads

@@ -26,6 +26,7 @@
 #include "ps/chain.h"
 #include "ps/socket.h"
 #include "ps/wire.h"
+#include "join_test_util.h"
 #include "support/multiproc.h"
 
 namespace {
@@ -33,6 +34,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace ps = braid::ps;
 namespace wire = braid::ps::wire;
+using braid::testing::ps_join::join_frame;
 
 const std::string kSecret = "ps-join-bad-input-0123456789";
 constexpr int kServers = 3, kWorkers = 2, kSteps = 24, kVictim = 1;
@@ -58,29 +60,8 @@ ps::ServerOptions options(int id) {
 
 const std::vector<std::vector<float>> kInit{std::vector<float>(size_t(kKeySize), 1.0f)};
 
-// A join connection to server `p` for `shard`, its hello answered.
 int join_conn(braid::Store& store, int p, uint32_t shard, uint32_t id) {
-  const std::string addr = store.get_str("ps/server/" + std::to_string(p));
-  const size_t colon = addr.rfind(':');
-  const int fd = ps::connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), 10s,
-                                 "test join");
-  braid::comm::authenticate_connect(fd, kSecret, 10s);
-  wire::Header h;
-  h.op = wire::kHello;
-  h.flags = wire::kJoinConn;
-  h.key = shard;
-  h.worker = id;
-  wire::send_frame(fd, h, nullptr, wire::deadline_after(10s), "test hello");
-  return fd;
-}
-
-wire::Header join_frame(uint32_t shard, uint32_t id, uint16_t flags = 0) {
-  wire::Header h;
-  h.op = wire::kJoin;
-  h.key = shard;
-  h.worker = id;
-  h.flags = flags;
-  return h;
+  return braid::testing::ps_join::join_conn(store, kSecret, p, shard, id);
 }
 
 // The next reply on `fd` is an error of `code` whose message holds every
@@ -191,34 +172,12 @@ void bad_joins(std::shared_ptr<braid::Store> store) {
 }
 
 void run_server(int p, std::shared_ptr<braid::Store> store) {
-  ps::Server srv(layout(), options(p), store, kInit);
-  for (;;) {
-    if (p == kVictim && store->check("test/kill")) {
-      store->set_str("test/killed", "1");
-      ::kill(::getpid(), SIGKILL);
-    }
-    try {
-      srv.wait_finished(50ms);
-      return;
-    } catch (const braid::Error& e) {
-      if (e.code() != braid::Errc::kTimeout) throw;
-    }
-  }
+  braid::testing::ps_join::run_server(layout(), options(p), kVictim, store, kInit);
 }
 
 void run_replacement(std::shared_ptr<braid::Store> store) {
-  store->wait({"test/bad_done"}, kDeadline);
-  ps::ServerOptions o = options(ps::replacement_id(*store, kServers));
-  ASSERT_EQ(o.rank, 3);  // the raw client's ids were never handed out
-  o.join = {0, 1};
-  ps::Server srv(layout(), o, store, kInit);
-  ASSERT_EQ(srv.joins().size(), 2u);
-  for (const ps::JoinReport& j : srv.joins()) {
-    EXPECT_NE(j.tail, kVictim);
-    EXPECT_GT(j.pause_s, 0.0);
-  }
-  store->set_str("test/joined", "1");
-  srv.wait_finished(kDeadline);
+  braid::testing::ps_join::run_replacement(layout(), options, kVictim, 3, {0, 1}, "test/bad_done",
+                                           store, kInit);
 }
 
 // The workers train throughout; worker 0 lets the client start once
@@ -272,15 +231,7 @@ TEST(PsJoinBadInput, TailRefusesBadJoinsAndKeepsServing) {
           bad_joins(store);
       },
       120s);
-  for (const auto& r : results) {
-    if (r.rank - kWorkers == kVictim) {
-      EXPECT_EQ(r.signal, SIGKILL) << "server 1 was to be killed mid-training";
-      continue;
-    }
-    EXPECT_TRUE(r.exit_code == 0 && r.signal == 0)
-        << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
-        << "): " << r.output;
-  }
+  braid::testing::ps_join::expect_passed_but(results, kWorkers + kVictim);
 }
 
 }  // namespace
