@@ -42,6 +42,12 @@ class Link {
   size_t in_place_max(size_t tcp_max) const { return ch_ ? ch_->capacity() : tcp_max; }
 
   void send(const wire::Header& h, const void* payload, int64_t deadline_ns, const char* what);
+  // On the rings: where a reply's payload can be built in place (behind
+  // its header's place), and the free room there; null on TCP or when no
+  // room is free. send_placed then sends h with the h.payload bytes built
+  // there. Nothing else may be sent in between.
+  uint8_t* reply_area(size_t* room);
+  void send_placed(const wire::Header& h, int64_t deadline_ns, const char* what);
   // Sends every byte iov names, in order (it may be consumed).
   void send_gather(std::vector<iovec>& iov, int64_t deadline_ns, const char* what);
 

@@ -189,7 +189,8 @@ void Server::Impl::serve(int fd) {
   int worker = -1;
   Shard* sh = nullptr;
   bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
-  std::vector<uint8_t> in, out;
+  std::vector<uint8_t> in;
+  ReplyBuf out;  // on a shared-memory link, placed in the outgoing ring (reply_buf.h)
   // Requests are read through `link` (link.h, frame_reader.h): one recv
   // waits for a request (up to kPollMs, then `stopping` is checked) and
   // takes it with whatever the worker queued behind it; a request already
@@ -211,6 +212,8 @@ void Server::Impl::serve(int fd) {
     }
     const int64_t deadline = wire::deadline_after(opt.timeout);
     wire::Header reply{};
+    size_t room = 0;
+    if (uint8_t* area = link.reply_area(&room)) out.place(area, room);
     ShardState* target = &st;
     try {
       if (!sh) {
@@ -278,10 +281,14 @@ void Server::Impl::serve(int fd) {
     reply.epoch = view.epoch();  // a worker behind it re-reads the view
     if (moving) reply.flags |= wire::kShm;
     try {
-      link.send(reply, out.data(), deadline, "parameter server: reply");
+      if (out.placed())
+        link.send_placed(reply, deadline, "parameter server: reply");
+      else
+        link.send(reply, out.data(), deadline, "parameter server: reply");
     } catch (const Error&) {
       break;  // the worker went away; its id is released below
     }
+    out.unplace();
     if (moving) link.use_shm(std::move(moving));
     target->count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
   }

@@ -11,7 +11,7 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
 void Server::Impl::serve_hot(Link& link, const wire::Header& h, bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
-                             wire::Header& reply, std::vector<uint8_t>& out, int64_t deadline) {
+                             wire::Header& reply, ReplyBuf& out, int64_t deadline) {
   auto name = [&] { return "parameter server " + std::to_string(opt.rank); };
   BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +
                                            " but hot keys are off on this server");
@@ -44,13 +44,13 @@ void Server::Impl::serve_hot(Link& link, const wire::Header& h, bool hot_conn, S
 }
 
 void Server::Impl::hot_pull(const wire::Header& h, const uint8_t* rows, wire::Header& reply,
-                            std::vector<uint8_t>& out, int64_t deadline) {
+                            ReplyBuf& out, int64_t deadline) {
   thread_local std::vector<uint8_t> values;  // HotReplicas::pull fills it whole
   reply = h;
   reply.op = uint16_t(h.op | wire::kReply);
   reply.status = 0;
   replicas->pull(h, rows, reply, values, deadline);
-  out.insert(out.end(), values.begin(), values.end());
+  out.append(values.data(), values.size());
   reply.payload = values.size();
   own().count_replica_pulls(int64_t(h.count));
 }
@@ -59,7 +59,7 @@ ShardState::HotPulls Server::Impl::hot_pulls() {
   ShardState::HotPulls p;
   p.check = [this](const wire::Header& h) { return replicas->expected_payload(h); };
   p.run = [this](const wire::Header& h, const uint8_t* rows, wire::Header& reply,
-                 std::vector<uint8_t>& out, int64_t deadline) {
+                 ReplyBuf& out, int64_t deadline) {
     hot_pull(h, rows, reply, out, deadline);
   };
   return p;

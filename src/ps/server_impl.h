@@ -109,10 +109,10 @@ struct Server::Impl {
   std::unique_ptr<HotSender> sender;
   void serve_hot(Link& link, const wire::Header& h, bool hot_conn,
                  Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
-                 std::vector<uint8_t>& out, int64_t deadline);
+                 ReplyBuf& out, int64_t deadline);
   // A worker's hot pull from the replicas; appends the rows to `out`.
   void hot_pull(const wire::Header& h, const uint8_t* rows, wire::Header& reply,
-                std::vector<uint8_t>& out, int64_t deadline);
+                ReplyBuf& out, int64_t deadline);
   // Hot pulls inside a worker's batches (shard_state.h).
   ShardState::HotPulls hot_pulls();
 };

@@ -44,7 +44,7 @@ uint64_t ShardState::batch_payload(const Header& h, int w) const {
   return h.payload;
 }
 
-void ShardState::handle_batch(const Header& h, const uint8_t* payload, std::vector<uint8_t>& out,
+void ShardState::handle_batch(const Header& h, const uint8_t* payload, ReplyBuf& out,
                               std::unique_lock<std::mutex>& lk, int64_t deadline_ns) {
   const int w = int(h.worker);
   uint64_t at = 0;

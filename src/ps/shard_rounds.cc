@@ -165,7 +165,7 @@ void ShardState::try_close() {
 }
 
 void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
-                      std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                      ReplyBuf& out, std::unique_lock<std::mutex>& lk,
                       int64_t deadline_ns) {
   const int64_t c = h.clock;
   int64_t need = 0;  // rounds that must be applied first
@@ -214,7 +214,7 @@ void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply,
 }
 
 void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
-                        std::vector<uint8_t>& out, int64_t deadline_ns) {
+                        ReplyBuf& out, int64_t deadline_ns) {
   std::unique_lock<std::mutex> lk(mu_);
   out.clear();
   if (h.op != wire::kBatch) {
@@ -229,7 +229,7 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
 }
 
 void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& reply,
-                               std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                               ReplyBuf& out, std::unique_lock<std::mutex>& lk,
                                int64_t deadline_ns) {
   reply = h;
   reply.op = uint16_t(h.op | wire::kReply);
@@ -296,7 +296,7 @@ void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& 
       }
       std::vector<uint8_t> enc;
       wire::encode_stats(s, enc);
-      out.insert(out.end(), enc.begin(), enc.end());
+      out.append(enc.data(), enc.size());
       break;
     }
     case wire::kBye:
@@ -334,14 +334,13 @@ void ShardState::set_hot_sink(HotSink sink) {
   hot_sink_ = std::move(sink);
 }
 
-void ShardState::hot_set(std::vector<uint8_t>& out) const {
+void ShardState::hot_set(ReplyBuf& out) const {
   std::lock_guard<std::mutex> lk(mu_);
   out.clear();
   if (!hot_) return;
   for (const auto& [k, row] : hot_->hot()) {
     const int64_t ids[2] = {int64_t(k), row};
-    out.insert(out.end(), reinterpret_cast<const uint8_t*>(ids),
-               reinterpret_cast<const uint8_t*>(ids) + sizeof ids);
+    out.append(ids, sizeof ids);
   }
 }
 

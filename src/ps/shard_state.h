@@ -29,6 +29,7 @@
 #include "braid/checkpoint.h"
 #include "braid/ps.h"
 #include "ps/hot_keys.h"
+#include "ps/reply_buf.h"
 #include "ps/wire.h"
 
 namespace braid::ps {
@@ -47,7 +48,7 @@ class ShardState {
   // May wait until `deadline_ns`. Throws as expected_payload, or kTimeout.
   // A kBatch runs its sub-frames in order (shard_batch.cc).
   void handle(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
-              std::vector<uint8_t>& out, int64_t deadline_ns);
+              ReplyBuf& out, int64_t deadline_ns);
 
   // Connection bookkeeping: hello takes a worker id, a closed connection
   // gives it back.
@@ -71,12 +72,12 @@ class ShardState {
   // for a refresh, and may count on this state). Unset: hot keys are off.
   struct HotPulls {
     std::function<uint64_t(const wire::Header&)> check;
-    std::function<void(const wire::Header&, const uint8_t*, wire::Header&, std::vector<uint8_t>&,
+    std::function<void(const wire::Header&, const uint8_t*, wire::Header&, ReplyBuf&,
                        int64_t)>
         run;
   };
   void set_hot_pulls(HotPulls p);
-  void hot_set(std::vector<uint8_t>& out) const;
+  void hot_set(ReplyBuf& out) const;
   void count_replica_pulls(int64_t rows);
 
   // Checkpoints (braid/ps_checkpoint.h; shard_checkpoint.cc). save_locked
@@ -144,12 +145,12 @@ class ShardState {
   // handle's body for one non-batch frame, under mu_; APPENDS its reply
   // payload to `out` and sets reply.payload to that payload's length.
   void handle_locked(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
-                     std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk,
+                     ReplyBuf& out, std::unique_lock<std::mutex>& lk,
                      int64_t deadline_ns);
   // kBatch (shard_batch.cc): the payload bound checked before it is read,
   // and the run of its sub-frames.
   uint64_t batch_payload(const wire::Header& h, int w) const;
-  void handle_batch(const wire::Header& h, const uint8_t* payload, std::vector<uint8_t>& out,
+  void handle_batch(const wire::Header& h, const uint8_t* payload, ReplyBuf& out,
                     std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
   ServerStats snapshot_locked() const;
   size_t sparse_row(KeyId k, int64_t row);  // creates on first touch
@@ -166,7 +167,7 @@ class ShardState {
   Contribution summed(const std::vector<const Contribution*>& parts) const;
   void apply(const Contribution& sum, int contributors, int64_t round);
   void pull(const wire::Header& h, const uint8_t* payload, wire::Header& reply,
-            std::vector<uint8_t>& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
+            ReplyBuf& out, std::unique_lock<std::mutex>& lk, int64_t deadline_ns);
   void wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_ns,
                   const std::function<bool()>& ready,
                   const std::function<std::string()>& what);  // built only on failure

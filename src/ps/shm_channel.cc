@@ -232,6 +232,21 @@ void ShmChannel::write(int fd, const iovec* iov, size_t n, int64_t deadline_ns, 
   publish();
 }
 
+uint8_t* ShmChannel::write_area(size_t* room) {
+  Ring& r = ctl_->ring[tx_];
+  const uint64_t head = r.head.load(std::memory_order_relaxed);
+  *room = size_t(cap_ - (head - r.tail.load(std::memory_order_acquire)));
+  return ring_[tx_] + head % cap_;
+}
+
+void ShmChannel::commit(int fd, size_t n) {
+  Ring& r = ctl_->ring[tx_];
+  r.head.store(r.head.load(std::memory_order_relaxed) + n, std::memory_order_seq_cst);
+  if (r.reader_waits.load(std::memory_order_seq_cst) &&
+      r.reader_waits.exchange(0, std::memory_order_seq_cst))
+    ring_bell(fd);
+}
+
 size_t ShmChannel::readable() const {
   const Ring& r = ctl_->ring[rx_];
   return size_t(r.head.load(std::memory_order_acquire) - r.tail.load(std::memory_order_relaxed));

@@ -66,6 +66,12 @@ class ShmChannel {
   // kPeerDied when the socket closes first.
   void write(int fd, const iovec* iov, size_t n, int64_t deadline_ns, const char* what);
 
+  // The outgoing ring's free room, contiguous from the returned byte: a
+  // writer may build bytes there, then commit them (nothing written in
+  // between).
+  uint8_t* write_area(size_t* room);
+  void commit(int fd, size_t n);
+
   // Bytes published and not yet consumed in the incoming ring.
   size_t readable() const;
   // The first of them; contiguous for readable() bytes.
