@@ -26,7 +26,7 @@ namespace braid::ps {
 namespace {
 constexpr int64_t kGraceNs = 2'000'000'000;  // at most; a quarter of the timeout below
 constexpr int64_t kPollNs = 250'000'000;     // how often the store is asked
-const std::string kLostKey = "ps/lost", kLostClaim = "ps/lost/claim";
+const std::string kLostKey = "ps/lost_worker", kLostClaim = "ps/lost_worker_claim";
 }  // namespace
 
 void Server::Impl::check_lost() {

@@ -59,7 +59,7 @@ class ShardState {
   // dropped worker until it attaches again.
   void attach(int w);
   void detach(int w, bool gone);
-  // Lost workers (server.cc judges them): the workers dropped at or before
+  // Lost workers (server_lost.cc judges them): the workers dropped at or before
   // `before_ns` (now_ns's clock), with the clock each had reached here.
   struct Drop {
     int worker = 0;
