@@ -48,6 +48,7 @@ bool connection_lost(const Error& e) {
 
 void Server::Impl::accept_loop() {
   while (!stopping) {
+    check_lost();
     if (!wait_readable(listen_fd, kPollMs)) continue;
     int fd = accept_tcp(listen_fd);
     if (fd < 0) continue;
@@ -187,6 +188,7 @@ void Server::Impl::serve(int fd) {
     return;
   }
   int worker = -1;
+  bool gone = false;  // the worker's end closed, not this server (ShardState::detach)
   Shard* sh = nullptr;
   bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
   std::vector<uint8_t> in;
@@ -207,7 +209,8 @@ void Server::Impl::serve(int fd) {
       if (!link.arrived("parameter server: request")) continue;
       h = link.header(wire::deadline_after(opt.timeout), "parameter server: request");
     } catch (const Error& e) {
-      if (e.code() != Errc::kPeerDied) reject(link, st, h, e);  // garbage, or a stalled header
+      gone = e.code() == Errc::kPeerDied;
+      if (!gone) reject(link, st, h, e);  // garbage, or a stalled header
       break;
     }
     const int64_t deadline = wire::deadline_after(opt.timeout);
@@ -273,6 +276,9 @@ void Server::Impl::serve(int fd) {
         }
       }
     } catch (const Error& e) {
+      // A payload cut short by the worker's death; also a wait ended by a
+      // stop or a lost worker, which ends the job anyway.
+      gone = connection_lost(e);
       BRAID_LOG(kInfo, name << ": dropping worker " << worker << ": " << e.what());
       reject(link, *target, h, e);
       break;
@@ -286,13 +292,14 @@ void Server::Impl::serve(int fd) {
       else
         link.send(reply, out.data(), deadline, "parameter server: reply");
     } catch (const Error&) {
+      gone = true;
       break;  // the worker went away; its id is released below
     }
     out.unplace();
     if (moving) link.use_shm(std::move(moving));
     target->count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
   }
-  if (worker >= 0) sh->state->detach(worker);
+  if (worker >= 0) sh->state->detach(worker, gone);
   ::shutdown(fd, SHUT_RDWR);
 }
 

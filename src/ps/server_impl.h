@@ -40,6 +40,10 @@ struct Server::Impl {
   };
   std::list<Conn> conns;
   std::vector<JoinReport> joins;  // ServerOptions::join's, in order
+  // Lost workers (server_lost.cc): run by the accept thread between polls.
+  void check_lost();
+  int64_t next_lost_check = 0;
+  bool lost = false;  // the shards have failed on a lost worker
 
   Impl(const Layout& layout, const ServerOptions& o, std::shared_ptr<Store> st,
        const std::vector<std::vector<float>>& init,

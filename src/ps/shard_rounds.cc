@@ -217,6 +217,7 @@ void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply,
                         ReplyBuf& out, int64_t deadline_ns) {
   std::unique_lock<std::mutex> lk(mu_);
   out.clear();
+  if (!lost_.empty()) throw Error(Errc::kPeerDied, where(h) + ": " + lost_);
   if (h.op != wire::kBatch) {
     handle_locked(h, payload, reply, out, lk, deadline_ns);
     return;

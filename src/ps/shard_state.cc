@@ -64,6 +64,7 @@ ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
   contributed_.assign(size_t(W_), 0);
   attached_.assign(size_t(W_), false);
   finished_.assign(size_t(W_), false);
+  dropped_at_.assign(size_t(W_), 0);
   last_write_.assign(size_t(W_), 0);
   st_.rank = opt.rank;
   if (!opt.resume_from.empty()) restore(opt.resume_from);
@@ -129,11 +130,31 @@ void ShardState::attach(int w) {
                                             ": worker " + std::to_string(w) +
                                             " is already connected");
   attached_[size_t(w)] = true;
+  dropped_at_[size_t(w)] = 0;
 }
 
-void ShardState::detach(int w) {
+void ShardState::detach(int w, bool gone) {
   std::lock_guard<std::mutex> lk(mu_);
   attached_[size_t(w)] = false;
+  if (gone && !finished_[size_t(w)] && !stopping_) dropped_at_[size_t(w)] = int64_t(now_ns());
+}
+
+std::vector<ShardState::Drop> ShardState::dropped_before(int64_t before_ns) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<Drop> out;
+  for (int w = 0; w < W_; ++w) {
+    const int64_t at = dropped_at_[size_t(w)];
+    if (at != 0 && at <= before_ns && !attached_[size_t(w)] && !finished_[size_t(w)])
+      out.push_back({w, clocks_[size_t(w)]});
+  }
+  return out;
+}
+
+void ShardState::fail(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lost_.empty()) lost_ = why;
+  cv_.notify_all();
+  finished_cv_.notify_all();
 }
 
 void ShardState::set_epoch(uint32_t e) {
@@ -172,6 +193,7 @@ void ShardState::wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_n
                             const std::function<bool()>& ready,
                             const std::function<std::string()>& what) {
   while (!ready()) {
+    if (!lost_.empty()) throw Error(Errc::kPeerDied, what() + ": " + lost_);
     if (stopping_) throw Error(Errc::kPeerDied, what() + ": the server is stopping");
     int64_t left = deadline_ns - int64_t(now_ns());
     if (left <= 0) throw Error(Errc::kTimeout, what());
@@ -192,6 +214,8 @@ void ShardState::wait_finished(std::chrono::milliseconds timeout) {
   };
   const int64_t deadline = wire::deadline_after(timeout);
   while (!all()) {
+    if (!lost_.empty())
+      throw Error(Errc::kPeerDied, "parameter server " + std::to_string(opt_.rank) + ": " + lost_);
     if (int64_t(now_ns()) >= deadline) throw Error(Errc::kTimeout, what());
     finished_cv_.wait_for(lk, std::chrono::milliseconds(200));
   }

@@ -16,7 +16,10 @@
 //  - last_write_[w] is the request id of worker w's last applied write
 //    (push, clock, report, bye); a write with an id not above it is a
 //    re-send after a chain fail-over and is acknowledged without applying
-//    it again (counted in writes_duplicate).
+//    it again (counted in writes_duplicate);
+//  - dropped_at_[w] != 0 while worker w's connection has closed (its peer
+//    went away) before its goodbye and it has not connected again; once
+//    lost_ is set (fail) every waiter and every later request fails with it.
 #pragma once
 
 #include <condition_variable>
@@ -51,9 +54,23 @@ class ShardState {
               ReplyBuf& out, int64_t deadline_ns);
 
   // Connection bookkeeping: hello takes a worker id, a closed connection
-  // gives it back.
+  // gives it back. `gone`: the worker's end closed (a dead or failed
+  // process, or one that stopped using this server), not this server
+  // dropping it for a bad request; before its goodbye, that makes it a
+  // dropped worker until it attaches again.
   void attach(int w);
-  void detach(int w);
+  void detach(int w, bool gone);
+  // Lost workers (server_lost.cc judges them): the workers dropped at or before
+  // `before_ns` (now_ns's clock), with the clock each had reached here.
+  struct Drop {
+    int worker = 0;
+    int64_t clock = 0;
+  };
+  std::vector<Drop> dropped_before(int64_t before_ns) const;
+  // The job lost a worker (`why` names it): wakes every waiter, which then
+  // fails with `why`, as does every later request and wait_finished. The
+  // first reason is kept.
+  void fail(const std::string& why);
   void stop();  // wakes every waiter with an error
   void set_epoch(uint32_t e);  // the chain epoch reported in stats
   ServerStats stats() const;
@@ -188,6 +205,8 @@ class ShardState {
   std::map<int64_t, Round> rounds_;
   std::vector<int64_t> clocks_, contributed_;
   std::vector<bool> attached_, finished_;
+  std::vector<int64_t> dropped_at_;
+  std::string lost_;
   std::vector<uint64_t> last_write_;
   struct Report {
     double sums[3] = {0, 0, 0};

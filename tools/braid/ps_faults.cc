@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <cstdlib>
+#include <optional>
 
 #include "braid/error.h"
 #include "launch/survivable.h"
@@ -29,24 +30,46 @@ double wall_clock_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+
+// "A:B" with 0 <= A < limit and B >= 0, or nothing.
+std::optional<std::pair<int, int64_t>> parse_pair(const std::string& s, long limit) {
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) return std::nullopt;
+  char *end1 = nullptr, *end2 = nullptr;
+  const long a = std::strtol(s.c_str(), &end1, 10);
+  const long long b = std::strtoll(s.c_str() + colon + 1, &end2, 10);
+  if (end1 != s.c_str() + colon || !end2 || *end2 || a < 0 || a >= limit || b < 0)
+    return std::nullopt;
+  return std::make_pair(int(a), int64_t(b));
+}
+
+}  // namespace
+
 std::vector<KillAt> parse_kill_server(const PsFlags& f) {
   std::vector<KillAt> out;
   for (const std::string& s : f.kill_server) {
-    const size_t colon = s.find(':');
-    char *end1 = nullptr, *end2 = nullptr;
-    const long server = colon == std::string::npos ? -1 : std::strtol(s.c_str(), &end1, 10);
-    const long long step = colon == std::string::npos ? -1 : std::strtoll(s.c_str() + colon + 1, &end2, 10);
-    if (colon == std::string::npos || colon == 0 || end1 != s.c_str() + colon || !end2 || *end2 ||
-        colon + 1 == s.size() || server < 0 || server >= f.servers || step < 0)
+    const auto at = parse_pair(s, f.servers);
+    if (!at)
       throw Error(Errc::kInvalidArgument,
                   "--kill-server '" + s + "': expected SERVER:STEP with 0 <= SERVER < --servers (" +
                       std::to_string(f.servers) + ") and STEP >= 0");
-    out.push_back({int(server), int64_t(step)});
+    out.push_back({at->first, at->second});
   }
   BRAID_CHECK_ARG(out.empty() || f.placement == "dedicated",
                   "--kill-server needs --placement dedicated: a colocated server is also a "
                   "worker, whose death ends the job");
   return out;
+}
+
+std::optional<WorkerKill> parse_kill_worker(const PsFlags& f) {
+  if (f.kill_worker.empty()) return std::nullopt;
+  const auto at = parse_pair(f.kill_worker, f.workers);
+  if (!at)
+    throw Error(Errc::kInvalidArgument,
+                "--kill-worker '" + f.kill_worker + "': expected WORKER:STEP with 0 <= WORKER < "
+                "--workers (" + std::to_string(f.workers) + ") and STEP >= 0");
+  return WorkerKill{at->first, at->second};
 }
 
 ServerFaults::ServerFaults(const Job& job, const PsFlags& f, int server) {
@@ -85,7 +108,13 @@ FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64
       spares_(f.spare_servers),
       worker_(worker),
       workers_(f.workers),
-      kills_(parse_kill_server(f)) {
+      kills_(parse_kill_server(f)),
+      kill_me_(parse_kill_worker(f)) {
+  if (kill_me_ && kill_me_->worker != worker) kill_me_.reset();
+  if (kill_me_)
+    BRAID_CHECK_ARG(kill_me_->step < steps, "--kill-worker " + f.kill_worker +
+                                                 ": the run has steps 0.." +
+                                                 std::to_string(steps - 1));
   for (const KillAt& k : kills_)
     BRAID_CHECK_ARG(k.step < steps, "--kill-server " + std::to_string(k.server) + ":" +
                                         std::to_string(k.step) + ": the run has steps 0.." +
@@ -93,6 +122,9 @@ FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64
 }
 
 void FailoverProbe::before_push(int64_t clock) {
+  // No error path runs: the kernel closes this worker's connections, and
+  // nothing says goodbye (shard_state.h: a lost worker).
+  if (kill_me_ && kill_me_->step == clock) ::raise(SIGKILL);
   if (worker_ != 0) return;
   for (const KillAt& k : kills_) {
     if (k.step != clock) continue;

@@ -20,6 +20,12 @@
 // spares have replaced the earlier deaths (ps_spare.h), so the injected
 // failures come one at a time, as chains of R tolerate them.
 //
+// --kill-worker WORKER:STEP (a test hook). Worker WORKER SIGKILLs itself
+// just before it pushes step STEP: a worker dying without a goodbye. Under
+// braid's launchers the supervisor ends the job; under a launcher that
+// lets ranks die (mpirun --enable-recovery) the servers find the worker
+// lost (ps/shard_state.h) and the job fails, naming it.
+//
 // Fail-over time: from that stamp to the moment worker 0's push is
 // acknowledged, i.e. applied on every live member of every chain (ps.h),
 // which needs the dead server's chains re-routed first. Detection waits on
@@ -43,6 +49,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -66,6 +73,14 @@ struct KillAt {
 // colocated servers).
 std::vector<KillAt> parse_kill_server(const PsFlags& f);
 
+struct WorkerKill {
+  int worker = 0;
+  int64_t step = 0;
+};
+// Parses --kill-worker; nothing when it is not given. Throws
+// kInvalidArgument naming the bad value.
+std::optional<WorkerKill> parse_kill_worker(const PsFlags& f);
+
 // A dedicated server rank's side: the survivable mark, and the watcher
 // that kills this process when worker 0 asks. Construct before the server
 // starts serving; the destructor stops the watcher.
@@ -86,7 +101,7 @@ class ServerFaults {
 class FailoverProbe {
  public:
   FailoverProbe(const Job& job, const PsFlags& f, int worker, int64_t steps);
-  // Around the push of step `clock`.
+  // Around the push of step `clock` (before_push also runs --kill-worker).
   void before_push(int64_t clock);
   void after_push(int64_t clock);
   // The fields worker 0 adds to the record of step `clock` (empty object
@@ -106,6 +121,7 @@ class FailoverProbe {
   PsFlags flags_;
   int servers_, replicas_, spares_, worker_, workers_;
   std::vector<KillAt> kills_;
+  std::optional<WorkerKill> kill_me_;  // --kill-worker, when it names this worker
   struct Measured {
     KillAt at;
     double died = 0, failover_s = -1, push_s = -1;

@@ -49,6 +49,7 @@ void check_flags(const PsFlags& f) {
                   "before its forward and its touched rows pushed after its backward)");
   parse_slow(f.slow);
   parse_kill_server(f);
+  parse_kill_worker(f);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
@@ -112,6 +113,9 @@ int ps_main(int argc, char** argv) {
                  "fault injection (tests, bench/ps_failover.sh): SERVER:STEP kills server "
                  "SERVER (0-based) just before worker 0 pushes step STEP; repeatable; with "
                  "--replicas >= 2 the job goes on");
+  app.add_option("--kill-worker", f.kill_worker,
+                 "fault injection (tests): WORKER:STEP SIGKILLs worker WORKER (0-based) just "
+                 "before it pushes step STEP; the job fails, naming it");
   app.add_option("--spare-servers", f.spare_servers,
                  "with --replicas >= 2: N extra server ranks that stand by; when a server "
                  "dies, a spare joins every chain it was in by state transfer, so each chain "

@@ -129,13 +129,18 @@ int run_ps_rank(const Job& job, PsFlags f) {
   // supervisor or launcher ends it sooner when a rank fails (other than a
   // server that marked its death survivable, ps_faults.h). A launcher that
   // lets ranks die (mpirun --enable-recovery) does not: then a worker's
-  // posted failure ends it.
+  // posted failure ends it, or the server finding a worker lost (one that
+  // died without a goodbye or an error: ps/server_lost.cc), which it posts
+  // for the other ranks.
   while (srv) {
     try {
       srv->wait_finished(std::chrono::seconds(1));
       break;
     } catch (const Error& e) {
-      if (e.code() != Errc::kTimeout) throw;
+      if (e.code() != Errc::kTimeout) {
+        launch::post_failure(*job.store, job.rank, e.what());
+        throw;
+      }
       if (auto why = launch::posted_failure(*job.store))
         throw Error(Errc::kPeerDied, "braid ps: parameter server " + std::to_string(server) +
                                          " stops: a worker failed (" + *why + ")");

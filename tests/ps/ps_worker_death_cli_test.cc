@@ -1,0 +1,118 @@
+// A worker that dies without a goodbye (--kill-worker SIGKILLs it just
+// before it pushes a step: no error path runs, nothing is posted), with
+// real processes: 2 workers and 2 dedicated servers train the MLP under
+// ASP and under k-of-n (K = 1), where no round waits for the dead worker.
+//
+// Under `mpirun --enable-recovery`, which lets the other ranks run on, the
+// servers find worker 1 lost (its connections closed before its goodbye,
+// ps/server_lost.cc) and the job fails: each server and worker 0 end with
+// an error naming worker 1, the server that saw it and the operation that
+// was waiting, and no rank reports a finished run. Open MPI's mpirun
+// itself exits 0 under --enable-recovery whatever its ranks do, so the
+// ranks' own error lines are what is checked. Under braid's own launchers
+// (self-forked, braid run) the supervisor ends the job, naming the rank.
+// A `timeout 60` around each job turns a hang into status 124, which fails
+// the test (a bound far above the few seconds the failure takes, not a
+// measure of speed).
+//
+// A server's death with --replicas 2 under the same mpirun is no lost
+// worker: the workers re-route and training completes (also under ASP,
+// where nothing else would notice a false verdict).
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/tool.h"
+
+namespace {
+
+using braid::testing::braid_bin;
+using braid::testing::CommandResult;
+using braid::testing::run_command;
+
+const std::string kTrain = " ps train mlp --steps 30 --batch 60 --threads 1 --quiet --workers 2 "
+                           "--ps-timeout 120";
+const std::string kKill = " --kill-worker 1:5";
+const char* const kModes[] = {"--consistency asp", "--consistency kofn --round-k 1"};
+
+std::string mpirun_missing() {
+  const CommandResult v = run_command("mpirun --version 2>&1");
+  if (v.status != 0) return "no mpirun on PATH";
+  if (v.out.find("Open MPI") == std::string::npos) return "mpirun is not Open MPI's: " + v.out;
+  return "";
+}
+
+// `mpirun --enable-recovery -n n` running braid with `args`.
+CommandResult mpirun(int n, const std::string& args) {
+  const std::string root =
+      ::geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
+  return run_command(root + "BRAID_SECRET=ps-worker-death-test timeout 60 mpirun -x BRAID_SECRET -n " +
+                     std::to_string(n) + " --oversubscribe --enable-recovery " + braid_bin() +
+                     kTrain + args + " 2>&1");
+}
+
+bool has(const CommandResult& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+
+TEST(PsWorkerDeathCli, UnderMpirunWithRecoveryALostWorkerFailsEveryWaitingRank) {
+  ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
+  for (const char* mode : kModes) {
+    SCOPED_TRACE(mode);
+    const CommandResult r = mpirun(4, std::string(" --servers 2 ") + mode + kKill);
+    ASSERT_NE(r.status, 124) << "the job hung: " << r.out;
+    EXPECT_FALSE(has(r, "done: mlp")) << r.out;
+    const std::string lost = "worker 1 was lost at clock ";
+    // Each server's own error (ps_rank.cc's wait for the goodbyes) ...
+    for (int s = 0; s < 2; ++s)
+      EXPECT_TRUE(has(r, "braid ps: error (peer died): parameter server " + std::to_string(s) +
+                             ": " + lost))
+          << s << ": " << r.out;
+    // ... which a server that saw the drop itself states in full ...
+    EXPECT_TRUE(has(r, ": its connection to parameter server ")) << r.out;
+    EXPECT_TRUE(has(r, " closed without a goodbye")) << r.out;
+    // ... and worker 0's: the operation it was in, then the lost worker.
+    EXPECT_TRUE(has(r, "braid ps: error (peer died): parameter-server worker 0, server ")) << r.out;
+    const size_t w0 = r.out.find("parameter-server worker 0, server ");
+    ASSERT_NE(w0, std::string::npos) << r.out;
+    const std::string line = r.out.substr(w0, r.out.find('\n', w0) - w0);
+    EXPECT_TRUE(line.find(lost) != std::string::npos) << line;
+    // The dead worker's updates are in no reported result, and nothing
+    // waited for --ps-timeout.
+    EXPECT_FALSE(has(r, "(timeout)")) << r.out;
+  }
+}
+
+TEST(PsWorkerDeathCli, UnderBraidsLaunchersTheSupervisorEndsTheJobNamingTheWorker) {
+  const std::string self = "timeout 60 " + braid_bin();
+  const std::string run = "timeout 60 " + braid_bin() + " run -n 4 -- " + braid_bin();
+  for (const std::string& prefix : {self, run})
+    for (const char* mode : kModes) {
+      SCOPED_TRACE(prefix + " " + mode);
+      const CommandResult r =
+          run_command(prefix + kTrain + " --servers 2 " + mode + kKill + " 2>&1");
+      ASSERT_NE(r.status, 124) << "the job hung: " << r.out;
+      EXPECT_NE(r.status, 0) << r.out;
+      EXPECT_FALSE(has(r, "done: mlp")) << r.out;
+      // Worker 1 is rank 1 (workers come first).
+      EXPECT_TRUE(has(r, "rank 1 (pid ")) << r.out;
+      EXPECT_TRUE(has(r, "was killed by signal 9 (SIGKILL); stopped the other 3 ranks")) << r.out;
+    }
+}
+
+TEST(PsWorkerDeathCli, UnderMpirunWithRecoveryAServerFailOverIsNoLostWorker) {
+  ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
+  // Server 1 is the tail of shard 0's chain and the head of shard 1's: the
+  // workers drop their connections to it and re-route to server 2 and 0.
+  for (const char* mode : kModes) {
+    SCOPED_TRACE(mode);
+    const CommandResult r =
+        mpirun(5, std::string(" --servers 3 --replicas 2 ") + mode + " --kill-server 1:7");
+    ASSERT_NE(r.status, 124) << "the job hung: " << r.out;
+    EXPECT_TRUE(has(r, "done: mlp 30 steps on 2 workers / 3 servers")) << r.out;
+    EXPECT_FALSE(has(r, "was lost")) << r.out;
+    EXPECT_FALSE(has(r, "braid ps: error")) << r.out;
+  }
+}
+
+}  // namespace
