@@ -165,11 +165,16 @@ void ShmChannel::drain(int fd) {
 }
 
 namespace {
-void ring_bell(int fd) {
-  const uint8_t b = 1;
-  // A full socket buffer already holds wake-ups; a closed one means the
-  // peer is gone, which its own waits and ours find out.
-  (void)!::send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+// Moves a ring's counter (head or tail) to v, then wakes the other side if
+// it raised `flag` (waits for that counter to move): store, then look.
+void advance(int fd, std::atomic<uint64_t>& counter, uint64_t v, std::atomic<uint32_t>& flag) {
+  counter.store(v, std::memory_order_seq_cst);
+  if (flag.load(std::memory_order_seq_cst) && flag.exchange(0, std::memory_order_seq_cst)) {
+    const uint8_t b = 1;
+    // A full socket buffer already holds wake-ups; a closed one means the
+    // peer is gone, which its own waits and ours find out.
+    (void)!::send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
 }
 }  // namespace
 
@@ -203,12 +208,7 @@ void ShmChannel::write(int fd, const iovec* iov, size_t n, int64_t deadline_ns, 
   Ring& r = ctl_->ring[tx_];
   uint8_t* base = ring_[tx_];
   uint64_t head = r.head.load(std::memory_order_relaxed);
-  auto publish = [&] {
-    r.head.store(head, std::memory_order_seq_cst);
-    if (r.reader_waits.load(std::memory_order_seq_cst) &&
-        r.reader_waits.exchange(0, std::memory_order_seq_cst))
-      ring_bell(fd);
-  };
+  auto publish = [&] { advance(fd, r.head, head, r.reader_waits); };
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* src = static_cast<const uint8_t*>(iov[i].iov_base);
     size_t left = iov[i].iov_len;
@@ -241,10 +241,7 @@ uint8_t* ShmChannel::write_area(size_t* room) {
 
 void ShmChannel::commit(int fd, size_t n) {
   Ring& r = ctl_->ring[tx_];
-  r.head.store(r.head.load(std::memory_order_relaxed) + n, std::memory_order_seq_cst);
-  if (r.reader_waits.load(std::memory_order_seq_cst) &&
-      r.reader_waits.exchange(0, std::memory_order_seq_cst))
-    ring_bell(fd);
+  advance(fd, r.head, r.head.load(std::memory_order_relaxed) + n, r.reader_waits);
 }
 
 size_t ShmChannel::readable() const {
@@ -258,10 +255,7 @@ const uint8_t* ShmChannel::peek() const {
 
 void ShmChannel::consume(int fd, size_t n) {
   Ring& r = ctl_->ring[rx_];
-  r.tail.store(r.tail.load(std::memory_order_relaxed) + n, std::memory_order_seq_cst);
-  if (r.writer_waits.load(std::memory_order_seq_cst) &&
-      r.writer_waits.exchange(0, std::memory_order_seq_cst))
-    ring_bell(fd);
+  advance(fd, r.tail, r.tail.load(std::memory_order_relaxed) + n, r.writer_waits);
 }
 
 bool ShmChannel::wait_readable(int fd, size_t n, int64_t deadline_ns, const char* what) {
