@@ -4,9 +4,10 @@
 #   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT, COLOCATED, REPS
 #
 # (a) push_pull throughput, 2 servers x 2 workers (braid ps bench):
-#     dense 4 MiB keys in GB/s per worker beside braid bench's 2-rank
-#     all_reduce of the same bytes (algbw); sparse 64-byte rows in keys/s
-#     per server (goal >= 1M), KEYS rows per push_pull.
+#     dense 4 MiB keys in GB/s per worker, over shared memory (the
+#     default on one host) and over TCP (--ps-shm-bytes 0), beside braid
+#     bench's 2-rank all_reduce of the same bytes (algbw); sparse 64-byte
+#     rows in keys/s per server (goal >= 1M), KEYS rows per push_pull.
 # (b) time to a target log loss (floor + EPS, EPS default 0.03) on the DLRM
 #     workload with worker 1 slowed 2x: braid ps train dlrm under BSP, ASP,
 #     SSP s=2 and s=4, k-of-n (k = n-1 = 2 of 3 workers), 3 workers and 2
@@ -43,17 +44,21 @@ echo
 echo "## (a) push_pull, 2 servers x 2 workers"
 echo
 dense=$("${clean_env[@]}" "$braid" ps bench --mode dense --bytes 4194304 --iters "$iters" --json)
+dense_tcp=$("${clean_env[@]}" "$braid" ps bench --mode dense --bytes 4194304 --iters "$iters" \
+  --ps-shm-bytes 0 --json)
 sparse=$("${clean_env[@]}" "$braid" ps bench --mode sparse --row-bytes 64 --keys "$keys" \
   --iters "$iters" --json)
 ar=$("${clean_env[@]}" "$braid" bench -n 2 --op all_reduce -b 4M -e 4M --iters "$iters" --json |
   grep '"algbw' | tail -1)
-python3 - "$dense" "$sparse" "$ar" <<'PY'
+python3 - "$dense" "$sparse" "$ar" "$dense_tcp" <<'PY'
 import json, sys
-d, s, a = (json.loads(x) for x in sys.argv[1:4])
+d, s, a, dt = (json.loads(x) for x in sys.argv[1:5])
 abw = next(a[k] for k in ("algbw_gbs", "algbw", "algbw_GBps") if k in a)
 print("| what | bytes | time (us) | GB/s |")
 print("|---|---|---|---|")
-print(f"| ps push_pull dense (per worker) | {d['bytes']} | {d['time_us']:.0f} | {d['algbw_gbs']:.3f} |")
+link = "shared memory" if d.get("shm_links") else "TCP"
+print(f"| ps push_pull dense (per worker), {link} | {d['bytes']} | {d['time_us']:.0f} | {d['algbw_gbs']:.3f} |")
+print(f"| ps push_pull dense (per worker), TCP | {dt['bytes']} | {dt['time_us']:.0f} | {dt['algbw_gbs']:.3f} |")
 t = next((a[k] for k in ("time_us", "time") if k in a), float("nan"))
 print(f"| braid all_reduce, 2 ranks | {d['bytes']} | {t:.0f} | {abw:.3f} |")
 print()
