@@ -1,5 +1,5 @@
-// Running `braid ps train` for the command-line tests of chains
-// (ps_chain_cli_test.cc, ps_replace_cli_test.cc).
+// Running `braid ps train` for the command-line tests of chains and deaths
+// (ps_chain_cli_test.cc, ps_replace_cli_test.cc, ps_worker_death_cli_test.cc).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,6 +25,15 @@ inline Job run_job(const std::string& dir, const std::string& name, const std::s
                       out.ckpt + " 2>&1");
   if (out.r.status == 0) out.log = read_json_lines(dir + "/" + name + ".jsonl");
   return out;
+}
+
+// Empty when an Open MPI mpirun can run here, else why not (make test
+// installs it through scripts/deps.sh, so a missing one is a failure).
+inline std::string mpirun_missing() {
+  const CommandResult v = run_command("mpirun --version 2>&1");
+  if (v.status != 0) return "no mpirun on PATH";
+  if (v.out.find("Open MPI") == std::string::npos) return "mpirun is not Open MPI's: " + v.out;
+  return "";
 }
 
 }  // namespace braid::testing::ps_cli

@@ -185,14 +185,7 @@ TEST(PsChainCli, KillServerFlagIsChecked) {
   EXPECT_NE(co.out.find("--kill-server needs --placement dedicated"), std::string::npos) << co.out;
 }
 
-// Empty when an Open MPI mpirun can run here, else why not (make test
-// installs it through scripts/deps.sh, so a missing one is a failure).
-std::string mpirun_missing() {
-  const CommandResult v = run_command("mpirun --version 2>&1");
-  if (v.status != 0) return "no mpirun on PATH";
-  if (v.out.find("Open MPI") == std::string::npos) return "mpirun is not Open MPI's: " + v.out;
-  return "";
-}
+using braid::testing::ps_cli::mpirun_missing;
 
 // mpirun -n 5 with `options`, its ranks running `tool` (braid, or a
 // wrapper around it). Open MPI refuses root unless told; the secret is the

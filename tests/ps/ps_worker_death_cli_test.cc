@@ -24,6 +24,7 @@
 
 #include <string>
 
+#include "cli_test_util.h"
 #include "support/tool.h"
 
 namespace {
@@ -37,12 +38,7 @@ const std::string kTrain = " ps train mlp --steps 30 --batch 60 --threads 1 --qu
 const std::string kKill = " --kill-worker 1:5";
 const char* const kModes[] = {"--consistency asp", "--consistency kofn --round-k 1"};
 
-std::string mpirun_missing() {
-  const CommandResult v = run_command("mpirun --version 2>&1");
-  if (v.status != 0) return "no mpirun on PATH";
-  if (v.out.find("Open MPI") == std::string::npos) return "mpirun is not Open MPI's: " + v.out;
-  return "";
-}
+using braid::testing::ps_cli::mpirun_missing;
 
 // `mpirun --enable-recovery -n n` running braid with `args`.
 CommandResult mpirun(int n, const std::string& args) {
