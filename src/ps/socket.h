@@ -10,7 +10,9 @@ namespace braid::ps {
 // Returns the fd; *port gets the port. Throws Error(kIo).
 int listen_tcp(const std::string& host, int* port);
 // Accepts one connection (-1 when none is pending or it failed), with
-// TCP_NODELAY: a request/reply protocol must not wait out delayed ACKs.
+// TCP_NODELAY (a request/reply protocol must not wait out delayed ACKs)
+// and keepalive: a peer whose host vanished fails the connection in about
+// 10 s rather than at the next deadline. connect_tcp's sockets likewise.
 int accept_tcp(int listen_fd);
 // Connects to host:port, retrying refused connections until `timeout`
 // (a server may not listen yet). Throws Error(kTimeout) naming `what`.

@@ -1,7 +1,10 @@
-// The parameter server's shared-memory rings (ps/shm_channel.h) and the
-// link over them (ps/link.h), inside one process: a socket pair is the
-// connection (its doorbell), and a thread plays the other side.
+// The parameter server's shared-memory rings (ps/shm_channel.h), the link
+// over them (ps/link.h) and the sockets under it, inside one process: a
+// socket pair is the connection (its doorbell), and a thread plays the
+// other side.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include "ps/link.h"
 #include "ps/reply_buf.h"
 #include "ps/shm_channel.h"
+#include "ps/socket.h"
 #include "ps/wire.h"
 
 namespace {
@@ -254,6 +258,35 @@ TEST(PsShmChannel, APlacedReplyArrivesAsBuilt) {
               0);
     worker.arrived("free");  // frees the taken bytes: the ring is empty again
   }
+}
+
+// The sockets under every link (TCP frames, or a ring's wake-ups) notice a
+// vanished host by themselves: keepalive and a user timeout on both ends.
+TEST(PsSocket, BothEndsProbeAVanishedPeer) {
+  int port = 0;
+  const int lfd = ps::listen_tcp("127.0.0.1", &port);
+  const int c = ps::connect_tcp("127.0.0.1", port, 10s, "test");
+  int a = -1;
+  for (int i = 0; i < 100 && a < 0; ++i) {
+    if (ps::wait_readable(lfd, 100)) a = ps::accept_tcp(lfd);
+  }
+  ASSERT_GE(a, 0);
+  for (int fd : {a, c}) {
+    auto opt = [&](int level, int name) {
+      int v = -1;
+      socklen_t len = sizeof v;
+      EXPECT_EQ(::getsockopt(fd, level, name, &v, &len), 0);
+      return v;
+    };
+    EXPECT_EQ(opt(SOL_SOCKET, SO_KEEPALIVE), 1);
+    EXPECT_EQ(opt(IPPROTO_TCP, TCP_NODELAY), 1);
+    EXPECT_EQ(opt(IPPROTO_TCP, TCP_KEEPIDLE), 5);
+    EXPECT_EQ(opt(IPPROTO_TCP, TCP_KEEPINTVL), 1);
+    EXPECT_EQ(opt(IPPROTO_TCP, TCP_KEEPCNT), 5);
+    EXPECT_EQ(opt(IPPROTO_TCP, TCP_USER_TIMEOUT), 10000);
+    ::close(fd);
+  }
+  ::close(lfd);
 }
 
 }  // namespace
