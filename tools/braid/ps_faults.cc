@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <cstdlib>
@@ -124,10 +125,13 @@ FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64
 void FailoverProbe::before_push(int64_t clock) {
   // No error path runs: the kernel closes this worker's connections, and
   // nothing says goodbye (shard_state.h: a lost worker).
-  if (kill_me_ && kill_me_->step == clock) ::raise(SIGKILL);
+  if (kill_me_ && clock >= kill_me_->step) ::raise(SIGKILL);
   if (worker_ != 0) return;
   for (const KillAt& k : kills_) {
-    if (k.step != clock) continue;
+    // At STEP or, where k-of-n moved this worker's clock past it, the
+    // first push after; each kill once.
+    auto done = [&](const Measured& m) { return m.at.server == k.server; };
+    if (k.step > clock || std::any_of(done_.begin(), done_.end(), done)) continue;
     // One failure at a time: an earlier death's spare has joined first.
     if (!done_.empty()) await_joins(job_, flags_);
     job_.store->set_str(kill_key(k.server), "1");
@@ -141,7 +145,7 @@ void FailoverProbe::before_push(int64_t clock) {
                                         std::to_string(k.server) + " did not die within 60 s");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    done_.push_back({k, std::stod(job_.store->get_str(died_key(k.server)))});
+    done_.push_back({{k.server, clock}, std::stod(job_.store->get_str(died_key(k.server)))});
   }
   push_started_ = wall_clock_s();
 }

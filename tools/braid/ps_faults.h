@@ -12,7 +12,8 @@
 // and the operation) still stop the job.
 //
 // --kill-server SERVER:STEP (repeatable; a test hook). Worker 0, about to
-// push its gradients of step STEP, asks server SERVER (0-based among the
+// push its gradients of step STEP (or of the first step after it, where
+// k-of-n moved its clock past STEP; the log names the step), asks server SERVER (0-based among the
 // servers) to die through the store and waits until it has stamped the
 // moment of its death (CLOCK_REALTIME, so that it compares across hosts);
 // the server then SIGKILLs itself. Worker 0's push is the first one after
@@ -21,7 +22,8 @@
 // failures come one at a time, as chains of R tolerate them.
 //
 // --kill-worker WORKER:STEP (a test hook). Worker WORKER SIGKILLs itself
-// just before it pushes step STEP: a worker dying without a goodbye. Under
+// just before its first push at clock STEP or later (k-of-n may move a
+// lagging worker's clock past STEP): a worker dying without a goodbye. Under
 // braid's launchers the supervisor ends the job; under a launcher that
 // lets ranks die (mpirun --enable-recovery) the servers find the worker
 // lost (ps/shard_state.h) and the job fails, naming it.
