@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parameter-server benchmark (issue 23).
 #
-#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, EPS, OUT, COLOCATED, REPS
+#   bench/ps.sh [BUILD_DIR]      env: ITERS, KEYS, STEPS, SAMPLES, BATCH, EPS, OUT, COLOCATED, REPS
 #
 # (a) push_pull throughput, 2 servers x 2 workers (braid ps bench):
 #     dense 4 MiB keys in GB/s per worker, over shared memory (the
@@ -70,7 +70,9 @@ PY
 echo
 echo "## (b) DLRM time to target, worker 1 slowed 2x"
 echo
-data=(dlrm --batch 256 --threads 1 --quiet)
+# BATCH (default 256) is the global batch: a larger one gives each step
+# more compute beside the same number of exchanges (see PERFORMANCE.md §9).
+data=(dlrm --batch "${BATCH:-256}" --threads 1 --quiet)
 [ -n "${STEPS:-}" ] && data+=(--steps "$STEPS")
 [ -n "${SAMPLES:-}" ] && data+=(--samples "$SAMPLES")
 ps=("${data[@]}" --servers 2 --workers 3 --slow-worker 1:2)
