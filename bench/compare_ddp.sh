@@ -135,7 +135,7 @@ if [[ " $sections " == *" memory "* ]]; then
   echo "|---|---|---|---|---|---|---|---|---|"
   for dp in 2 4; do
     for z in 0 1 2 3; do
-      $braid train gpt --dp $dp --zero $z --threads 1 --steps 2 --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/m.jsonl" "${gpt_args[@]}" >/dev/null
+      "${benv[@]}" $braid train gpt --dp $dp --zero $z --threads 1 --steps 2 --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/m.jsonl" "${gpt_args[@]}" >/dev/null
       p=$(field "$tmp/m.jsonl" param_bytes); g=$(field "$tmp/m.jsonl" grad_bytes); o=$(field "$tmp/m.jsonl" optim_bytes)
       s=$(field "$tmp/m.jsonl" single_process_state_bytes); tr=$(field "$tmp/m.jsonl" peak_transient_bytes)
       printf '| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f |\n' $dp $z \
@@ -158,7 +158,7 @@ if [[ " $sections " == *" bf16 "* ]]; then
       flag=(); [[ $mode == bf16 ]] && flag=(--bf16-grads)
       toks=() exs=()
       for ((r = 0; r < reps; r++)); do
-        $braid train gpt --dp 2 --zero $z --threads 1 --steps "$bf16_steps" --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/bf.jsonl" "${gpt_args[@]}" "${flag[@]}" >/dev/null
+        "${benv[@]}" $braid train gpt --dp 2 --zero $z --threads 1 --steps "$bf16_steps" --init-from "$tmp/gpt.ckpt" -q --json-log "$tmp/bf.jsonl" "${gpt_args[@]}" "${flag[@]}" >/dev/null
         toks+=("$(field "$tmp/bf.jsonl" tokens_per_s)"); exs+=("$(field "$tmp/bf.jsonl" exposed_comm_fraction)")
       done
       g=$(field "$tmp/bf.jsonl" single_process_state_bytes)

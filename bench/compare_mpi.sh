@@ -176,7 +176,9 @@ run_one() {
   local args=(--op "$op" --min-bytes "$lo" --max-bytes "$hi" --dtype f32 --iters "$iters"
               --warmup "$warmup" --json)
   if [[ $tool == braid ]]; then
-    cmd=("$braid" bench -n "$n" "${args[@]}")
+    # As a user runs it: nothing inherited from the shell's tuning.
+    cmd=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS
+         "$braid" bench -n "$n" "${args[@]}")
     [[ $transport == tcp ]] && cmd+=(--transport tcp)
   else
     cmd=(mpirun -n "$n" --bind-to none)

@@ -102,8 +102,8 @@ if [[ ${ACC:-0} == 1 ]]; then
   ab=() at=()
   for seed in $seeds; do
     init=$tmp/init_acc.ckpt
-    $braid train mlp --steps 1 --seed "$seed" --save-init "$init" -q >/dev/null
-    $braid train mlp --epochs 2 --seed "$seed" --init-from "$init" --json-log "$tmp/ba.jsonl" -q >/dev/null
+    "${benv[@]}" $braid train mlp --steps 1 --seed "$seed" --save-init "$init" -q >/dev/null
+    "${benv[@]}" $braid train mlp --epochs 2 --seed "$seed" --init-from "$init" --json-log "$tmp/ba.jsonl" -q >/dev/null
     env "$torch_blas" OMP_NUM_THREADS=1 $py "$here/bench/torch_train.py" mlp --epochs 2 --seed "$seed" --init-from "$init" --json-log "$tmp/ta.jsonl" >/dev/null
     ab+=("$(field "$tmp/ba.jsonl" test_accuracy)"); at+=("$(field "$tmp/ta.jsonl" test_accuracy)")
     echo "| $seed | ${ab[-1]} | ${at[-1]} |"
