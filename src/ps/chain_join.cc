@@ -129,14 +129,9 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
   r.op = uint16_t(h.op | wire::kReply);
   r.status = 0;
   r.payload = state.size();
-  // A blocking send waits while the socket's buffer is full, whatever the
-  // deadline of the write that called it; a send timeout hands control
-  // back often enough for the join's deadline to hold against a joiner
-  // that stops reading mid-state. The connection ends with this exchange,
-  // so the setting affects nothing else.
-  const timeval send_poll{0, 100 * 1000};
-  if (::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_poll, sizeof send_poll) != 0)
-    throw Error(Errc::kIo, what + ": setting the connection's send timeout failed");
+  // The send waits for a full socket buffer only up to the join's deadline
+  // (comm::write_full polls), so a joiner that stops reading mid-state
+  // cannot hold the shard's writes past it.
   try {
     wire::send_frame(fd, r, state.data(), join_deadline, what.c_str());
   } catch (const Error& e) {

@@ -47,9 +47,7 @@ void FrameReader::want(int fd, size_t n, int64_t deadline_ns, const char* what) 
 Header FrameReader::header(int fd, int64_t deadline_ns, const char* what) {
   Header h;
   std::memcpy(&h, take(fd, sizeof h, deadline_ns, what), sizeof h);
-  if (h.magic != kMagic)
-    throw Error(Errc::kProtocol, std::string(what) + ": not a parameter-server frame (magic " +
-                                     std::to_string(h.magic) + ")");
+  check_magic(h, what);
   return h;
 }
 

@@ -33,11 +33,10 @@ uint8_t* Link::reply_area(size_t* room) {
   return at + sizeof(wire::Header);
 }
 
-void Link::send_placed(const wire::Header& h, int64_t deadline_ns, const char* what) {
+void Link::send_placed(const wire::Header& h, const char* what) {
   size_t free = 0;
   uint8_t* at = ch_->write_area(&free);
   BRAID_CHECK_ARG(sizeof h + h.payload <= free, std::string(what) + ": a placed reply outgrew its room");
-  (void)deadline_ns;  // nothing to wait for: the bytes are in place
   std::memcpy(at, &h, sizeof h);
   ch_->commit(fd_, sizeof h + size_t(h.payload));
 }
@@ -72,9 +71,7 @@ wire::Header Link::header(int64_t deadline_ns, const char* what) {
   if (!ch_) return rx_.header(fd_, deadline_ns, what);
   wire::Header h;
   std::memcpy(&h, take(sizeof h, deadline_ns, what), sizeof h);
-  if (h.magic != wire::kMagic)
-    throw Error(Errc::kProtocol, std::string(what) + ": not a parameter-server frame (magic " +
-                                     std::to_string(h.magic) + ")");
+  wire::check_magic(h, what);
   return h;
 }
 

@@ -45,9 +45,10 @@ class Link {
   // On the rings: where a reply's payload can be built in place (behind
   // its header's place), and the free room there; null on TCP or when no
   // room is free. send_placed then sends h with the h.payload bytes built
-  // there. Nothing else may be sent in between.
+  // there (nothing to wait for: they are in place). Nothing else may be
+  // sent in between.
   uint8_t* reply_area(size_t* room);
-  void send_placed(const wire::Header& h, int64_t deadline_ns, const char* what);
+  void send_placed(const wire::Header& h, const char* what);
   // Sends every byte iov names, in order (it may be consumed).
   void send_gather(std::vector<iovec>& iov, int64_t deadline_ns, const char* what);
 

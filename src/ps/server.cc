@@ -288,7 +288,7 @@ void Server::Impl::serve(int fd) {
     if (moving) reply.flags |= wire::kShm;
     try {
       if (out.placed())
-        link.send_placed(reply, deadline, "parameter server: reply");
+        link.send_placed(reply, "parameter server: reply");
       else
         link.send(reply, out.data(), deadline, "parameter server: reply");
     } catch (const Error&) {

@@ -23,6 +23,7 @@ constexpr uint64_t kMagic = 0x314e484353504252ull;  // "RBPSCHN1"
 constexpr size_t kMaxCapacity = size_t(1) << 30;
 
 size_t page() { return size_t(::sysconf(_SC_PAGESIZE)); }
+size_t whole_pages(size_t n) { return (n + page() - 1) / page() * page(); }
 
 [[noreturn]] void fail(const std::string& what) {
   throw Error(Errc::kIo, what + ": " + std::strerror(errno));
@@ -61,12 +62,10 @@ bool ShmChannel::valid_offer(const std::string& offer) {
 }
 
 std::unique_ptr<ShmChannel> ShmChannel::create(size_t capacity) {
-  const size_t pg = page();
-  const size_t cap = std::min(kMaxCapacity, (std::max<size_t>(capacity, 1) + pg - 1) / pg * pg);
+  const size_t cap = std::min(kMaxCapacity, whole_pages(std::max<size_t>(capacity, 1)));
   const int fd = ::memfd_create("braid-ps-link", MFD_CLOEXEC);
   if (fd < 0) fail("parameter-server shared memory: memfd_create");
-  const size_t ctl_len = (sizeof(Ctl) + pg - 1) / pg * pg;
-  const size_t total = ctl_len + 2 * cap;
+  const size_t total = whole_pages(sizeof(Ctl)) + 2 * cap;
   // Reserve the pages now: a memory limit too small fails here, not with
   // SIGBUS at the first touch.
   int e = ::ftruncate(fd, off_t(total)) == 0 ? ::posix_fallocate(fd, 0, off_t(total)) : errno;
@@ -93,12 +92,11 @@ std::unique_ptr<ShmChannel> ShmChannel::attach(const std::string& offer) {
   if (fd < 0) fail("parameter-server shared memory: open " + path);
   struct stat st {};
   Ctl head{};
-  const size_t pg = page();
-  const size_t ctl_len = (sizeof(Ctl) + pg - 1) / pg * pg;
+  const size_t ctl_len = whole_pages(sizeof(Ctl));
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && size_t(st.st_size) > ctl_len &&
             ::pread(fd, &head, sizeof head.magic + sizeof head.capacity, 0) ==
                 ssize_t(sizeof head.magic + sizeof head.capacity);
-  ok = ok && head.magic == kMagic && head.capacity % pg == 0 && head.capacity <= kMaxCapacity &&
+  ok = ok && head.magic == kMagic && head.capacity % page() == 0 && head.capacity <= kMaxCapacity &&
        size_t(st.st_size) == ctl_len + 2 * head.capacity;
   if (!ok) {
     ::close(fd);
@@ -116,9 +114,8 @@ std::unique_ptr<ShmChannel> ShmChannel::attach(const std::string& offer) {
 
 std::unique_ptr<ShmChannel> ShmChannel::map(int fd, size_t cap, bool creator, const std::string& name) {
   std::unique_ptr<ShmChannel> ch(new ShmChannel);
-  const size_t pg = page();
   ch->cap_ = cap;
-  ch->ctl_len_ = (sizeof(Ctl) + pg - 1) / pg * pg;
+  ch->ctl_len_ = whole_pages(sizeof(Ctl));
   void* c = ::mmap(nullptr, ch->ctl_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (c == MAP_FAILED) fail("parameter-server shared memory: mmap " + name);
   ch->ctl_ = static_cast<Ctl*>(c);

@@ -89,12 +89,16 @@ void write_gather(int fd, std::vector<iovec>& iov, int64_t deadline_ns, const ch
   }
 }
 
-Header recv_header(int fd, int64_t deadline_ns, const char* what) {
-  Header h;
-  comm::read_full(fd, &h, sizeof h, deadline_ns, what);
+void check_magic(const Header& h, const char* what) {
   if (h.magic != kMagic)
     throw Error(Errc::kProtocol, std::string(what) + ": not a parameter-server frame (magic " +
                                      std::to_string(h.magic) + ")");
+}
+
+Header recv_header(int fd, int64_t deadline_ns, const char* what) {
+  Header h;
+  comm::read_full(fd, &h, sizeof h, deadline_ns, what);
+  check_magic(h, what);
   return h;
 }
 

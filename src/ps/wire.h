@@ -130,6 +130,8 @@ void send_frame_parts(int fd, const Header& h, const std::vector<std::pair<const
 // Sends every byte `iov` names, in order (it is consumed).
 void write_gather(int fd, std::vector<iovec>& iov, int64_t deadline_ns, const char* what);
 Header recv_header(int fd, int64_t deadline_ns, const char* what);
+// Throws kProtocol unless h carries the frame magic (every header reader).
+void check_magic(const Header& h, const char* what);
 void recv_payload(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what);
 
 // A reply carrying `e` (message cut to kMaxMessage).

@@ -24,6 +24,17 @@
 
 namespace braid::testing::ps_join {
 
+// A worker of the join tests' chains of two (replicas 2).
+inline ps::WorkerOptions chain_worker(int rank, const std::string& secret,
+                                      std::chrono::milliseconds timeout) {
+  ps::WorkerOptions o;
+  o.rank = rank;
+  o.replicas = 2;
+  o.secret = secret;
+  o.timeout = timeout;
+  return o;
+}
+
 inline ps::wire::Header join_frame(uint32_t shard, uint32_t id, uint16_t flags = 0) {
   ps::wire::Header h;
   h.op = ps::wire::kJoin;
@@ -35,6 +46,11 @@ inline ps::wire::Header join_frame(uint32_t shard, uint32_t id, uint16_t flags =
 
 // A join connection to server `p` for `shard`, its hello sent (the caller
 // reads the hello's reply).
+// On a fresh join connection (join_conn): reads the hello's reply, asks
+// for shard `shard`'s state as joiner `id`, and returns the state's header
+// (checked to be a successful join reply); its payload is left to read.
+inline ps::wire::Header request_state(int fd, uint32_t shard, uint32_t id);
+
 inline int join_conn(Store& store, const std::string& secret, int p, uint32_t shard, uint32_t id) {
   using namespace std::chrono_literals;
   const std::string addr = store.get_str("ps/server/" + std::to_string(p));
@@ -103,6 +119,17 @@ inline void expect_passed_but(const std::vector<RankResult>& results, int victim
         << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
         << "): " << r.output;
   }
+}
+
+inline ps::wire::Header request_state(int fd, uint32_t shard, uint32_t id) {
+  namespace wire = ps::wire;
+  const int64_t deadline = wire::deadline_after(std::chrono::seconds(10));
+  EXPECT_EQ(wire::recv_header(fd, deadline, "test: hello reply").status, 0u);
+  wire::send_frame(fd, join_frame(shard, id), nullptr, deadline, "test: join");
+  const wire::Header r = wire::recv_header(fd, deadline, "test: state");
+  EXPECT_EQ(r.op, wire::kJoin | wire::kReply);
+  EXPECT_EQ(r.status, 0u);
+  return r;
 }
 
 }  // namespace braid::testing::ps_join

@@ -35,6 +35,7 @@ using namespace std::chrono_literals;
 namespace ps = braid::ps;
 namespace wire = braid::ps::wire;
 using braid::testing::ps_join::join_frame;
+using braid::testing::ps_join::request_state;
 
 const std::string kSecret = "ps-join-bad-input-0123456789";
 constexpr int kServers = 3, kWorkers = 2, kSteps = 24, kVictim = 1;
@@ -94,12 +95,8 @@ void send_join(braid::Store& store, int p, uint32_t hello_shard, const wire::Hea
 // caller sends the commit (or not).
 int take_state(braid::Store& store, int p, uint32_t s, uint32_t id) {
   const int fd = join_conn(store, p, s, id);
+  const wire::Header r = request_state(fd, s, id);
   const int64_t deadline = wire::deadline_after(10s);
-  EXPECT_EQ(wire::recv_header(fd, deadline, "test: hello reply").status, 0u);
-  wire::send_frame(fd, join_frame(s, id), nullptr, deadline, "test: join");
-  const wire::Header r = wire::recv_header(fd, deadline, "test: state");
-  EXPECT_EQ(r.op, wire::kJoin | wire::kReply);
-  EXPECT_EQ(r.status, 0u);
   EXPECT_GT(r.payload, 0u);
   std::vector<uint8_t> state(r.payload);
   wire::recv_payload(fd, state.data(), state.size(), deadline, "test: state");
@@ -183,12 +180,7 @@ void run_replacement(std::shared_ptr<braid::Store> store) {
 // The workers train throughout; worker 0 lets the client start once
 // training runs and holds its last step until every bad join was tried.
 void run_worker(int w, std::shared_ptr<braid::Store> store) {
-  ps::WorkerOptions o;
-  o.rank = w;
-  o.replicas = 2;
-  o.secret = kSecret;
-  o.timeout = kDeadline;
-  ps::Worker worker(layout(), o, store);
+  ps::Worker worker(layout(), braid::testing::ps_join::chain_worker(w, kSecret, kDeadline), store);
   std::vector<float> p(static_cast<size_t>(kKeySize)), g = p;
   worker.pull({{0, {}, p.data()}}, 0);
   for (int64_t c = 0; c < kSteps; ++c) {

@@ -38,6 +38,7 @@ namespace ps = braid::ps;
 namespace wire = braid::ps::wire;
 using braid::testing::ps_join::join_conn;
 using braid::testing::ps_join::join_frame;
+using braid::testing::ps_join::request_state;
 
 const std::string kSecret = "ps-join-stall-0123456789abcdef";
 constexpr int kServers = 2, kSteps = 10, kVictim = 1;
@@ -82,12 +83,8 @@ int take_state(braid::Store& store, int p, uint32_t s, uint32_t id, double part,
     const int bytes = 64 << 10;
     EXPECT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes), 0);
   }
+  const wire::Header r = request_state(fd, s, id);
   const int64_t deadline = wire::deadline_after(10s);
-  EXPECT_EQ(wire::recv_header(fd, deadline, "test: hello reply").status, 0u);
-  wire::send_frame(fd, join_frame(s, id), nullptr, deadline, "test: join");
-  const wire::Header r = wire::recv_header(fd, deadline, "test: state");
-  EXPECT_EQ(r.op, wire::kJoin | wire::kReply);
-  EXPECT_EQ(r.status, 0u);
   EXPECT_GT(r.payload, uint64_t(kBigSize) * 4 / 2);  // its half of "big", at least
   *size = r.payload;
   std::vector<uint8_t> state(size_t(double(r.payload) * part));
@@ -170,12 +167,8 @@ void run_replacement(std::shared_ptr<braid::Store> store) {
 // Steps 3 and 4 each push while a joiner stalls on shard 0's state; each
 // completes, acknowledged, before the joiner commits.
 void run_worker(std::shared_ptr<braid::Store> store) {
-  ps::WorkerOptions o;
-  o.rank = 0;
-  o.replicas = 2;
-  o.secret = kSecret;
-  o.timeout = kWorkerTimeout;
-  ps::Worker worker(layout(), o, store);
+  ps::Worker worker(layout(), braid::testing::ps_join::chain_worker(0, kSecret, kWorkerTimeout),
+                    store);
   std::vector<float> p(static_cast<size_t>(kKeySize)), g = p;
   worker.pull({{0, {}, p.data()}}, 0);
   for (int64_t c = 0; c < kSteps; ++c) {

@@ -249,7 +249,7 @@ TEST(PsShmChannel, APlacedReplyArrivesAsBuilt) {
     r.op = wire::kPull | wire::kReply;
     r.req = uint64_t(round);
     r.payload = out.size();
-    server.send_placed(r, wire::deadline_after(5s), "placed");
+    server.send_placed(r, "placed");
     const wire::Header got = worker.header(wire::deadline_after(5s), "placed");
     EXPECT_EQ(got.req, uint64_t(round));
     ASSERT_EQ(got.payload, body.size());
