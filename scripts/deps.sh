@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
 # Installs what braid needs to build and test, on Debian 12, as root.
 # Idempotent: packages already present are skipped, so a second run costs
-# one dpkg query. Usage: scripts/deps.sh [build|bench]
+# one dpkg query. Usage: scripts/deps.sh [--list] [build|bench]
+# (--list: print the packages of that tier, one a line, and install nothing;
+# scripts/fresh_path.sh reads it.)
 set -euo pipefail
+list=0
+if [[ ${1:-} == --list ]]; then list=1; shift; fi
 
 # python3-torch, libtorch-dev, pybind11-dev, python3-dev: the braid_torch
 # extension (python/) and its tests; without them BRAID_TORCH turns off.
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
+# openmpi-bin: the tests that launch braid's ranks and servers with mpirun.
+# Every program a test runs must come from this list or the base system: CI
+# runs `make test` with scripts/fresh_path.sh's PATH, which holds nothing else.
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
       libopenblas0-pthread
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3
-      python3-torch libtorch-dev pybind11-dev python3-dev)
+      python3-torch libtorch-dev pybind11-dev python3-dev
+      openmpi-bin)
 if [[ "${1:-build}" == bench ]]; then
-  want+=(openmpi-bin libopenmpi-dev libopenblas0-openmp)
+  want+=(libopenmpi-dev libopenblas0-openmp)
+fi
+if ((list)); then
+  printf '%s\n' "${want[@]}"
+  exit 0
 fi
 
 missing=()
