@@ -3,6 +3,10 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+# deps.sh installs libtorch and pybind11, so the PyTorch backend and its
+# tests must build: a configure that cannot find them fails instead of
+# dropping them.
+REQUIRE_FLAGS ?= -DBRAID_REQUIRE_TORCH=ON
 
 .PHONY: all deps build test demo bench install clean
 
@@ -12,7 +16,7 @@ deps:
 	@scripts/deps.sh build
 
 $(BUILD)/CMakeCache.txt: | deps
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) $(REQUIRE_FLAGS)
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
