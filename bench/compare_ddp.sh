@@ -58,7 +58,13 @@ differ=()
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-field() { $py -c "import json,sys; d=json.loads(open(sys.argv[1]).read().splitlines()[-1]); v=d.get(sys.argv[2], 0); print(max(v) if isinstance(v, list) else v)" "$1" "$2"; }
+# field FILE KEY: KEY of FILE's last (done) record, the largest where it is
+# per rank. A missing key stops the whole script: printed as 0 it would read
+# as a flattering figure (no exposed communication, no optimizer state).
+field() {
+  $py -c "import json,sys; d=json.loads(open(sys.argv[1]).read().splitlines()[-1]); v=d[sys.argv[2]] if sys.argv[2] in d else sys.exit('no %s in the last record of %s' % (sys.argv[2], sys.argv[1])); print(max(v) if isinstance(v, list) else v)" "$1" "$2" ||
+    { echo "compare_ddp.sh: stopped, a figure is missing" >&2; kill -TERM $$; exit 1; }
+}
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 calc() { $py -c "print($1)"; }
 load() { cut -d' ' -f1 /proc/loadavg; }
