@@ -29,6 +29,7 @@ def worker(rank, world, a, init_file):
     opt = r.optimizer(ddp.parameters())
     steps = a.steps or 200
     lo, hi = rank * r.batch // world, (rank + 1) * r.batch // world
+    r.prepare(steps)
     clock = tt.Clock()
     loss_v = 0.0
     first = []  # this rank's loss of the first steps, averaged over ranks after timing

