@@ -12,11 +12,15 @@
 # gives each worker OMP_NUM_THREADS=1 when it is unset (torch 1.13's
 # run.py), which is what makes Debian's default BLAS (the pthreads OpenBLAS,
 # which torch.set_num_threads does not govern) run one thread per rank.
-# gloo at its best (/work/shared/RIVALS.md): the OpenMP OpenBLAS on
-# LD_LIBRARY_PATH and OMP_NUM_THREADS=1 for its runs alone. braid as a user
-# runs it: neither variable from this script, for its PyTorch runs and for
-# `braid bench` (which uses ordinary, non-shared buffers by default, as a
-# torch tensor is; it runs out of place, the tensor in place).
+# The two backends' runs differ in the backend name only: both get the same
+# environment. The DDP runs are taken in each of ENVS:
+#   user    nothing set: what a user of Debian's PyTorch gets (the pthreads
+#           OpenBLAS, one thread per rank from torchrun);
+#   openmp  PyTorch at its best (/work/shared/RIVALS.md): the OpenMP build of
+#           OpenBLAS on LD_LIBRARY_PATH and OMP_NUM_THREADS=1, for both.
+# The all_reduce runs and `braid bench` (ordinary, non-shared buffers by
+# default, as a torch tensor is; out of place, the tensor in place) are taken
+# in `user` (no BLAS runs there).
 # Both use /usr/bin/python3, and the script sets torch.set_num_threads(1)
 # (the workload is one thread per rank).
 # Usage: bench/torch_backend.sh [BUILD_DIR]   env: REPS=3 DDP_STEPS=300
@@ -27,10 +31,10 @@ reps=${REPS:-3}
 py=/usr/bin/python3
 [[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
 export PYTHONPATH=$build/python
-# tuned BACKEND: the environment a backend's runs get.
-clean=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
-tuned() {
-  if [[ $1 == gloo ]]; then
+envs=${ENVS:-"user openmp"}
+# settings ENV: the variables every run in ENV gets, whichever the backend.
+settings() {
+  if [[ $1 == openmp ]]; then
     local t=(OMP_NUM_THREADS=1)
     [[ -d /usr/lib/x86_64-linux-gnu/openblas-openmp ]] &&
       t+=(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp)
@@ -40,34 +44,40 @@ tuned() {
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# run2 MODE BACKEND FILE: torchrun with two workers; rank 0's lines to FILE.
-# torchrun 1.13's agent crashes on Python 3.11 unless --redirects/--tee name
-# a rank (9) that does not exist; --monitor_interval only shortens its exit.
+# run2 ENV MODE BACKEND FILE: torchrun with two workers; rank 0's lines to
+# FILE. torchrun 1.13's agent crashes on Python 3.11 unless --redirects/--tee
+# name a rank (9) that does not exist; --monitor_interval only shortens its exit.
 run2() {
-  "${clean[@]}" $(tuned "$2") $py -m torch.distributed.run --standalone --nproc_per_node 2 \
+  "${clean[@]}" $(settings "$1") $py -m torch.distributed.run --standalone --nproc_per_node 2 \
     --redirects 9:0 --tee 9:0 --monitor_interval 0.2 \
-    "$here/bench/torch_backend.py" "$1" "$2" >"$3" 2>"$3.err" ||
-    { echo "torchrun $1 $2 failed:" >&2; tail -20 "$3.err" >&2; exit 1; }
+    "$here/bench/torch_backend.py" "$2" "$3" >"$4" 2>"$4.err" ||
+    { echo "torchrun $1 $2 $3 failed:" >&2; tail -20 "$4.err" >&2; exit 1; }
 }
 
 for r in $(seq 1 "$reps"); do
   order="braid gloo"; ((r % 2 == 0)) && order="gloo braid"
-  for b in $order; do run2 ddp "$b" "$out/ddp_${b}_$r.json"; done
+  for e in $envs; do
+    for b in $order; do run2 "$e" ddp "$b" "$out/ddp_${e}_${b}_$r.json"; done
+  done
 done
 BRAID_BIN=$build/braid
 for r in $(seq 1 "$reps"); do
-  for b in braid gloo; do run2 allreduce "$b" "$out/ar_${b}_$r.json"; done
+  for b in braid gloo; do run2 user allreduce "$b" "$out/ar_${b}_$r.json"; done
   "${clean[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench_$r.txt"
 done
 
-$py - "$out" "$reps" <<'PY'
+$py - "$out" "$reps" "$envs" <<'PY'
 import glob, json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
-def med(b):
-    return statistics.median(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{b}_*.json"))
-b, g = med("braid"), med("gloo")
-print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread (median of %d)\n" % reps)
-print("| backend | samples/s |\n|---|---|\n| braid | %.0f |\n| gloo | %.0f |\n| braid/gloo | %.2fx |\n" % (b, g, b / g))
+out, reps, envs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def runs(e, b):
+    return sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{e}_{b}_*.json"))
+print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread, samples/s (median of %d; [min, max])\n" % reps)
+print("| environment (both backends) | braid | gloo | braid/gloo |\n|---|---|---|---|")
+for e in envs:
+    rb, rg = runs(e, "braid"), runs(e, "gloo")
+    b, g = statistics.median(rb), statistics.median(rg)
+    print("| %s | %.0f [%.0f, %.0f] | %.0f [%.0f, %.0f] | %.2fx |" % (e, b, rb[0], rb[-1], g, rg[0], rg[-1], b / g))
+print()
 def lines(b):  # {bytes: median us over the runs}
     runs = [{d["bytes"]: d["us"] for d in map(json.loads, open(f))} for f in glob.glob(f"{out}/ar_{b}_*.json")]
     return {n: statistics.median(r[n] for r in runs if n in r) for n in runs[0]}
