@@ -1,4 +1,4 @@
-// The cost-model probe (src/comm/probe.cc): which links a new communicator
+// The cost-model probe (src/comm/setup/probe.cc): which links a new communicator
 // probes, how raw figures become model parameters, and — with real
 // processes — that a world communicator probes once, caches the result,
 // and leaves alone figures taken while its ranks shared their cores.

@@ -1,5 +1,5 @@
 // Shared-memory transport tests: the opt-in single-copy path
-// (process_vm_readv; see src/comm/shm_cma.cc), with real processes
+// (process_vm_readv; see src/comm/transport/shm/shm_wire_cma.cc), with real processes
 // (tests/support/multiproc.h). transport_test.cc covers shm and tcp alike.
 #include <gtest/gtest.h>
 #include <linux/filter.h>

@@ -12,7 +12,7 @@ namespace braid::tool {
 
 // Measures the link between ranks 0 and 1 (the transport this job uses),
 // as a communicator does at creation when the cache lacks it, and merges
-// the calibrated figures into the tuning file (comm/probe.h).
+// the calibrated figures into the tuning file (comm/setup/probe.h).
 int bench_probe(Communicator& comm, const std::string& probe_out) {
   if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
   const int r = comm.rank();

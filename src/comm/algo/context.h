@@ -42,7 +42,7 @@ struct Disagreement {
 
 // Told when a call has waited for a long time (Context::kStallNs, then every
 // kStallEveryNs): finds calls on which this rank and the peers it waits on
-// disagree, where no message header could show it (comm/desync.h).
+// disagree, where no message header could show it (comm/engine/desync.h).
 class StallWatch {
  public:
   virtual ~StallWatch() = default;

@@ -5,7 +5,7 @@
 // `braid bench` show and accept), when it can run, its α-β cost, and its
 // code. Each algorithm file (src/comm/algo/*.cc) adds its own entries, so
 // the schedule in its top comment, the cost formula and the code sit
-// together; the selector (comm/select.h) only iterates the table.
+// together; the selector (comm/algo/select.h) only iterates the table.
 //
 // Cost formulas use n ranks, N bytes (the collective's natural size, see
 // Selector::choose), α the per-message latency, β the time per byte on the
@@ -53,7 +53,7 @@ struct Fit {
 };
 
 // The figures a cost formula reads for one call of N bytes. The selector
-// fills them (comm/select.cc says where α, β and γ come from).
+// fills them (comm/algo/select.cc says where α, β and γ come from).
 struct CostInputs {
   double n = 1, N = 0;
   double a = 0, b = 0;  // α and β of the communicator's link kind

@@ -9,7 +9,7 @@
 // tuning file (JSON {"shm":{"alpha_us":..,"gbps":..}, "tcp":{...},
 // "reduce_gbps":..}): BRAID_TUNING, or the cache that a communicator's probe
 // at creation and `braid bench --probe` fill with calibrated figures
-// (comm/probe.h).
+// (comm/setup/probe.h).
 // Rules before the prices, in this order:
 // - a call whose buffer lies in alloc_shared memory runs "shared", unless an
 //   override names another algorithm;

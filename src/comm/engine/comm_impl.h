@@ -73,7 +73,7 @@ class CommImpl {
   // Collective over all `size` ranks sharing `store`: builds the transport.
   // `parent`: the communicator a sub-communicator comes from; it takes the
   // parent's tuning text (without one the ranks take rank 0's tuning file,
-  // and probe the links it has no figures for, comm/probe.h), its world
+  // and probe the links it has no figures for, comm/setup/probe.h), its world
   // rank, its family and its store host.
   // `store_host`: the store server this process runs for the job (from_env
   // on the rank that hosts the store), or null. Every rank's communicators
