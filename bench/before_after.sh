@@ -2,10 +2,12 @@
 # Two builds of braid side by side (a refactoring that must not change
 # speed): all_reduce 8 B-16 MiB (x8 steps) at 2 and 4 ranks, `train mlp --dp 2` one
 # epoch and `train gpt --dp 2` 30 steps, alternating, three rounds.
-#   bench/before_after.sh BEFORE_BRAID AFTER_BRAID   OUT=/tmp/ba
-# then `python3 bench/before_after_table.py OUT` prints the tables.
-out=${OUT:-/tmp/ba}; mkdir -p $out
-before=$1 after=$2
+#   bench/before_after.sh BEFORE_BRAID AFTER_BRAID   [OUT=DIR]
+# then `python3 bench/before_after_table.py OUT` prints the tables. Without
+# OUT the results go to a new directory, named on the last line.
+set -uo pipefail
+before=${1:?usage: before_after.sh BEFORE_BRAID AFTER_BRAID} after=${2:?usage: before_after.sh BEFORE_BRAID AFTER_BRAID}
+out=${OUT:-$(mktemp -d /tmp/braid-before-after.XXXXXX)}; mkdir -p "$out"
 for round in 1 2 3; do
   for who in before after; do
     if [ $who = before ]; then B=$before; else B=$after; fi
@@ -15,4 +17,4 @@ for round in 1 2 3; do
     $B train gpt --dp 2 --steps 30 --json-log $out/$who.gpt.$round.jsonl > /dev/null 2>&1
   done
 done
-echo done
+echo "done: $out"

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Runs every bench/compare_*.sh there is, one after another, against one
-# build: `bench/run_all.sh [BUILD_DIR]` (`make bench` calls it). Each script
-# prints its own tables; this one adds a summary line per script and exits
-# non-zero when any of them did. Extra environment (QUICK=1, ROUNDS=N) is
-# passed through.
+# Runs every benchmark behind a table of docs/PERFORMANCE.md, one after
+# another, against one build: `bench/run_all.sh [BUILD_DIR]` (`make bench`
+# calls it). TIER=full (the default) runs each as PERFORMANCE.md's tables
+# were taken; TIER=quick runs each once, small (a smoke pass that every
+# script still works end to end, not figures to report). ONLY="ps.sh ..."
+# runs some. bench/README.md says what each measures. Each script prints its
+# own tables; this one adds a summary line per script and exits non-zero
+# when any of them did.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$(cd "$here/.." && pwd)/build}
-shopt -s nullglob
-scripts=("$here"/compare_*.sh)
-if ((${#scripts[@]} == 0)); then
-  echo "run_all.sh: no bench/compare_*.sh" >&2
-  exit 0
-fi
+tier=${TIER:-full}
+# script, then its quick-tier environment (the full tier uses its defaults).
+plan=(
+  "compare_mpi.sh|QUICK=1"
+  "compare_torch.sh|REPS=1 THREADS=1 BLAS=machine"
+  "compare_ddp.sh|REPS=1 MLP_STEPS=60 GPT_STEPS=10 BF16_STEPS=40 BLAS=machine"
+  "torch_backend.sh|REPS=1 DDP_STEPS=60 ENVS=user"
+  "thread_scaling.sh|ROUNDS=1 GPT_STEPS=10"
+  "model_parallel.sh|ROUNDS=1"
+  "ps.sh|REPS=1 HOT_STEPS=40"
+  "ps_failover.sh|REPS=1"
+)
+case $tier in quick | full) ;; *) echo "run_all.sh: TIER is quick or full, not '$tier'" >&2; exit 2 ;; esac
 summary=()
 status=0
-for s in "${scripts[@]}"; do
-  name=$(basename "$s")
-  echo "=== $name $build" >&2
+for entry in "${plan[@]}"; do
+  name=${entry%%|*}
+  [[ -n ${ONLY:-} && " $ONLY " != *" $name "* ]] && continue
+  quick_env=()
+  [[ $tier == quick ]] && read -ra quick_env <<<"${entry#*|}"
+  echo "=== $name ($tier) $build" >&2
   start=$SECONDS
-  bash "$s" "$build"
+  env "${quick_env[@]}" bash "$here/$name" "$build"
   rc=$?
   ((rc != 0)) && status=1
   summary+=("$name: exit $rc, $((SECONDS - start)) s")
