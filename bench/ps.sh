@@ -71,7 +71,7 @@ echo
 echo "## (b) DLRM time to target, worker 1 slowed 2x"
 echo
 # BATCH (default 256) is the global batch: a larger one gives each step
-# more compute beside the same number of exchanges (see PERFORMANCE.md §9).
+# more compute beside the same number of exchanges (see PERFORMANCE.md §7).
 data=(dlrm --batch "${BATCH:-256}" --threads 1 --quiet)
 [ -n "${STEPS:-}" ] && data+=(--steps "$STEPS")
 [ -n "${SAMPLES:-}" ] && data+=(--samples "$SAMPLES")
