@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -92,14 +93,27 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, int64_t t,
                   float beta1, float beta2, float eps, float wd);
 
-// Global L2 norm of all gradients (accumulated in double). When it exceeds
-// max_norm (> 0), every gradient is scaled by max_norm / (norm + 1e-6).
-// Returns the norm before clipping.
+// A piece of gradient for clip_global_norm: n floats at g. `counted` false:
+// another piece (on this rank or another) holds the same values and counts
+// them (a tensor-parallel replica), so these add nothing to the norm.
+struct GradPiece {
+  float* g = nullptr;
+  int64_t n = 0;
+  bool counted = true;
+};
+
+// The one gradient-clipping rule of every strategy. The global L2 norm is
+// the square root of the counted pieces' sum of squares (in double) after
+// `sum_over_ranks` has added the other ranks' sums to it (empty: this
+// process holds every piece; a parallel caller passes the all_reduce over
+// the groups that hold the rest: stages, tensor shards, ZeRO chunks). When
+// the norm exceeds max_norm (> 0) every piece is scaled by
+// max_norm / (norm + 1e-6). Returns the norm before clipping, the same on
+// every rank that summed.
+double clip_global_norm(const std::vector<GradPiece>& pieces, double max_norm,
+                        const std::function<void(double&)>& sum_over_ranks = {});
+// clip_global_norm over every parameter's whole gradient, in one process.
 double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm);
-// The clipping rule for a norm computed elsewhere (over shards, stages or
-// ranks): scales g[0..n) by max_norm / (norm + 1e-6) when max_norm > 0 and
-// norm > max_norm; otherwise leaves it. Every clip in braid goes through it.
-void clip_to_norm(float* g, int64_t n, double norm, double max_norm);
 
 // Linear warmup over `warmup` steps to `base`, then either constant or a
 // cosine decay to base·min_ratio at step `total`.

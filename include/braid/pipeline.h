@@ -385,7 +385,8 @@ std::pair<double, double> pipeline_bubble(const std::vector<ActionTiming>& spans
 // The step hooks of a pipeline: `inner`'s (the built-in serial set, or
 // DataParallel's over copies of the pipeline) with the two stages that
 // span the pipeline's ranks: clip_grad_norm uses the global norm over
-// every stage (grad_square_sum, collective over the pipeline's ranks),
+// every stage (nn::clip_global_norm over norm_pieces, summed by
+// sum_over_ranks, collective over the pipeline's ranks),
 // and after_step sums [loss sum, rows, correct] over them (only the last
 // stage's rank has any) before `inner`'s after_step.
 class PipelineHooks : public nn::StepHooks {
@@ -406,10 +407,11 @@ class PipelineHooks : public nn::StepHooks {
   void after_step(nn::StepState& st) override;
 
  protected:
-  // The squared global gradient norm from this rank's gradients: here
-  // their squares summed over the pipeline's ranks (stages hold disjoint
-  // parameters). Collective over the pipeline's ranks.
-  virtual double grad_square_sum(const std::vector<nn::Parameter*>& params);
+  // What this rank adds to the global norm, and how the ranks' sums meet:
+  // here every gradient of this rank's stages, summed over the pipeline's
+  // ranks (stages hold disjoint parameters). Collective over those ranks.
+  virtual std::vector<nn::GradPiece> norm_pieces(const std::vector<nn::Parameter*>& params);
+  virtual void sum_over_ranks(double& square_sum);
   PipelineExecutor& exec_;
   nn::StepHooks* inner_;
 };

@@ -1,6 +1,5 @@
 // nn::Trainer — the one training step loop. Single-process training runs it as
-// is; data parallelism (parallel::DataParallel) and tensor parallelism
-// (parallel::tp::TpStepHooks, with its own loss) extend it through
+// is; data parallelism (parallel::DataParallel) extends it through
 // StepHooks; pipeline parallelism (parallel::PipelineTrainer, and the
 // dp × tp × pp HybridTrainer over it) derives from it and overrides its
 // forward_backward stage with a schedule's actions over micro-batches,

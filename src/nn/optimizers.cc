@@ -129,18 +129,26 @@ void AdamW::step(const std::vector<Parameter*>& params, float lr) {
   }
 }
 
-double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm) {
+double clip_global_norm(const std::vector<GradPiece>& pieces, double max_norm,
+                        const std::function<void(double&)>& sum_over_ranks) {
   double ss = 0;
-  for (const Parameter* p : params) ss += sum_squares(p->grad.f32(), p->grad.numel());
-  double norm = std::sqrt(ss);
-  for (Parameter* p : params) clip_to_norm(p->grad.f32(), p->grad.numel(), norm, max_norm);
+  for (const GradPiece& p : pieces)
+    if (p.counted) ss += sum_squares(p.g, p.n);
+  if (sum_over_ranks) sum_over_ranks(ss);
+  const double norm = std::sqrt(ss);
+  if (max_norm > 0 && norm > max_norm) {
+    const float k = float(max_norm / (norm + 1e-6));
+    for (const GradPiece& p : pieces)
+      for (int64_t i = 0; i < p.n; ++i) p.g[i] *= k;
+  }
   return norm;
 }
 
-void clip_to_norm(float* g, int64_t n, double norm, double max_norm) {
-  if (!(max_norm > 0 && norm > max_norm)) return;
-  const float k = float(max_norm / (norm + 1e-6));
-  for (int64_t i = 0; i < n; ++i) g[i] *= k;
+double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm) {
+  std::vector<GradPiece> pieces;
+  pieces.reserve(params.size());
+  for (Parameter* p : params) pieces.push_back({p->grad.f32(), p->grad.numel()});
+  return clip_global_norm(pieces, max_norm);
 }
 
 float LrSchedule::at(int64_t step) const {

@@ -1,4 +1,5 @@
-// The tensor-parallel GPT trains as the serial GPT does: 10 AdamW steps
+// The tensor-parallel GPT trains as the serial GPT does (HybridTrainer at
+// one pipeline stage): 10 AdamW steps
 // with dropout and clipping, every step's loss and the final parameters
 // (shards gathered) within 1e-5 relative of nn::Trainer on nn::make_gpt
 // with the same seed and batches. tp = 2 (plain and sequence parallel) in
@@ -15,6 +16,7 @@
 
 #include "braid/comm.h"
 #include "braid/data.h"
+#include "braid/hybrid.h"
 #include "braid/kernels.h"
 #include "braid/mesh.h"
 #include "braid/models.h"
@@ -104,21 +106,26 @@ void expect_tensor(const float* a, const std::vector<float>& b, const std::strin
   EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-2)) << what << " max diff " << worst;
 }
 
-// Runs 10 steps and compares with the serial trace. dp may be null.
-void train_and_compare(std::shared_ptr<Communicator> tp, std::shared_ptr<Communicator> dp,
-                       bool sp, const std::string& what) {
+// Runs 10 steps of the dp x tp layout (one pipeline stage: the GPT's
+// tensor-parallel layers under HybridTrainer, the one trainer of every
+// layout) and compares with the serial trace.
+void train_and_compare(std::shared_ptr<Communicator> world, int dp, int tp, bool sp,
+                       const std::string& what) {
   set_num_threads(1);
   const Trace& ref = serial();
-  TpGpt model(config(), 5, tp, TpGptOptions{sp, {}});
+  Mesh mesh(world, dp, tp, 1);
+  HybridOptions ho;
+  ho.sequence_parallel = sp;
+  HybridGpt model(mesh, config(), 5, ho);
   nn::ByteText data(text_bytes(), 8, "tp test text");
   nn::AdamW opt = optimizer();
-  TpTrainer tr(model, dp, data, opt, schedule(), train_options());
+  HybridTrainer tr(model, data, opt, schedule(), train_options());
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) losses.push_back(tr.step().loss);
   expect_losses(losses, ref.losses, what + " loss");
   ASSERT_EQ(model.shards().size(), ref.params.size()) << what;
   for (const Sharded& s : model.shards()) {
-    Tensor full = gather_shards(s.param->data, s.spec, s.full, *tp);
+    Tensor full = gather_shards(s.param->data, s.spec, s.full, *mesh.tp());
     const auto& want = ref.params.at(s.param->name);
     ASSERT_EQ(size_t(full.numel()), want.size()) << what << " " << s.param->name;
     expect_tensor(full.f32(), want, what + " " + s.param->name);
@@ -158,9 +165,9 @@ TEST(TpGpt, InitialShardsAreSlicesOfTheSerialModel) {
 TEST(TpGpt, TrainsAsSerialAtTp2) {
   serial();
   testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
-    auto comm = testing::make_comm(rank, n, store);
-    train_and_compare(comm, nullptr, false, "tp=2");
-    train_and_compare(comm, nullptr, true, "tp=2 sequence parallel");
+    auto world = testing::make_comm(rank, n, store);
+    train_and_compare(world, 1, 2, false, "tp=2");
+    train_and_compare(world, 1, 2, true, "tp=2 sequence parallel");
   }, std::chrono::seconds(300));
 }
 
@@ -168,11 +175,9 @@ TEST(TpGpt, TrainsAsSerialAtTp4AndDp2Tp2) {
   serial();
   testing::expect_all_pass(4, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto world = testing::make_comm(rank, n, store);
-    Mesh tp4(world, 1, 4);
-    train_and_compare(tp4.tp(), tp4.dp(), false, "tp=4");
-    train_and_compare(tp4.tp(), tp4.dp(), true, "tp=4 sequence parallel");
-    Mesh dp2tp2(world, 2, 2);
-    train_and_compare(dp2tp2.tp(), dp2tp2.dp(), false, "dp=2 x tp=2");
+    train_and_compare(world, 1, 4, false, "tp=4");
+    train_and_compare(world, 1, 4, true, "tp=4 sequence parallel");
+    train_and_compare(world, 2, 2, false, "dp=2 x tp=2");
   }, std::chrono::seconds(300));
 }
 

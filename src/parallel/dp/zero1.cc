@@ -1,7 +1,6 @@
 // ZeRO stage 1: optimizer state sharded. Gradients are still all_reduce'd
 // in full; each rank updates its chunk of every bucket and the updated
 // chunks are all_gather'ed back in place.
-#include <cmath>
 
 #include "braid/kernels.h"
 #include "parallel/dp/zero_policy.h"
@@ -10,13 +9,12 @@ namespace braid::parallel::dp {
 
 double Zero1::clip_grad_norm(double max_norm) {
   // The chunks partition the buckets: their squares sum to the global norm.
-  double ss = 0;
-  for (auto& b : s_.buckets) ss += sum_squares(b->shard_grads_ptr(s_.rank), b->shard);
-  if (s_.world > 1)
-    s_.waited([&] { s_.comm->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum); });
-  const double norm = std::sqrt(ss);
-  for (auto& b : s_.buckets) nn::clip_to_norm(b->shard_grads_ptr(s_.rank), b->shard, norm, max_norm);
-  return norm;
+  std::vector<nn::GradPiece> pieces;
+  for (auto& b : s_.buckets) pieces.push_back({b->shard_grads_ptr(s_.rank), b->shard});
+  return nn::clip_global_norm(pieces, max_norm, [&](double& ss) {
+    if (s_.world > 1)
+      s_.waited([&] { s_.comm->all_reduce(&ss, &ss, 1, DType::kF64, ReduceOp::kSum); });
+  });
 }
 
 void Zero1::optimizer_step(nn::Optimizer& opt, float lr) {

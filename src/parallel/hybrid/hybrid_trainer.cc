@@ -59,19 +59,22 @@ class HybridTrainer::Hooks : public PipelineHooks {
   double comm_s = 0;  // this step's
 
  protected:
-  double grad_square_sum(const std::vector<nn::Parameter*>&) override {
+  std::vector<nn::GradPiece> norm_pieces(const std::vector<nn::Parameter*>&) override {
     // A shard is counted on its rank; a replicated parameter (the same on
     // every tp rank once reduced) on tp rank 0 only. Stages hold disjoint
     // parameters, so the pp sum counts each once.
-    double sq = 0;
+    std::vector<nn::GradPiece> pieces;
     for (const tp::Sharded& sh : m_.model->shards())
-      if (sh.spec.dim >= 0 || mesh_.coord().tp == 0)
-        sq += sum_squares(sh.param->grad.f32(), sh.param->size());
+      pieces.push_back({sh.param->grad.f32(), sh.param->size(),
+                        sh.spec.dim >= 0 || mesh_.coord().tp == 0});
+    return pieces;
+  }
+
+  void sum_over_ranks(double& sq) override {
     const double t0 = now_s();
     mesh_.tp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
     mesh_.pp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
     comm_s += now_s() - t0;
-    return sq;
   }
 
  private:

@@ -1,7 +1,6 @@
 // The pipeline in nn::Trainer's one step loop: PipelineTrainer runs the
 // executor's schedule as the loop's forward/backward stage; PipelineHooks
 // adds the two stages that span the pipeline's ranks (pipeline.h).
-#include <cmath>
 
 #include "braid/comm.h"
 #include "braid/env.h"
@@ -22,18 +21,20 @@ void PipelineHooks::before_optimizer_step(const std::vector<nn::Parameter*>& par
   t.end = now_s();
 }
 
-double PipelineHooks::grad_square_sum(const std::vector<nn::Parameter*>& params) {
-  double sq = 0;
-  for (const nn::Parameter* p : params) sq += sum_squares(p->grad.f32(), p->size());
-  exec_.comm().all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
-  return sq;
+std::vector<nn::GradPiece> PipelineHooks::norm_pieces(const std::vector<nn::Parameter*>& params) {
+  std::vector<nn::GradPiece> pieces;
+  for (nn::Parameter* p : params) pieces.push_back({p->grad.f32(), p->size()});
+  return pieces;
+}
+
+void PipelineHooks::sum_over_ranks(double& square_sum) {
+  exec_.comm().all_reduce(&square_sum, &square_sum, 1, DType::kF64, ReduceOp::kSum);
 }
 
 double PipelineHooks::clip_grad_norm(const std::vector<nn::Parameter*>& params,
                                      double max_norm) {
-  const double norm = std::sqrt(grad_square_sum(params));
-  for (nn::Parameter* p : params) nn::clip_to_norm(p->grad.f32(), p->size(), norm, max_norm);
-  return norm;
+  return nn::clip_global_norm(norm_pieces(params), max_norm,
+                              [this](double& ss) { sum_over_ranks(ss); });
 }
 
 void PipelineHooks::optimizer_step(nn::Optimizer& opt, const std::vector<nn::Parameter*>& params,
