@@ -405,12 +405,6 @@ class TpGpt : public nn::Module {
   size_t module_count() const { return units_.size(); }
   // Every parameter this rank holds with its split, in parameters() order.
   const std::vector<Sharded>& shards() const { return shards_; }
-  // Under sequence parallelism, sums over the group the gradients of the
-  // replicated parameters that each rank computed from its own positions
-  // (layer norms, row-parallel biases, the position table): one all_reduce.
-  // Call once per optimizer step, after the last backward (gradients
-  // accumulate over micro-batches first). Without it, a no-op.
-  void reduce_partial_grads();
   const std::shared_ptr<Communicator>& tp() const { return tp_; }
   // How many times this process has built the serial GPT to initialise a
   // TpGpt (one per TpGpt constructed with initialise true).
@@ -421,11 +415,14 @@ class TpGpt : public nn::Module {
   TpGptOptions opts_;
   std::vector<std::unique_ptr<nn::Module>> units_;  // [module index]; null: not built here
   std::vector<Sharded> shards_;
-  Tensor partial_;
 };
 
-// Sums over the group the gradients of the parameters marked partial_grad
-// (one all_reduce through `scratch`; nothing when there are none).
+// Under sequence parallelism, sums over the group the gradients of the
+// parameters marked partial_grad: replicated parameters that each rank
+// computed from its own positions (layer norms, row-parallel biases, the
+// position table). One all_reduce through `scratch`; nothing when there are
+// none. Call once per optimizer step, after the last backward (gradients
+// accumulate over micro-batches first).
 void reduce_partial_grads(const std::vector<Sharded>& params, Communicator& tp, Tensor& scratch);
 
 }  // namespace braid::parallel::tp

@@ -145,8 +145,6 @@ void TpGpt::release_activations() {
     if (u) u->release_activations();
 }
 
-void TpGpt::reduce_partial_grads() { tp::reduce_partial_grads(shards_, *tp_, partial_); }
-
 void reduce_partial_grads(const std::vector<Sharded>& params, Communicator& tp, Tensor& scratch) {
   int64_t total = 0;
   for (const Sharded& s : params)
