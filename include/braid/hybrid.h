@@ -44,7 +44,8 @@
 #include "braid/mesh.h"
 #include "braid/models.h"
 #include "braid/optim.h"
-#include "braid/pipeline.h"
+#include "braid/partition.h"
+#include "braid/pipeline_trainer.h"
 #include "braid/tensor_parallel.h"
 #include "braid/trainer.h"
 

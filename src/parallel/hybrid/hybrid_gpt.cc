@@ -6,6 +6,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
+#include "braid/partition.h"
 #include "parallel/hybrid/impl.h"
 
 namespace braid::parallel {

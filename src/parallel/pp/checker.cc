@@ -6,7 +6,7 @@
 #include <set>
 
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/schedule_check.h"
 #include "parallel/pp/checker_detail.h"
 
 namespace braid::parallel {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "braid/pipeline.h"
+#include "braid/schedule_check.h"
 
 namespace braid::parallel::pp_detail {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "braid/pipeline.h"
+#include "braid/pipeline_executor.h"
 #include "parallel/pp/activation_slots.h"
 
 namespace braid::parallel {

@@ -4,7 +4,7 @@
 // forward and backward costs; every stage holds all M activations at the
 // turn from forward to backward.
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/schedule.h"
 
 namespace braid::parallel {
 

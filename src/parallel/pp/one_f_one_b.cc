@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/schedule.h"
 
 namespace braid::parallel {
 

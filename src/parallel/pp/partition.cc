@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/partition.h"
 
 namespace braid::parallel {
 

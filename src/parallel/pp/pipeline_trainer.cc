@@ -6,7 +6,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
-#include "braid/pipeline.h"
+#include "braid/pipeline_trainer.h"
 
 namespace braid::parallel {
 

@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/schedule.h"
 
 namespace braid::parallel {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/schedule_check.h"
 
 namespace braid::parallel {
 

@@ -7,7 +7,7 @@
 
 #include "braid/comm.h"
 #include "braid/error.h"
-#include "braid/pipeline.h"
+#include "braid/pipeline_trace.h"
 
 namespace braid::parallel {
 
