@@ -46,7 +46,7 @@
 #include "braid/optim.h"
 #include "braid/partition.h"
 #include "braid/pipeline_trainer.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_gpt.h"
 #include "braid/trainer.h"
 
 namespace braid::parallel {

@@ -3,7 +3,7 @@
 // parallelism) and computes its own block of the output with no further
 // communication. The local product is nn::Linear itself.
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 
 namespace braid::parallel::tp {
 

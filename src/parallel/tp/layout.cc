@@ -4,7 +4,8 @@
 #include <cstring>
 
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_mappings.h"
+#include "braid/tp_shard.h"
 #include "parallel/tp/blocks.h"
 
 namespace braid::parallel::tp {

@@ -4,7 +4,7 @@
 // Collectives work on rank-major blocks; the block moves (blocks.h) put
 // them in the tensor's own layout.
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_mappings.h"
 #include "parallel/tp/blocks.h"
 
 namespace braid::parallel::tp {

@@ -3,7 +3,7 @@
 // (the column-parallel qkv's block) and the output projection, split by
 // input features, sums the heads' contributions over the group.
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 #include "parallel/tp/blocks.h"
 #include "nn/attention_core.h"
 

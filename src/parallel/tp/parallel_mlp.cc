@@ -3,7 +3,7 @@
 // communication is the one in front of fc (its backward) and the one
 // after proj (its forward).
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 #include "parallel/tp/blocks.h"
 
 namespace braid::parallel::tp {

@@ -6,7 +6,7 @@
 #include "../../tensor/simd.h"  // first: sets vectorisation options
 #include "braid/error.h"
 #include "braid/kernels.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 
 namespace braid::parallel::tp {
 

@@ -6,7 +6,7 @@
 // the stream in that same layout.
 #include "braid/error.h"
 #include "braid/kernels.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 
 namespace braid::parallel::tp {
 

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_gpt.h"
 
 namespace braid::parallel::tp {
 

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 
 namespace braid::parallel::tp {
 

@@ -4,7 +4,7 @@
 // no rounding; the position rows are added after the sum, as the serial
 // layer adds them.
 #include "braid/error.h"
-#include "braid/tensor_parallel.h"
+#include "braid/tp_layers.h"
 
 namespace braid::parallel::tp {
 
