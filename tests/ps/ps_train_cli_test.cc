@@ -118,30 +118,27 @@ TEST(PsTrain, SspSpreadStaysWithinStalenessWithASlowWorker) {
 
 TEST(PsTrain, KOfNClosesRoundsWithoutTheStragglerAndCountsLatePushes) {
   const std::string dir = braid::testing::temp_dir("ps_kofn");
-  // 40 steps, not 10: a round takes one exchange, so the two others could
-  // close all 10 rounds before a late-starting straggler's first pull,
-  // which then ends its run without a push (none late).
-  constexpr int64_t kRounds = 40;
+  constexpr int64_t kRounds = 10, kServers = 2;
   for (const std::string late : {"drop", "fold"}) {
-    Log log = run(dir, late, " ps train mlp --steps 40 --batch 60 --threads 1 --quiet"
+    Log log = run(dir, late, " ps train mlp --steps 10 --batch 60 --threads 1 --quiet"
                              " --servers 2 --workers 3 --consistency kofn --round-k 2 "
                              "--slow-worker 2:20 --late " + late);
     ASSERT_FALSE(log.empty());
     const auto& done = log.back();
     ASSERT_EQ(done["event"], "done") << late;
     EXPECT_EQ(done["rounds_closed"], nlohmann::json({kRounds, kRounds})) << late;
-    // Each round counts exactly K = 2 pushes, so some worker missed rounds:
-    // the slowed worker 2, or (on a loaded machine) worker 0, which also
-    // writes the log. Either way no round waited for all three.
-    int64_t total = 0, fewest = kRounds;
-    for (int64_t c : done["contributed"]) {
-      total += c;
-      fewest = std::min(fewest, c);
-    }
+    // Each round counts exactly K = 2 pushes (which workers made a round
+    // is the timing's business, the slowed worker 2's or not).
+    int64_t total = 0;
+    ASSERT_EQ(done["contributed"].size(), 3u) << late;
+    for (int64_t c : done["contributed"]) total += c;
     EXPECT_EQ(total, 2 * kRounds) << late << ": " << done.dump();
-    EXPECT_LT(fewest, kRounds) << late << ": " << done.dump();
+    // Every worker's first pull is served before anyone pushes, so all
+    // three push round 0, and on each server the third push came after K
+    // closed the round: at least one late push per server, whatever the
+    // timing.
     const int64_t n_late = done["pushes_late"];
-    EXPECT_GT(n_late, 0) << late << ": " << done.dump();
+    EXPECT_GE(n_late, kServers) << late << ": " << done.dump();
     EXPECT_EQ(int64_t(done[late == "drop" ? "pushes_dropped" : "pushes_folded"]), n_late) << late;
     EXPECT_EQ(int64_t(done[late == "drop" ? "pushes_folded" : "pushes_dropped"]), 0) << late;
   }

@@ -207,9 +207,14 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     if (!r.pull.empty()) sparse.store_pulled();
     return got;
   };
-  // Every worker starts training together: otherwise under k-of-n the
-  // first workers up could close every round before a late starter's first
-  // pull, and that worker would take no step at all.
+  ps::StepRequest first;
+  first.stats = logger;
+  add_pull(first, start);
+  int64_t clock = exchange(first), taken = 0;
+  // Every worker starts training together, its first pull served before
+  // anyone pushes: otherwise under k-of-n the first workers up could close
+  // every round before a late starter's first pull, and that worker would
+  // take no step at all. So every worker takes step `start`.
   {
     job.store->set("ps/started/" + std::to_string(w), Bytes{1});
     std::vector<std::string> keys;
@@ -217,10 +222,6 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     job.store->wait(keys, wo.timeout);
   }
   const double t0 = now_s();
-  ps::StepRequest first;
-  first.stats = logger;
-  add_pull(first, start);
-  int64_t clock = exchange(first), taken = 0;
   double last_loss = 0;
   while (clock < setup.steps) {
     // Server 0's counters right after this step's pull.
