@@ -162,6 +162,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   PsHooks hooks;
   hooks.sparse = &sparse;
   FailoverProbe faults(job, f, w, setup.steps);
+  PushHold hold(job, f, w, setup.steps);
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -211,6 +212,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   first.stats = logger;
   add_pull(first, start);
   int64_t clock = exchange(first), taken = 0;
+  hold.pulled(clock);
   // Every worker starts training together, its first pull served before
   // anyone pushes: otherwise under k-of-n the first workers up could close
   // every round before a late starter's first pull, and that worker would
@@ -241,6 +243,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     r.stats = logger;
     r.stats_round = clock;
     r.stats_wait = wait_round;
+    hold.before_push(clock);
     const double t_exchange = now_s();
     faults.before_push(clock);
     if (f.replicas > 1) {
@@ -252,6 +255,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
       faults.after_push(clock);
     }
     const int64_t next = exchange(r);
+    hold.pulled(next);
     if (f.replicas == 1) faults.after_push(clock);
     // Under BSP exactly `next` rounds are closed on every server now, so
     // every worker learns the same hot set; batch next's rows are then
