@@ -46,8 +46,15 @@ TEST(PsHotKeysCli, HottestRowsAreReadFromReplicasAndBspTrainingIsUnchanged) {
   ASSERT_EQ(off.size(), size_t(kSteps + 1));
   ASSERT_EQ(on.size(), size_t(kSteps + 1));
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(on[i]["loss"], off[i]["loss"]) << "step " << i;
-  for (const auto& [name, worst] : braid::testing::weight_diffs(dir + "/off.ckpt", dir + "/on.ckpt"))
+  // Every weight: the four tables and the two MLPs' ten tensors.
+  const auto diffs = braid::testing::weight_diffs(dir + "/off.ckpt", dir + "/on.ckpt");
+  size_t tables = 0;
+  for (const auto& [name, worst] : diffs) {
     EXPECT_EQ(worst, 0.0) << name;
+    tables += name.rfind("model/emb.", 0) == 0;
+  }
+  EXPECT_EQ(diffs.size(), size_t(kTables + 10));
+  EXPECT_EQ(tables, size_t(kTables));
   EXPECT_EQ(on[1]["server_requests_per_s"].size(), size_t(kServers));
   EXPECT_EQ(on[1]["server_bytes_per_s"].size(), size_t(kServers));
 
