@@ -204,13 +204,15 @@ struct ServerOptions {
 };
 
 // One chain a joining server joined (Server::joins): the shard, the tail
-// that handed it over, the chain epoch the join made, and how long the
-// tail held the shard's writes (from taking its forwarding lock to
-// releasing it: the state copy and the commit).
+// that handed it over, the chain epoch the join made, how long the tail
+// held the shard's writes (from taking its forwarding lock to releasing
+// it: the state copy and the commit), and the open rounds (pushes or
+// clocks buffered, the round not yet closed) the copied state carried.
 struct JoinReport {
   int shard = 0, tail = 0;
   uint32_t epoch = 0;
   double pause_s = 0;
+  int64_t open_rounds = 0;
 };
 
 // A fresh id for a replacement server of a job of `servers` servers: >=

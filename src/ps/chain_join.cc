@@ -188,10 +188,11 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
   BRAID_CHECK_ARG(shard >= 0 && shard < view.servers(),
                   what + ": no such shard (the job has " + std::to_string(view.servers()) + ")");
   const int64_t deadline = wire::deadline_after(opt.timeout);
+  int64_t open_rounds = 0;  // of the state installed last
   for (;;) {
     view.refresh();
     if (view.member(shard, opt.rank))  // committed; only the last reply was lost
-      return JoinReport{shard, -1, view.epoch(), 0.0};
+      return JoinReport{shard, -1, view.epoch(), 0.0, open_rounds};
     const int tail = view.tail(shard);
     const std::string at = what + ": tail " + std::to_string(tail);
     int fd = -1;
@@ -224,7 +225,7 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       {
         TempFile tmp{temp_path("in", shard, uint32_t(opt.rank))};
         write_file(tmp.path, state);
-        st.transfer_in(tmp.path);
+        open_rounds = st.transfer_in(tmp.path);
       }
       h.flags = wire::kCommit;
       wire::send_frame(fd, h, nullptr, deadline, what.c_str());
@@ -234,7 +235,7 @@ JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
       view.refresh();
       if (!view.member(shard, opt.rank))
         throw Error(Errc::kInternal, what + ": the tail confirmed a join the store does not show");
-      return JoinReport{shard, tail, r.epoch, double(r.clock) * 1e-9};
+      return JoinReport{shard, tail, r.epoch, double(r.clock) * 1e-9, open_rounds};
     } catch (const Error& e) {
       if (fd >= 0) ::close(fd);
       if (refused || !connection_lost(e)) throw;

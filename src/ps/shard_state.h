@@ -111,8 +111,10 @@ class ShardState {
   // (buffered rounds, clocks, request ids, reports, counters), written to
   // `path` under the mutex by transfer_out and installed by transfer_in
   // (shard_transfer.cc). Traffic counters stay each server's own.
+  // transfer_in returns how many open (buffered, not yet closed) rounds
+  // the installed state holds.
   void transfer_out(const std::string& path) const;
-  void transfer_in(const std::string& path);
+  int64_t transfer_in(const std::string& path);
 
  private:
   struct Dense {

@@ -193,11 +193,12 @@ void ShardState::transfer_out(const std::string& path) const {
   save_checkpoint(path, ck);
 }
 
-void ShardState::transfer_in(const std::string& path) {
+int64_t ShardState::transfer_in(const std::string& path) {
   const Checkpoint ck = load_checkpoint(path);
   std::lock_guard<std::mutex> lk(mu_);
   restore_checkpoint(ck, path);
   restore_live(ck, path);
+  return int64_t(rounds_.size());
 }
 
 }  // namespace braid::ps

@@ -214,11 +214,21 @@ TEST(PsChainCli, UnderMpirunWithRecoveryAServerDiesAndTrainingCompletesLosingNot
   ASSERT_EQ(plain.r.status, 0) << plain.r.out;
   EXPECT_NE(plain.r.out.find(kRecoveryWarning), std::string::npos) << plain.r.out;
   expect_identical_weights(ref.ckpt, plain.ckpt, "mpirun vs self-forked");
-  // ... and a server's death ends the whole job, as the warning said.
+  // ... and a server's death ends the whole job, as the warning said:
+  // mpirun names the rank that died, server 1's (ranks 0 and 1 are the
+  // workers, 2.. the servers), and its signal, SIGKILL's 9; its own status
+  // is the death's, 128 + 9.
   const Job aborted = run(dir, "aborted", mpirun("", braid_bin()), args + " --kill-server 1:7");
-  EXPECT_NE(aborted.r.status, 0) << aborted.r.out;
-  EXPECT_NE(aborted.r.status, 124) << aborted.r.out;
+  EXPECT_EQ(aborted.r.status, 137) << aborted.r.out;
   EXPECT_EQ(aborted.r.out.find("done: mlp"), std::string::npos) << aborted.r.out;
+  const size_t noticed = aborted.r.out.find("mpirun noticed that process rank ");
+  ASSERT_NE(noticed, std::string::npos) << aborted.r.out;
+  const std::string line =
+      aborted.r.out.substr(noticed, aborted.r.out.find('\n', noticed) - noticed);
+  EXPECT_NE(line.find("process rank " + std::to_string(kWorkers + 1) + " with PID "),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find(" exited on signal 9 (Killed)"), std::string::npos) << line;
 
   // With it: no warning, and the job goes on past the tail of shard 0's
   // chain (server 1).

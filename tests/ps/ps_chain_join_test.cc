@@ -59,6 +59,14 @@ std::vector<std::vector<float>> init_values() {
 // Set before a job starts; its forked ranks inherit it.
 ps::Consistency g_consistency = ps::Consistency::kBsp;
 
+// Under SSP the workers follow a script (see SspOpenRoundsAreTransferred),
+// so that what every pull reads, and which rounds are open at the join,
+// does not depend on timing.
+bool scripted() { return g_consistency == ps::Consistency::kSsp; }
+std::string pushed_key(int w, int64_t c) {
+  return "test/pushed/" + std::to_string(w) + "/" + std::to_string(c);
+}
+
 ps::ServerOptions server_options(int rank, int replicas) {
   ps::ServerOptions o;
   o.rank = rank;
@@ -105,14 +113,24 @@ void run_server(int s, int replicas, bool kill, std::shared_ptr<braid::Store> st
   finish_server(srv, s, dir);
 }
 
-// The replacement: joins the chains the victim was the tail and the head of.
+// The replacement: joins the chains the victim was the tail and the head of
+// (scripted: once worker 1 has pushed rounds kJoinBy and kJoinBy + 1, which
+// worker 0 has not, so both are open at every member of every chain).
 void run_replacement(std::shared_ptr<braid::Store> store, const std::string& dir) {
   store->wait({"test/killed"}, kDeadline);
+  if (scripted()) store->wait({"test/ahead"}, kDeadline);
   const int id = ps::replacement_id(*store, kServers);
   EXPECT_EQ(id, kServers);
   ps::ServerOptions o = server_options(id, 2);
   o.join = {0, 1};
   ps::Server srv(layout(), o, store, init_values());
+  const std::vector<ps::JoinReport> joins = srv.joins();
+  EXPECT_EQ(joins.size(), 2u);
+  for (const ps::JoinReport& j : joins) {
+    if (!scripted()) continue;
+    EXPECT_EQ(j.open_rounds, 2) << "shard " << j.shard << ": rounds " << kJoinBy << " and "
+                                << kJoinBy + 1 << " were open at its tail " << j.tail;
+  }
   store->set_str("test/joined", "1");
   finish_server(srv, id, dir);
   // Reads moved to it: it served sparse rows of both shards (a read counter,
@@ -143,10 +161,32 @@ void run_worker(int w, int replicas, bool kill, std::shared_ptr<braid::Store> st
     }
     // The join runs while both workers push; worker 0 then makes sure it
     // finished, so the rest of the job trains through the replacement.
-    if (kill && w == 0 && c == kJoinBy) store->wait({"test/joined"}, kDeadline);
+    // Scripted, worker 0 pushes round kJoinBy only after the join (or,
+    // without one, once worker 1 is as far ahead).
+    if (w == 0 && c == kJoinBy) {
+      if (kill)
+        store->wait({"test/joined"}, kDeadline);
+      else if (scripted())
+        store->wait({"test/ahead"}, kDeadline);
+    }
     gradient(w, c, p, g);
     worker.report(c, double(c), 1.0, 0.0);
-    worker.push_pull(keys(g, rows_of(w, c)), keys(p, rows_of(w, c + 1)), c);
+    if (!scripted()) {
+      worker.push_pull(keys(g, rows_of(w, c)), keys(p, rows_of(w, c + 1)), c);
+      continue;
+    }
+    // A push returns once the chain acknowledged it (applied at every
+    // member), so when both workers have pushed round c it is closed at
+    // every tail, and the pull for c + 1 reads exactly rounds 0..c. But
+    // worker 1's pull for kJoinBy + 1 reads ahead, as SSP lets it, before
+    // round kJoinBy closed: exactly rounds 0..kJoinBy - 1, since worker 0
+    // waits for the "test/ahead" that worker 1 posts after pushing round
+    // kJoinBy + 1.
+    worker.push(keys(g, rows_of(w, c)), c, true);
+    store->set_str(pushed_key(w, c), "1");
+    if (w == 1 && c == kJoinBy + 1) store->set_str("test/ahead", "1");
+    if (!(w == 1 && c == kJoinBy)) store->wait({pushed_key(1 - w, c)}, kDeadline);
+    worker.pull(keys(p, rows_of(w, c + 1)), c + 1);
   }
   const ps::WorkerStats ws = worker.worker_stats();
   store->set_str("test/pushes/" + std::to_string(w), encode(ws.pushes_acked));
@@ -283,14 +323,18 @@ TEST(PsChainJoin, ReplacementCatchesUpAndTrainsOn) {
   expect_replicas_equal(joined);
 }
 
-// SSP with staleness 2: worker 1 runs ahead while worker 0 waits for the
-// join, so the tail holds pushes buffered for several open rounds, which the
-// transfer must carry. The result depends on timing (what a pull sees), so
-// it is not compared with another job; the replicas still must agree.
-TEST(PsChainJoin, SspBufferedRoundsAreTransferred) {
+// SSP with staleness 2: worker 1 runs two rounds ahead (kJoinBy and
+// kJoinBy + 1, reading for the second before the first closed) while worker
+// 0 waits for the join, so every tail holds both rounds open, buffered,
+// and the transfer must carry them (the replacement checks its
+// JoinReport::open_rounds). The workers follow a script (run_worker), so
+// every pull reads the same rounds in both jobs: the final parameters equal,
+// bit for bit, those of the same script without a failure and with R = 1.
+TEST(PsChainJoin, SspOpenRoundsAreTransferred) {
   g_consistency = ps::Consistency::kSsp;
-  const Job joined = run_job(2, true);
-  EXPECT_EQ(joined.params.size(), size_t((16 + 3 * kWidth) * 4));
+  const Job base = run_job(1, false), joined = run_job(2, true);
+  ASSERT_EQ(base.params.size(), size_t((16 + 3 * kWidth) * 4));
+  EXPECT_EQ(joined.params, base.params);
   expect_replicas_equal(joined);
 }
 

@@ -3,6 +3,9 @@
 // popular (braid/data.h), so under BSP the hottest rows' reads go to
 // replicas, read from the servers' counters in the JSON log, while the
 // training is the same as without --hot-keys (every loss and weight).
+// Under SSP, replicas gate their reads by the same staleness as owners: with
+// s = 0 the training is BSP's, and with s = 2 a worker reads hot rows from
+// replicas s rounds ahead of a held-back one.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -46,8 +49,15 @@ TEST(PsHotKeysCli, HottestRowsAreReadFromReplicasAndBspTrainingIsUnchanged) {
   ASSERT_EQ(off.size(), size_t(kSteps + 1));
   ASSERT_EQ(on.size(), size_t(kSteps + 1));
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(on[i]["loss"], off[i]["loss"]) << "step " << i;
-  for (const auto& [name, worst] : braid::testing::weight_diffs(dir + "/off.ckpt", dir + "/on.ckpt"))
+  // Every weight: the four tables and the two MLPs' ten tensors.
+  const auto diffs = braid::testing::weight_diffs(dir + "/off.ckpt", dir + "/on.ckpt");
+  size_t tables = 0;
+  for (const auto& [name, worst] : diffs) {
     EXPECT_EQ(worst, 0.0) << name;
+    tables += name.rfind("model/emb.", 0) == 0;
+  }
+  EXPECT_EQ(diffs.size(), size_t(kTables + 10));
+  EXPECT_EQ(tables, size_t(kTables));
   EXPECT_EQ(on[1]["server_requests_per_s"].size(), size_t(kServers));
   EXPECT_EQ(on[1]["server_bytes_per_s"].size(), size_t(kServers));
 
@@ -82,6 +92,39 @@ TEST(PsHotKeysCli, HottestRowsAreReadFromReplicasAndBspTrainingIsUnchanged) {
   EXPECT_GT(sum(b["load"]["after"]["pulls_replica"]), 0);
   EXPECT_EQ(sum(a["load"]["after"]["pulls_replica"]), 0);
   EXPECT_EQ(a["load"]["before"]["requests_per_s"].size(), size_t(kServers));
+}
+
+TEST(PsHotKeysCli, UnderSspReplicasServeReadsWithinTheStaleness) {
+  const std::string dir = braid::testing::temp_dir("ps_hot_ssp");
+  // s = 0 gates every read, a replica's included, as BSP does: the same
+  // training as BSP without hot keys, bit for bit, with replicas serving.
+  const Log off = run(dir, "off", " --consistency bsp");
+  const Log s0 = run(dir, "ssp0", " --consistency ssp --staleness 0 --hot-keys");
+  ASSERT_EQ(off.size(), size_t(kSteps + 1));
+  ASSERT_EQ(s0.size(), size_t(kSteps + 1));
+  // Worker 0's own loss of each step (SSP's logged `loss` is over the
+  // reports in so far, which timing decides).
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_EQ(s0[i]["worker_loss"], off[i]["worker_loss"]) << "step " << i;
+  const auto diffs = braid::testing::weight_diffs(dir + "/off.ckpt", dir + "/ssp0.ckpt");
+  EXPECT_EQ(diffs.size(), size_t(kTables + 10));
+  for (const auto& [name, worst] : diffs) EXPECT_EQ(worst, 0.0) << name;
+  EXPECT_GT(sum(s0.back()["server_pulls_replica"]), 0);
+
+  // s = 2, worker 1 held at step 9 (--hold-worker): worker 0 is served its
+  // pull for clock 11 with rounds 0..8 closed, the hot rows of batch 11
+  // (learned at the refresh of step 8) by replicas holding the owners'
+  // refresh of round 8, not of round 10: were a replica to wait for that,
+  // worker 0 could not get there and the job would fail (--ps-timeout).
+  const Log s2 = run(dir, "ssp2", " --consistency ssp --staleness 2 --hot-keys "
+                                  "--hold-worker 1:9 --ps-timeout 60");
+  ASSERT_EQ(s2.size(), size_t(kSteps + 1));
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_LE(int64_t(s2[i]["read_lead"]), 2) << "step " << i << ": " << s2[i].dump();
+  EXPECT_EQ(s2[11]["clocks"], nlohmann::json({11, 9}));
+  EXPECT_EQ(s2[11]["read_lead"], 2);
+  EXPECT_GT(sum(s2.back()["server_pulls_replica"]), 0);
+  EXPECT_EQ(s2.back()["rounds_closed"], nlohmann::json({kSteps, kSteps, kSteps}));
 }
 
 TEST(PsHotKeysCli, RefusedWhereThereAreNoRowsOrNoRounds) {

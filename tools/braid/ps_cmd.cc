@@ -162,6 +162,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   PsHooks hooks;
   hooks.sparse = &sparse;
   FailoverProbe faults(job, f, w, setup.steps);
+  PushHold hold(job, f, w, setup.steps);
   hooks.workers = f.workers;
   if (w == slow_rank) hooks.slow = slow_factor;
   hooks.params = trainer.parameters();
@@ -207,9 +208,15 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     if (!r.pull.empty()) sparse.store_pulled();
     return got;
   };
-  // Every worker starts training together: otherwise under k-of-n the
-  // first workers up could close every round before a late starter's first
-  // pull, and that worker would take no step at all.
+  ps::StepRequest first;
+  first.stats = logger;
+  add_pull(first, start);
+  int64_t clock = exchange(first), taken = 0;
+  hold.pulled(clock);
+  // Every worker starts training together, its first pull served before
+  // anyone pushes: otherwise under k-of-n the first workers up could close
+  // every round before a late starter's first pull, and that worker would
+  // take no step at all. So every worker takes step `start`.
   {
     job.store->set("ps/started/" + std::to_string(w), Bytes{1});
     std::vector<std::string> keys;
@@ -217,10 +224,6 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     job.store->wait(keys, wo.timeout);
   }
   const double t0 = now_s();
-  ps::StepRequest first;
-  first.stats = logger;
-  add_pull(first, start);
-  int64_t clock = exchange(first), taken = 0;
   double last_loss = 0;
   while (clock < setup.steps) {
     // Server 0's counters right after this step's pull.
@@ -240,6 +243,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     r.stats = logger;
     r.stats_round = clock;
     r.stats_wait = wait_round;
+    hold.before_push(clock);
     const double t_exchange = now_s();
     faults.before_push(clock);
     if (f.replicas > 1) {
@@ -251,6 +255,7 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
       faults.after_push(clock);
     }
     const int64_t next = exchange(r);
+    hold.pulled(next);
     if (f.replicas == 1) faults.after_push(clock);
     // Under BSP exactly `next` rounds are closed on every server now, so
     // every worker learns the same hot set; batch next's rows are then

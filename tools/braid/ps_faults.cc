@@ -73,6 +73,52 @@ std::optional<WorkerKill> parse_kill_worker(const PsFlags& f) {
   return WorkerKill{at->first, at->second};
 }
 
+std::optional<WorkerKill> parse_hold_worker(const PsFlags& f) {
+  if (f.hold_worker.empty()) return std::nullopt;
+  const auto at = parse_pair(f.hold_worker, f.workers);
+  if (!at)
+    throw Error(Errc::kInvalidArgument,
+                "--hold-worker '" + f.hold_worker + "': expected WORKER:STEP with 0 <= WORKER < "
+                "--workers (" + std::to_string(f.workers) + ") and STEP >= 0");
+  BRAID_CHECK_ARG(f.consistency == "ssp" && f.workers >= 2,
+                  "--hold-worker needs --consistency ssp and --workers >= 2 (the others read "
+                  "ahead while it holds)");
+  return WorkerKill{at->first, at->second};
+}
+
+namespace {
+std::string reached_key(int worker) { return "ps/fault/hold/reached/" + std::to_string(worker); }
+}  // namespace
+
+PushHold::PushHold(const Job& job, const PsFlags& f, int worker, int64_t steps)
+    : job_(job),
+      hold_(parse_hold_worker(f)),
+      pending_(hold_.has_value()),
+      staleness_(f.staleness),
+      worker_(worker),
+      workers_(f.workers),
+      timeout_s_(f.timeout_s) {
+  if (hold_)
+    BRAID_CHECK_ARG(hold_->step + f.staleness < steps,
+                    "--hold-worker " + f.hold_worker + ": the others read up to step + staleness, "
+                    "which must be a step of the run (0.." + std::to_string(steps - 1) + ")");
+}
+
+void PushHold::before_push(int64_t clock) {
+  if (!pending_ || hold_->worker != worker_ || clock < hold_->step) return;
+  pending_ = false;
+  std::vector<std::string> keys;
+  for (int o = 0; o < workers_; ++o)
+    if (o != worker_) keys.push_back(reached_key(o));
+  job_.store->wait(keys, std::chrono::milliseconds(int64_t(timeout_s_ * 1000)));
+}
+
+void PushHold::pulled(int64_t clock) {
+  if (!pending_ || hold_->worker == worker_ || clock < hold_->step + staleness_) return;
+  pending_ = false;
+  job_.store->set_str(reached_key(worker_), std::to_string(clock));
+}
+
 ServerFaults::ServerFaults(const Job& job, const PsFlags& f, int server) {
   if (f.placement == "dedicated" && f.replicas >= 2)
     launch::mark_survivable(*job.store, job.rank,

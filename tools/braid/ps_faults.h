@@ -28,6 +28,13 @@
 // lets ranks die (mpirun --enable-recovery) the servers find the worker
 // lost (ps/shard_state.h) and the job fails, naming it.
 //
+// --hold-worker WORKER:STEP (SSP; a test hook). Worker WORKER, about to
+// push step STEP, first waits until every other worker has been served its
+// pull for STEP + s, as far ahead as SSP lets it read (each posts that in
+// the store): a straggler whose lag does not depend on timing, so a test
+// can see the others lead by exactly s (`read_lead`). The wait ends with
+// kTimeout after --ps-timeout.
+//
 // Fail-over time: from that stamp to the moment worker 0's push is
 // acknowledged, i.e. applied on every live member of every chain (ps.h),
 // which needs the dead server's chains re-routed first. Detection waits on
@@ -82,6 +89,27 @@ struct WorkerKill {
 // Parses --kill-worker; nothing when it is not given. Throws
 // kInvalidArgument naming the bad value.
 std::optional<WorkerKill> parse_kill_worker(const PsFlags& f);
+
+// Parses --hold-worker (the same form); nothing when it is not given.
+// Throws kInvalidArgument naming the bad value, or when the job is not SSP
+// with at least 2 workers.
+std::optional<WorkerKill> parse_hold_worker(const PsFlags& f);
+
+// Worker `worker`'s side of --hold-worker: before_push before each push,
+// pulled after each exchange with the clock its pull was served for.
+class PushHold {
+ public:
+  PushHold(const Job& job, const PsFlags& f, int worker, int64_t steps);
+  void before_push(int64_t clock);
+  void pulled(int64_t clock);
+
+ private:
+  Job job_;
+  std::optional<WorkerKill> hold_;
+  bool pending_ = false;  // the held worker, until it has held; another, until it posted
+  int staleness_ = 0, worker_ = 0, workers_ = 0;
+  double timeout_s_ = 0;
+};
 
 // A dedicated server rank's side: the survivable mark, and the watcher
 // that kills this process when worker 0 asks. Construct before the server

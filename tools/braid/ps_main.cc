@@ -50,6 +50,7 @@ void check_flags(const PsFlags& f) {
   parse_slow(f.slow);
   parse_kill_server(f);
   parse_kill_worker(f);
+  parse_hold_worker(f);
   BRAID_CHECK_ARG(f.replicas >= 1 && f.replicas <= f.servers,
                   "braid ps: --replicas " + std::to_string(f.replicas) +
                       " needs 1 <= R <= --servers (" + std::to_string(f.servers) + ")");
@@ -116,6 +117,9 @@ int ps_main(int argc, char** argv) {
   app.add_option("--kill-worker", f.kill_worker,
                  "fault injection (tests): WORKER:STEP SIGKILLs worker WORKER (0-based) just "
                  "before it pushes step STEP; the job fails, naming it");
+  app.add_option("--hold-worker", f.hold_worker,
+                 "fault injection (tests), ssp: WORKER:STEP holds worker WORKER's push of step "
+                 "STEP until every other worker has clocked STEP + staleness");
   app.add_option("--spare-servers", f.spare_servers,
                  "with --replicas >= 2: N extra server ranks that stand by; when a server "
                  "dies, a spare joins every chain it was in by state transfer, so each chain "

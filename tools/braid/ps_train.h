@@ -23,6 +23,7 @@ struct PsFlags : TrainFlags {
   int spare_servers = 0;  // --spare-servers N (ps_spare.h)
   std::vector<std::string> kill_server;  // SERVER:STEP (ps_faults.h)
   std::string kill_worker;               // WORKER:STEP (ps_faults.h)
+  std::string hold_worker;               // WORKER:STEP (ps_faults.h)
   double timeout_s = 300;
   int64_t shm_bytes = int64_t(4) << 20;  // --ps-shm-bytes (ps::WorkerOptions::shm_bytes)
   // Server checkpoints (braid/ps_checkpoint.h); --resume names a save dir
