@@ -12,6 +12,7 @@
 
 #include "braid/log.h"
 #include "ps/hot_sender.h"
+#include "ps/server_name.h"
 
 namespace braid::ps {
 
@@ -88,8 +89,8 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
                       ChainView& view, int self, int64_t deadline) {
   const int s = int(h.key);
   const int id = int(h.worker);
-  const std::string what = "parameter server " + std::to_string(self) + ", shard " +
-                           std::to_string(s) + ": join of server " + std::to_string(id);
+  const std::string what =
+      server_name(self) + ", shard " + std::to_string(s) + ": join of server " + std::to_string(id);
   BRAID_CHECK_ARG(h.payload == 0, what + ": a join request carries no payload");
   BRAID_CHECK_ARG(!(h.flags & wire::kCommit), what + ": a commit before the state was sent");
   BRAID_CHECK_ARG(id >= view.servers(),
@@ -182,8 +183,8 @@ void send_shard_state(int fd, const wire::Header& h, ShardState& st, std::mutex&
 
 JoinReport join_chain(int shard, ShardState& st, ChainView& view, Store& store,
                       const ServerOptions& opt) {
-  const std::string what = "parameter server " + std::to_string(opt.rank) +
-                           " joining the chain of shard " + std::to_string(shard);
+  const std::string what =
+      server_name(opt.rank) + " joining the chain of shard " + std::to_string(shard);
   BRAID_CHECK_ARG(view.replicas() >= 2, what + ": joins need chains (replicas >= 2)");
   BRAID_CHECK_ARG(shard >= 0 && shard < view.servers(),
                   what + ": no such shard (the job has " + std::to_string(view.servers()) + ")");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "braid/env.h"
+#include "ps/server_name.h"
 
 namespace braid::ps {
 
@@ -45,8 +46,8 @@ HotReplicas::HotReplicas(const Layout& layout, const ServerOptions& opt)
     : layout_(layout), opt_(opt) {}
 
 void HotReplicas::refresh(const wire::Header& h, const std::vector<uint8_t>& payload) {
-  const std::string where = "parameter server " + std::to_string(opt_.rank) +
-                            ": hot-key refresh from shard " + std::to_string(h.key);
+  const std::string where =
+      server_name(opt_.rank) + ": hot-key refresh from shard " + std::to_string(h.key);
   if (h.key >= uint32_t(layout_.servers()) || int(h.key) == opt_.rank)
     throw Error(Errc::kProtocol, where + ": not another server's shard");
   std::vector<std::pair<RowId, const float*>> entries;
@@ -80,7 +81,7 @@ void HotReplicas::refresh(const wire::Header& h, const std::vector<uint8_t>& pay
 }
 
 uint64_t HotReplicas::expected_payload(const wire::Header& h) const {
-  const std::string where = "parameter server " + std::to_string(opt_.rank) + ": hot pull";
+  const std::string where = server_name(opt_.rank) + ": hot pull";
   BRAID_CHECK_ARG(h.key < layout_.size() && layout_.key(h.key).sparse,
                   where + " of key id " + std::to_string(h.key) + ", which is not a sparse key");
   BRAID_CHECK_ARG(h.offset < uint64_t(layout_.servers()) && int(h.offset) != opt_.rank,
@@ -111,9 +112,8 @@ void HotReplicas::pull(const wire::Header& h, const uint8_t* payload, wire::Head
   while (!ready()) {
     const int64_t left = deadline_ns - int64_t(now_ns());
     if (left <= 0)
-      throw Error(Errc::kTimeout, "parameter server " + std::to_string(opt_.rank) +
-                                      ": hot pull of key '" + spec.name + "' from shard " +
-                                      std::to_string(shard) + " for clock " +
+      throw Error(Errc::kTimeout, server_name(opt_.rank) + ": hot pull of key '" + spec.name +
+                                      "' from shard " + std::to_string(shard) + " for clock " +
                                       std::to_string(h.clock) + ": no refresh that new");
     cv_.wait_for(lk, std::chrono::nanoseconds(left));
   }

@@ -4,6 +4,7 @@
 
 #include "braid/log.h"
 #include "comm/store/auth.h"
+#include "ps/server_name.h"
 #include "ps/socket.h"
 #include "ps/wire.h"
 
@@ -98,8 +99,8 @@ void HotSender::send(const Item& it) {
   uint64_t req = 0;
   for (int p = 0; p < servers_; ++p) {
     if (p == opt_.rank || failed_[size_t(p)]) continue;
-    const std::string what = "parameter server " + std::to_string(opt_.rank) +
-                             ": hot-key refresh to server " + std::to_string(p);
+    const std::string what =
+        server_name(opt_.rank) + ": hot-key refresh to server " + std::to_string(p);
     const int64_t deadline = wire::deadline_after(opt_.timeout);
     try {
       if (fds_[size_t(p)] < 0)

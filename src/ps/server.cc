@@ -27,6 +27,7 @@
 #include "ps/chain_join.h"
 #include "ps/link.h"
 #include "ps/server_impl.h"
+#include "ps/server_name.h"
 #include "ps/socket.h"
 
 namespace braid::ps {
@@ -75,7 +76,7 @@ void Server::Impl::reject(Link& link, ShardState& st, const wire::Header& h, con
 }
 
 Server::Impl::Shard& Server::Impl::hello(const wire::Header& h) {
-  const std::string name = "parameter server " + std::to_string(opt.rank);
+  const std::string name = server_name(opt.rank);
   if (h.op != wire::kHello)
     throw Error(Errc::kInvalidArgument, name + ": the first frame must be hello");
   auto it = shards.find(int(h.key));
@@ -91,8 +92,8 @@ void Server::Impl::check_role(const Shard& sh, const wire::Header& h, bool chain
   const bool write = wire::is_write(h.op);
   if (chain_conn) {
     if (!write)
-      throw Error(Errc::kProtocol, "parameter server " + std::to_string(opt.rank) +
-                                       ": a chain connection carries only writes");
+      throw Error(Errc::kProtocol,
+                  server_name(opt.rank) + ": a chain connection carries only writes");
     return;
   }
   // A read routed by a view older than this server's may reach a former tail
@@ -106,16 +107,15 @@ void Server::Impl::check_role(const Shard& sh, const wire::Header& h, bool chain
   if (h.epoch > view.epoch() || !role_ok()) view.refresh();
   if (!role_ok())
     throw Error(Errc::kInvalidArgument,
-                "parameter server " + std::to_string(opt.rank) + ": not the " +
-                    (write ? "head" : "tail") + " of shard " + std::to_string(sh.id) +
-                    " in chain epoch " + std::to_string(view.epoch()));
+                server_name(opt.rank) + ": not the " + (write ? "head" : "tail") + " of shard " +
+                    std::to_string(sh.id) + " in chain epoch " + std::to_string(view.epoch()));
   sh.state->set_epoch(view.epoch());
 }
 
 int Server::Impl::connect_successor(int succ, int shard, int64_t deadline) {
   return connect_peer(*store, opt, succ, shard, wire::kChain, deadline,
-                      "parameter server " + std::to_string(opt.rank) + ", shard " +
-                          std::to_string(shard) + ": successor " + std::to_string(succ));
+                      server_name(opt.rank) + ", shard " + std::to_string(shard) + ": successor " +
+                          std::to_string(succ));
 }
 
 void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payload,
@@ -128,8 +128,8 @@ void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payl
     }
     sh.next = succ;
     if (succ < 0) return;  // the tail: applied on every live member
-    const std::string what = "parameter server " + std::to_string(opt.rank) + ", shard " +
-                             std::to_string(sh.id) + ": forwarding to " + std::to_string(succ);
+    const std::string what = server_name(opt.rank) + ", shard " + std::to_string(sh.id) +
+                             ": forwarding to " + std::to_string(succ);
     try {
       if (sh.next_fd < 0) sh.next_fd = connect_successor(succ, sh.id, deadline);
       wire::Header f = h;
@@ -156,7 +156,7 @@ void Server::Impl::forward(Shard& sh, const wire::Header& h, const uint8_t* payl
 
 std::unique_ptr<ShmChannel> Server::Impl::accept_shm(Link& link, const wire::Header& h,
                                                       int64_t deadline) {
-  const std::string name = "parameter server " + std::to_string(opt.rank);
+  const std::string name = server_name(opt.rank);
   if (!(h.flags & wire::kShm)) {
     if (h.payload)
       throw Error(Errc::kProtocol, name + ": a hello carries a payload only to offer shared memory");
@@ -178,7 +178,7 @@ std::unique_ptr<ShmChannel> Server::Impl::accept_shm(Link& link, const wire::Hea
 }
 
 void Server::Impl::serve(int fd) {
-  const std::string name = "parameter server " + std::to_string(opt.rank);
+  const std::string name = server_name(opt.rank);
   try {
     comm::authenticate_accept(fd, opt.secret, kHandshakeTimeout);
   } catch (const Error& e) {
@@ -351,9 +351,9 @@ int Server::port() const { return impl_->port; }
 ServerStats Server::stats() const { return impl_->own().stats(); }
 ServerStats Server::shard_stats(int shard) const {
   auto it = impl_->shards.find(shard);
-  BRAID_CHECK_ARG(it != impl_->shards.end(),
-                  "parameter server " + std::to_string(impl_->opt.rank) + " keeps no replica of shard " +
-                      std::to_string(shard));
+  BRAID_CHECK_ARG(
+      it != impl_->shards.end(),
+      server_name(impl_->opt.rank) + " keeps no replica of shard " + std::to_string(shard));
   return it->second->state->stats();
 }
 std::vector<int> Server::shards() const {
@@ -364,9 +364,9 @@ std::vector<int> Server::shards() const {
 
 void Server::save_state(int shard, const std::string& path) const {
   auto it = impl_->shards.find(shard);
-  BRAID_CHECK_ARG(it != impl_->shards.end(), "parameter server " + std::to_string(impl_->opt.rank) +
-                                                  " keeps no replica of shard " +
-                                                  std::to_string(shard));
+  BRAID_CHECK_ARG(
+      it != impl_->shards.end(),
+      server_name(impl_->opt.rank) + " keeps no replica of shard " + std::to_string(shard));
   it->second->state->transfer_out(path);
 }
 

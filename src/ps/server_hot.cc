@@ -1,5 +1,6 @@
 // ps::Server: hot-key frames on a server's connections (ps.h "Hot keys").
 #include "ps/server_impl.h"
+#include "ps/server_name.h"
 
 namespace braid::ps {
 
@@ -12,7 +13,7 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 // hot pulls and hot-set queries from a worker's.
 void Server::Impl::serve_hot(Link& link, const wire::Header& h, bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
                              wire::Header& reply, ReplyBuf& out, int64_t deadline) {
-  auto name = [&] { return "parameter server " + std::to_string(opt.rank); };
+  auto name = [&] { return server_name(opt.rank); };
   BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +
                                            " but hot keys are off on this server");
   BRAID_CHECK_ARG(hot_conn == (h.op == wire::kHotPush),

@@ -1,14 +1,15 @@
 // A shard's checkpoint: what ShardState holds that training depends on,
 // written at a round close and read back in place of the initial values.
 // Format and what resumes: include/braid/ps_checkpoint.h.
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <unordered_set>
 
 #include "braid/checkpoint.h"
 #include "braid/ps_checkpoint.h"
 #include "ps/saved_reader.h"
+#include "ps/server_name.h"
 #include "ps/shard_state.h"
 
 namespace braid::ps {
@@ -41,8 +42,8 @@ void ShardState::save_locked() {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
-    throw Error(Errc::kIo, "parameter server " + std::to_string(opt_.rank) +
-                               ": creating checkpoint directory " + dir + ": " + ec.message());
+    throw Error(Errc::kIo, server_name(opt_.rank) + ": creating checkpoint directory " + dir +
+                               ": " + ec.message());
   save_checkpoint(shard_file(dir, opt_.rank), ck);
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "braid/env.h"
+#include "ps/server_name.h"
 #include "ps/shard_state.h"
 
 namespace braid::ps {
@@ -111,8 +112,7 @@ void ShardState::clock(int w, int64_t r) {
   }
   Round& rd = round(r);
   if (rd.clocked[size_t(w)])
-    throw Error(Errc::kInvalidArgument, "parameter server " + std::to_string(opt_.rank) +
-                                            ": worker " + std::to_string(w) +
+    throw Error(Errc::kInvalidArgument, server_name(opt_.rank) + ": worker " + std::to_string(w) +
                                             " clocked round " + std::to_string(r) + " twice");
   rd.clocked[size_t(w)] = true;
   rd.n_clocked += 1;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "braid/env.h"
+#include "ps/server_name.h"
 #include "ps/update_rule.h"
 
 namespace braid::ps {
@@ -71,8 +72,8 @@ ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
 }
 
 std::string ShardState::where(const Header& h) const {
-  return "parameter server " + std::to_string(opt_.rank) + ", worker " +
-         std::to_string(h.worker) + ", " + wire::op_name(h.op);
+  return server_name(opt_.rank) + ", worker " + std::to_string(h.worker) + ", " +
+         wire::op_name(h.op);
 }
 
 uint64_t ShardState::expected_payload(const Header& h, int w) const {
@@ -126,9 +127,8 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
 void ShardState::attach(int w) {
   std::lock_guard<std::mutex> lk(mu_);
   if (attached_[size_t(w)])
-    throw Error(Errc::kInvalidArgument, "parameter server " + std::to_string(opt_.rank) +
-                                            ": worker " + std::to_string(w) +
-                                            " is already connected");
+    throw Error(Errc::kInvalidArgument,
+                server_name(opt_.rank) + ": worker " + std::to_string(w) + " is already connected");
   attached_[size_t(w)] = true;
   dropped_at_[size_t(w)] = 0;
 }
@@ -209,13 +209,11 @@ void ShardState::wait_finished(std::chrono::milliseconds timeout) {
     std::string m;
     for (int w = 0; w < W_; ++w)
       if (!finished_[size_t(w)]) m += " " + std::to_string(w);
-    return "parameter server " + std::to_string(opt_.rank) +
-           ": workers still attached after the deadline:" + m;
+    return server_name(opt_.rank) + ": workers still attached after the deadline:" + m;
   };
   const int64_t deadline = wire::deadline_after(timeout);
   while (!all()) {
-    if (!lost_.empty())
-      throw Error(Errc::kPeerDied, "parameter server " + std::to_string(opt_.rank) + ": " + lost_);
+    if (!lost_.empty()) throw Error(Errc::kPeerDied, server_name(opt_.rank) + ": " + lost_);
     if (int64_t(now_ns()) >= deadline) throw Error(Errc::kTimeout, what());
     finished_cv_.wait_for(lk, std::chrono::milliseconds(200));
   }
