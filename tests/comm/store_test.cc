@@ -19,6 +19,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
+#include "braid/job.h"
 #include "braid/store.h"
 #include "comm/store/auth.h"
 #include "comm/setup/bootstrap.h"
@@ -450,6 +451,12 @@ void put(const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); }
 // Every rank publishes its view and checks everyone else's; rank 0 (which
 // may host the store) leaves last.
 void check_job(const braid::comm::JobEnv& env, int rank, int size, const std::string& source) {
+  // launched_job reads the same environment by the same rules, connecting
+  // to nothing.
+  const braid::LaunchedJob job = braid::launched_job();
+  EXPECT_EQ(job.launcher, source);
+  EXPECT_EQ(job.rank, rank);
+  EXPECT_EQ(job.size, size);
   EXPECT_EQ(env.source, source);
   EXPECT_EQ(env.rank, rank);
   EXPECT_EQ(env.size, size);
@@ -472,6 +479,45 @@ void check_job(const braid::comm::JobEnv& env, int rank, int size, const std::st
 }
 
 }  // namespace
+
+TEST(Bootstrap, LaunchedJobReadsTheLaunchersVariablesOnly) {
+  clear_job_env();
+  braid::LaunchedJob job = braid::launched_job();
+  EXPECT_EQ(job.launcher, "single");
+  EXPECT_EQ(job.rank, 0);
+  EXPECT_EQ(job.size, 1);
+  put("WORLD_SIZE", "4");  // torchrun sets RANK too: alone, no launcher
+  EXPECT_EQ(braid::launched_job().launcher, "single");
+  put("RANK", "3");
+  job = braid::launched_job();
+  EXPECT_EQ(job.launcher, "torchrun");
+  EXPECT_EQ(job.rank, 3);
+  EXPECT_EQ(job.size, 4);
+  put("BRAID_RANK", "1");  // braid run's variables come first
+  put("BRAID_WORLD_SIZE", "2");
+  job = braid::launched_job();
+  EXPECT_EQ(job.launcher, "braid");
+  EXPECT_EQ(job.rank, 1);
+  EXPECT_EQ(job.size, 2);
+  put("BRAID_RANK", "2");
+  try {
+    braid::launched_job();
+    ADD_FAILURE() << "BRAID_RANK=2 of BRAID_WORLD_SIZE=2 accepted";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_RANK=2 is not below BRAID_WORLD_SIZE=2"),
+              std::string::npos)
+        << e.what();
+  }
+  clear_job_env();
+  put("SLURM_PROCID", "5");
+  put("SLURM_NPROCS", "8");  // older Slurm's name for the size
+  job = braid::launched_job();
+  EXPECT_EQ(job.launcher, "slurm");
+  EXPECT_EQ(job.rank, 5);
+  EXPECT_EQ(job.size, 8);
+  clear_job_env();
+}
 
 TEST(Bootstrap, Braid) {
   std::string secret = braid::make_job_secret();

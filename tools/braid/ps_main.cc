@@ -7,8 +7,8 @@
 #include <string>
 
 #include "braid/error.h"
+#include "braid/job.h"
 #include "braid/ps.h"
-#include "comm/setup/bootstrap.h"
 #include "launch/supervisor.h"
 #include "ps_faults.h"
 #include "ps_train.h"
@@ -138,7 +138,7 @@ int ps_main(int argc, char** argv) {
   check_flags(f);
   const int world = ps_world(f);
   if (job_world_from_env() > 1) {
-    comm::JobEnv env = comm::bootstrap_from_env(std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
+    JobEnv env = bootstrap_from_env(std::chrono::milliseconds(int64_t(f.timeout_s * 1000)));
     return run_ps_rank({env.rank, env.size, env.store, env.secret}, f);
   }
   return launch::run_forked("braid ps", world, [&](const launch::ForkedRank& r) {

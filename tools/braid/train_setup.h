@@ -23,6 +23,7 @@
 #include "braid/data.h"
 #include "braid/env.h"
 #include "braid/error.h"
+#include "braid/job.h"
 #include "braid/kernels.h"
 #include "braid/models.h"
 #include "braid/module.h"
@@ -249,19 +250,10 @@ inline bool has_any_flag(int argc, char** argv, std::initializer_list<const char
 }
 
 // World size and this process's rank in the job a launcher (braid run,
-// torchrun, mpirun, srun) started it in: 1 and 0 when none.
-inline int job_world_from_env() {
-  for (const char* v : {"BRAID_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"})
-    if (auto s = env_str(v)) return std::max(1, std::atoi(s->c_str()));
-  if (env_str("SLURM_PROCID"))
-    if (auto s = env_str("SLURM_NTASKS")) return std::max(1, std::atoi(s->c_str()));
-  return 1;
-}
-inline int job_rank_from_env() {
-  for (const char* v : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
-    if (auto s = env_str(v)) return std::max(0, std::atoi(s->c_str()));
-  return 0;
-}
+// torchrun, mpirun, srun) started it in, by the library's rules (job.h): 1
+// and 0 when none.
+inline int job_world_from_env() { return launched_job().size; }
+inline int job_rank_from_env() { return launched_job().rank; }
 
 // Rank 0's view of a run: a progress bar on a terminal, plain lines
 // otherwise (every `log_every` steps), and the throughput over the steps

@@ -18,7 +18,7 @@ namespace braid::comm {
 namespace boot {
 
 JobEnv from_braid(std::chrono::milliseconds timeout) {
-  const LayoutVars V{"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_WORLD_SIZE"};
+  const LayoutVars V = kBraidVars;
   Layout L = need_rank_size(V);
   L.local_rank = opt_int(V.local_rank, L.rank);
   L.local_size = opt_int(V.local_size, L.size);
@@ -38,7 +38,7 @@ JobEnv from_braid(std::chrono::milliseconds timeout) {
 }
 
 JobEnv from_torchrun(std::chrono::milliseconds timeout) {
-  const LayoutVars V{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+  const LayoutVars V = kTorchrunVars;
   Layout L = need_rank_size(V);
   L.local_rank = opt_int(V.local_rank, 0);
   L.local_size = opt_int(V.local_size, has(V.local_rank) ? L.size : 1);
@@ -55,19 +55,53 @@ JobEnv from_torchrun(std::chrono::milliseconds timeout) {
   return env;
 }
 
-}  // namespace boot
 
-using namespace boot;
+// The launcher whose variables are set, first match wins, and the variables
+// that hold the rank and world size under it (none for "single").
+struct Launcher {
+  const char* name;
+  LayoutVars vars;
+};
+Launcher launcher_from_env() {
+  if (has(kBraidVars.rank)) return {"braid", kBraidVars};
+  if (has(kTorchrunVars.rank) && has(kTorchrunVars.size)) return {"torchrun", kTorchrunVars};
+  if (has(kMpirunVars.rank)) return {"mpirun", kMpirunVars};
+  if (has("SLURM_PROCID") && (has("SLURM_NTASKS") || has("SLURM_NPROCS")))
+    return {"slurm", slurm_vars()};
+  return {"single", {nullptr, nullptr, nullptr, nullptr}};
+}
+
+}  // namespace boot
+}  // namespace braid::comm
+
+namespace braid {
+
+using namespace comm::boot;
+
+LaunchedJob launched_job() {
+  const Launcher l = launcher_from_env();
+  LaunchedJob job;
+  job.launcher = l.name;
+  if (l.vars.rank) {
+    comm::boot::Layout L = need_rank_size(l.vars);
+    L.local_size = 1;  // only rank and size are read here; the local pair is bootstrap's
+    validate(L, l.vars);
+    job.rank = L.rank;
+    job.size = L.size;
+  }
+  return job;
+}
 
 JobEnv bootstrap_from_env(std::chrono::milliseconds timeout) {
   JobEnv env;
-  if (has("BRAID_RANK"))
+  const std::string source = launcher_from_env().name;
+  if (source == "braid")
     env = from_braid(timeout);
-  else if (has("RANK") && has("WORLD_SIZE"))
+  else if (source == "torchrun")
     env = from_torchrun(timeout);
-  else if (has("OMPI_COMM_WORLD_RANK"))
+  else if (source == "mpirun")
     env = from_mpirun(timeout);
-  else if (has("SLURM_PROCID") && (has("SLURM_NTASKS") || has("SLURM_NPROCS")))
+  else if (source == "slurm")
     env = from_slurm(timeout);
   else {
     JobEnv single;
@@ -82,4 +116,4 @@ JobEnv bootstrap_from_env(std::chrono::milliseconds timeout) {
   return env;
 }
 
-}  // namespace braid::comm
+}  // namespace braid

@@ -31,6 +31,15 @@ struct Layout {
 struct LayoutVars {
   const char *rank, *size, *local_rank, *local_size;
 };
+// Each launcher's layout variables (the first two decide which launcher
+// started the process: bootstrap.cc's launcher_from_env).
+constexpr LayoutVars kBraidVars{"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK",
+                                "BRAID_LOCAL_WORLD_SIZE"};
+constexpr LayoutVars kTorchrunVars{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+constexpr LayoutVars kMpirunVars{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+// The size is in SLURM_NTASKS, or in older Slurm SLURM_NPROCS.
+LayoutVars slurm_vars();
 // rank and size from their variables, which must be set.
 Layout need_rank_size(const LayoutVars& v);
 // Throws naming the variable whose value breaks the layout.

@@ -22,8 +22,7 @@ std::string ompi_job_id() {
 }  // namespace
 
 JobEnv from_mpirun(std::chrono::milliseconds timeout) {
-  const LayoutVars V{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                     "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  const LayoutVars V = kMpirunVars;
   Layout L = need_rank_size(V);
   L.local_rank = opt_int(V.local_rank, 0);
   L.local_size = opt_int(V.local_size, 1);

@@ -36,10 +36,13 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
 
 }  // namespace
 
+LayoutVars slurm_vars() {
+  return {"SLURM_PROCID", has("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS", "SLURM_LOCALID",
+          "SLURM_TASKS_PER_NODE"};
+}
+
 JobEnv from_slurm(std::chrono::milliseconds timeout) {
-  // The size is in SLURM_NTASKS, or in older Slurm SLURM_NPROCS.
-  const LayoutVars V{"SLURM_PROCID", has("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS",
-                     "SLURM_LOCALID", "SLURM_TASKS_PER_NODE"};
+  const LayoutVars V = slurm_vars();
   Layout L = need_rank_size(V);
   L.local_rank = opt_int(V.local_rank, 0);
   L.node_rank = opt_int("SLURM_NODEID", 0);
