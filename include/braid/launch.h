@@ -1,7 +1,7 @@
 // Launching a job: N local ranks of a program, supervised.
 //
 // launch_local() is what `braid run` does. The ranks are started and
-// supervised by launch::Supervisor (src/launch/supervisor.h), which also
+// supervised by launch::Supervisor (supervisor.h), which also
 // runs the forked ranks of `braid bench -n N` and `braid train --dp N`, so
 // all three stop a failed job by the same rule and with the same message.
 //
@@ -34,7 +34,7 @@
 //     or, for a rank killed by a signal, "... was killed by signal 9
 //     (SIGKILL); ...".
 //     A rank that marked its death survivable in the job's store
-//     (src/launch/survivable.h: a replicated parameter server) is named in
+//     (braid/survivable.h: a replicated parameter server) is named in
 //     one line ending "; the job goes on (<its reason>)" and the others
 //     run on.
 //

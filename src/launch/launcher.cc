@@ -16,8 +16,8 @@
 #include "launch/line_prefixer.h"
 #include "launch/node_link.h"
 #include "launch/spawn.h"
-#include "launch/supervisor.h"
-#include "launch/survivable.h"
+#include "braid/supervisor.h"
+#include "braid/survivable.h"
 
 namespace braid {
 

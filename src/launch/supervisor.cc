@@ -2,7 +2,7 @@
 // through a self-pipe (SIGCHLD too, so a rank's exit wakes the loop at once),
 // and every rank's stdout/stderr pipe is drained in bounded slices so a
 // chatty rank cannot starve the others or the reaping.
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 
 #include <algorithm>
 #include <poll.h>
@@ -18,9 +18,10 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
+#include "braid/survivable.h"
 #include "launch/line_prefixer.h"
 #include "launch/signal_pipe.h"
-#include "launch/survivable.h"
+#include "launch/spawn.h"
 
 namespace braid::launch {
 

@@ -1,4 +1,4 @@
-#include "launch/survivable.h"
+#include "braid/survivable.h"
 
 #include <algorithm>
 #include <cctype>

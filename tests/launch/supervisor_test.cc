@@ -4,7 +4,7 @@
 // --dp N` do). Each test runs the supervisor in a child process of its own,
 // so that it can be sent signals, and the ranks report their pids through
 // files so the test can check that none outlives the job.
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,7 +27,8 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
-#include "launch/survivable.h"
+#include "braid/survivable.h"
+#include "launch/spawn.h"
 #include "support/multiproc.h"
 
 using namespace std::chrono_literals;

@@ -1,8 +1,8 @@
-// launch/survivable.h beyond braid's own launchers: which environments
+// braid/survivable.h beyond braid's own launchers: which environments
 // show a launcher that ends the job on any death (launcher_recovery_option)
 // and the failure a rank posts for the ranks such a launcher leaves running
 // (post_failure, posted_failure). Real processes race for the post.
-#include "launch/survivable.h"
+#include "braid/survivable.h"
 
 #include <gtest/gtest.h>
 

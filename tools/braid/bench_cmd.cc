@@ -20,7 +20,7 @@
 #include "braid/error.h"
 #include "braid/reduce.h"
 #include "comm/algo/select.h"
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 #include "sizes.h"
 #include "subcommands.h"
 

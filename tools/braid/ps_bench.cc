@@ -26,7 +26,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/ps.h"
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 #include "ps_train.h"
 
 namespace braid::tool {

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "braid/error.h"
-#include "launch/survivable.h"
+#include "braid/survivable.h"
 #include "ps/chain.h"
 #include "ps_spare.h"
 

@@ -4,7 +4,7 @@
 //
 // Survivable servers. With --replicas R >= 2 and dedicated servers, every
 // shard is kept by a chain of R servers (ps.h), so a server rank marks its
-// death survivable in the job's store (launch/survivable.h) before it
+// death survivable in the job's store (braid/survivable.h) before it
 // starts serving: the supervisor (braid run, or the self-forked job) lets
 // the others run on. A worker's death, a colocated server's (it is a
 // worker too), any server's with R = 1, and a chain losing its last member

@@ -9,7 +9,7 @@
 #include "braid/error.h"
 #include "braid/job.h"
 #include "braid/ps.h"
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 #include "ps_faults.h"
 #include "ps_train.h"
 #include "subcommands.h"

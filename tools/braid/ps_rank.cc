@@ -18,7 +18,7 @@
 #include "braid/ps.h"
 #include "braid/log.h"
 #include "braid/ps_checkpoint.h"
-#include "launch/survivable.h"
+#include "braid/survivable.h"
 #include "ps_faults.h"
 #include "ps_spare.h"
 #include "ps_train.h"

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "braid/error.h"
-#include "launch/survivable.h"
+#include "braid/survivable.h"
 #include "ps/chain.h"
 #include "ps_faults.h"
 

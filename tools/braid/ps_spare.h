@@ -4,7 +4,7 @@
 //
 // Ranks: with --placement dedicated the spares are the last N ranks, after
 // the W workers and the S servers (W + S + N in all). A spare marks its
-// death survivable (launch/survivable.h) and polls the store's chain
+// death survivable (braid/survivable.h) and polls the store's chain
 // configuration (ps/chain.h). For each server declared dead that no spare
 // has claimed yet it claims it ("ps/spare/claim/<p>": the first add wins),
 // takes a fresh id (ps::replacement_id) and starts a ps::Server joining, one

@@ -28,7 +28,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/models.h"
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 #include "subcommands.h"
 #include "train_setup.h"
 

@@ -35,7 +35,7 @@
 #include "braid/hybrid.h"
 #include "braid/mesh.h"
 #include "braid/pipeline.h"
-#include "launch/supervisor.h"
+#include "braid/supervisor.h"
 #include "subcommands.h"
 #include "train_setup.h"
 

@@ -8,7 +8,7 @@
 // goes on) to every rank's own pid, and stops the job at the first of:
 //   - a rank that exits non-zero or is killed by a signal, unless
 //     `survivable` gives a reason its death is survivable (then one line
-//     names it, launch/survivable.h, and the job goes on);
+//     names it, braid/survivable.h, and the job goes on);
 //   - a signal to the supervisor;
 //   - max_time passing;
 //   - stop_remote() (another node of the job failed).
@@ -32,9 +32,10 @@
 #include <vector>
 
 #include "braid/comm.h"
-#include "launch/spawn.h"
 
 namespace braid::launch {
+
+struct Child;  // a started rank (src/launch/spawn.h)
 
 struct SupervisorOptions {
   std::string tool_name = "braid run";  // how the supervisor names itself
@@ -128,7 +129,7 @@ struct ForkedRank {
 // of this process under a Supervisor (output straight through) that meet
 // through a fresh private file store with a fresh secret, runs body in each
 // and returns the job's status. A rank that marked itself survivable in that
-// store (launch/survivable.h) may die without stopping the others. The
+// store (braid/survivable.h) may die without stopping the others. The
 // store's directory is removed at the end.
 int run_forked(const std::string& tool, int n, const std::function<int(const ForkedRank&)>& body);
 
