@@ -3,12 +3,18 @@
 // bridge; one `braid run --nnodes 2 --node-rank R --master 198.18.0.1:PORT`
 // launcher started inside each. Collectives (every op `braid bench` has,
 // each size checked element by element) and data-parallel training (equal
-// to the single-process run) must work with their traffic on that wire.
+// to the single-process run) must work with their traffic on that wire;
+// a link cut in the middle of training ends both hosts within a bounded
+// time, each naming what it lost.
 // Skipped, with the reason, only where the machine forbids namespaces.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -41,19 +47,25 @@ struct Launched {
 
 // One launcher per host, all at once, `program` run by each of their
 // `per_host` ranks; every launcher ends (or is killed) within `limit`.
-Launched launch_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
-                         const std::string& dir, std::chrono::seconds limit) {
+std::vector<HostJob> start_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
+                                    const std::string& dir, int timeout_s = 60) {
   const std::string secret = "multihost-test-" + std::to_string(::getpid());
   std::vector<HostJob> jobs;
-  const auto t0 = Clock::now();
   for (int r = 0; r < hosts.size(); ++r) {
-    const std::string cmd = "export BRAID_SECRET=" + secret +
-                            " BRAID_PROBE=0 BRAID_TIMEOUT=60; exec " + braid_bin() + " run -n " +
+    const std::string cmd = "export BRAID_SECRET=" + secret + " BRAID_PROBE=0 BRAID_TIMEOUT=" +
+                            std::to_string(timeout_s) + "; exec " + braid_bin() + " run -n " +
                             std::to_string(per_host) + " --nnodes " + std::to_string(hosts.size()) +
                             " --node-rank " + std::to_string(r) + " --master " +
                             hosts.address(0) + ":" + std::to_string(kPort) + " -- " + program;
     jobs.push_back(hosts.start(r, cmd, dir + "/node" + std::to_string(r) + ".out"));
   }
+  return jobs;
+}
+
+Launched launch_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
+                         const std::string& dir, std::chrono::seconds limit) {
+  const auto t0 = Clock::now();
+  std::vector<HostJob> jobs = start_on_hosts(hosts, per_host, program, dir);
   Launched l;
   for (auto& j : jobs) l.status.push_back(j.wait(t0 + limit));
   for (auto& j : jobs) l.out.push_back(j.output());
@@ -148,6 +160,59 @@ TEST(MultiHost, DataParallelTrainingEqualsOneProcess) {
     std::printf("%s: max |serial - 2 hosts| %.3g\n", name.c_str(), d);
     EXPECT_LE(d, 1e-5) << name;
   }
+}
+
+// node1's link to the bridge cut in the middle of training (BRAID_TIMEOUT
+// 10): every rank and both launchers end within a bounded time, and each
+// side names what it lost.
+TEST(MultiHost, LinkCutMidTrainingEndsBothHostsNamingThePeer) {
+  auto hosts = make_hosts(2);
+  if (!hosts) GTEST_SKIP() << "namespaces unavailable";
+  const std::string dir = braid::testing::temp_dir("multihost_cut");
+  const std::string program =
+      braid_bin() + " train mlp --steps 100000 --batch 60 --threads 1 --quiet --json-log " + dir + "/dp.jsonl";
+  std::vector<HostJob> jobs = start_on_hosts(*hosts, 1, program, dir, 10);
+  // Training under way: some steps logged (at most 30 s).
+  const auto t0 = Clock::now();
+  size_t steps = 0;
+  while (Clock::now() - t0 < std::chrono::seconds(30)) {
+    std::ifstream log(dir + "/dp.jsonl");  // whole lines only: one may be half written
+    steps = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
+    if (steps >= 20) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(steps, 20u) << jobs[0].output() << jobs[1].output();
+  hosts->set_link(1, false);
+  const auto cut = Clock::now();
+  // When each launcher ended (polled together, at most 60 s).
+  std::vector<double> ended(jobs.size(), -1);
+  for (int left = int(jobs.size()); left > 0 && Clock::now() - cut < std::chrono::seconds(60);) {
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (ended[i] < 0 && !jobs[i].running()) {
+        ended[i] = std::chrono::duration<double>(Clock::now() - cut).count();
+        --left;
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::vector<int> status;
+  for (auto& j : jobs) status.push_back(j.wait(Clock::now()));  // kills one still running
+  const std::string all = "--- node 0 (status " + std::to_string(status[0]) + ", " +
+                          std::to_string(ended[0]) + " s after the cut)\n" + jobs[0].output() +
+                          "--- node 1 (status " + std::to_string(status[1]) + ", " +
+                          std::to_string(ended[1]) + " s after the cut)\n" + jobs[1].output();
+  std::printf("after the cut: node 0 ended in %.1f s, node 1 in %.1f s (-1: not in 60 s)\n", ended[0],
+              ended[1]);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_GT(status[size_t(i)], 0) << "node " << i << " (-1: still running at the deadline)\n" << all;
+    EXPECT_GE(ended[size_t(i)], 0.0) << "node " << i << " still running 60 s after the cut\n" << all;
+    EXPECT_LT(ended[size_t(i)], 40.0) << "node " << i << "\n" << all;
+  }
+  // Each side names the host it lost: node 0's launcher the node it no
+  // longer hears; on node 1 its launcher (the store on node0 is lost) or its
+  // rank (rank 0 on host node0 timed out), whichever ends first.
+  EXPECT_NE(jobs[0].output().find("node 1 (node1 pid"), std::string::npos) << all;
+  EXPECT_NE(jobs[0].output().find("has not been heard from"), std::string::npos) << all;
+  EXPECT_NE(jobs[1].output().find("node0"), std::string::npos) << all;
 }
 
 }  // namespace

@@ -85,6 +85,14 @@ int HostJob::wait(Clock::time_point deadline) {
   }
 }
 
+bool HostJob::running() {
+  if (pid_ <= 0 || status_ >= 0) return false;
+  int st = 0;
+  if (::waitpid(pid_, &st, WNOHANG) != pid_) return true;
+  status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return false;
+}
+
 std::string HostJob::output() const {
   std::ifstream f(out_);
   std::stringstream ss;

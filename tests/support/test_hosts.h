@@ -34,6 +34,8 @@ class HostJob {
   // Waits until the job ends or `deadline` passes (then kills its process
   // group and returns -1). Exit status, or 128 + the signal.
   int wait(std::chrono::steady_clock::time_point deadline);
+  // Whether it is still running (never waits; an ended job's status is kept).
+  bool running();
   // Everything it wrote (stdout and stderr) so far.
   std::string output() const;
   pid_t pid() const { return pid_; }
