@@ -106,10 +106,11 @@ std::unique_ptr<TestHosts> TestHosts::make(int n, std::string* why) {
     return nullptr;
   }
   CommandResult probe = run_command("unshare --net --uts --ipc --mount --propagation private -- "
-                                    "sh -c 'ip link set lo up && mount -t tmpfs tmpfs /dev/shm'");
+                                    "sh -c 'ip link set lo up && mount -t tmpfs tmpfs /dev/shm && "
+                                    "ip link add b0 type bridge && ip link add v0 type veth peer name v1'");
   if (probe.status != 0) {
-    *why = "this machine forbids the namespaces test hosts need (unshare --net --uts --ipc "
-           "--mount, ip, a tmpfs): " + probe.out;
+    *why = "this machine forbids what test hosts need (unshare --net --uts --ipc --mount, a "
+           "tmpfs, a bridge and a veth pair in a new network namespace): " + probe.out;
     return nullptr;
   }
   std::unique_ptr<TestHosts> h(new TestHosts());
