@@ -117,7 +117,9 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
   // makes the death fatal (Supervisor::survivable).
   const std::string mark_host = opt.node_rank == 0 ? "127.0.0.1" : master_host;
   const int mark_port = opt.master.empty() ? server->port() : master_port;
-  so.survivable = [&marks, mark_host, mark_port, secret](int rank) {
+  so.survivable = [&marks, &link, mark_host, mark_port, secret](int rank) -> std::optional<std::string> {
+    // A store this node can no longer reach cannot say: not survivable.
+    if (link && link->store_lost()) return std::nullopt;
     if (!marks) marks = connect_tcp_store(mark_host, mark_port, secret, std::chrono::seconds(5));
     return survivable_reason(*marks, rank);
   };

@@ -61,6 +61,8 @@ void NodeLink::rendezvous() {
     throw Error(Errc::kTimeout, "node(s) " + missing + " did not join the job at " + store_addr_ +
                                     " within " + std::to_string(timeout_.count() / 1000) + " s");
   }
+  for (int i = 0; i < nnodes_; ++i)
+    claims_.push_back(store_->get_str(key("node/" + std::to_string(i))));
   for (int i = 0; i < nnodes_; ++i) {
     std::string v = store_->get_str(keys[size_t(i)]);
     if (v != std::to_string(nproc_))
@@ -71,7 +73,14 @@ void NodeLink::rendezvous() {
   }
 }
 
+std::string NodeLink::describe(int node) const {
+  std::string d = "node " + std::to_string(node);
+  if (size_t(node) < claims_.size()) d += " (" + claims_[size_t(node)] + ")";
+  return d;
+}
+
 void NodeLink::report_failure(int status, const std::string& description) {
+  if (store_lost_.load()) return;
   std::string v = std::to_string(status) + "|" + std::to_string(node_rank_) + "|" + description;
   try {
     store_->compare_set(key("failed"), {}, Bytes(v.begin(), v.end()));
@@ -82,13 +91,34 @@ void NodeLink::report_failure(int status, const std::string& description) {
 
 void NodeLink::watch(std::function<void(int, std::string)> on_failure) {
   watcher_ = std::thread([this, on_failure = std::move(on_failure)] {
+    const std::string beat = key("beat/" + std::to_string(node_rank_));
+    // When the store last answered. A request it does not answer ends at its
+    // own deadline (the job's timeout for the beat, 10 s past the interval
+    // for the wait), so this notices a store that went silent.
+    double answered = now_s();
+    const double patience = double(timeout_.count()) / 1000.0;
+    auto lost = [&](const std::string& why) {
+      store_lost_.store(true);
+      if (!stopping_.load())
+        on_failure(1, "lost the job's store at " + store_addr_ + " on " + describe(0) + ": " + why);
+    };
     while (!stopping_.load()) {
       try {
+        if (node_rank_ != 0) store_->add(beat, 1);
+        answered = now_s();
         store_->wait({key("failed")}, kWatchInterval);
       } catch (const Error& e) {
-        if (e.code() == Errc::kTimeout) continue;
-        if (!stopping_.load())
-          on_failure(1, std::string("lost the job's store (") + e.what() + ")");
+        if (e.code() == Errc::kTimeout) {
+          // The server's own "timed out" answer comes within the interval.
+          if (now_s() - answered < double(kWatchInterval.count()) / 1000.0 + 2.0) {
+            answered = now_s();
+            continue;
+          }
+          if (now_s() - answered < patience) continue;
+          lost("no answer for " + std::to_string(int(now_s() - answered)) + " s");
+          return;
+        }
+        lost(e.what());
         return;
       }
       try {
@@ -96,7 +126,7 @@ void NodeLink::watch(std::function<void(int, std::string)> on_failure) {
         auto [status, what] = parse_failure(store_->get_str(key("failed")), &node);
         if (node != node_rank_) on_failure(status, what);
       } catch (const Error& e) {
-        if (!stopping_.load()) on_failure(1, std::string("lost the job's store (") + e.what() + ")");
+        lost(e.what());
       }
       return;
     }
@@ -106,12 +136,24 @@ void NodeLink::watch(std::function<void(int, std::string)> on_failure) {
 int NodeLink::finish(int status, const std::function<bool()>& stop, std::string* what) {
   stopping_.store(true);
   if (watcher_.joinable()) watcher_.join();
-  store_->set_str(key("exit/" + std::to_string(node_rank_)), std::to_string(status));
+  if (store_lost_.load()) return 0;
+  try {
+    store_->set_str(key("exit/" + std::to_string(node_rank_)), std::to_string(status));
+  } catch (const Error& e) {
+    if (node_rank_ == 0) throw;
+    BRAID_LOG(kWarn, "could not tell " << describe(0) << " this node's status: " << e.what());
+    return 0;
+  }
   if (node_rank_ != 0) return 0;
+  const double patience = double(timeout_.count()) / 1000.0;
   double last_note = now_s();
   int other = 0;
   for (int i = 1; i < nnodes_; ++i) {
     std::string k = key("exit/" + std::to_string(i));
+    const std::string beat = key("beat/" + std::to_string(i));
+    std::string last_beat = store_->check(beat) ? store_->get_str(beat) : "";
+    double heard = now_s();
+    bool gone = false;
     for (;;) {
       try {
         store_->wait({k}, std::chrono::milliseconds(500));
@@ -120,19 +162,35 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
         if (e.code() != Errc::kTimeout) throw;
       }
       if (stop()) return 0;
+      std::string b = store_->check(beat) ? store_->get_str(beat) : "";
+      if (b != last_beat) {
+        last_beat = b;
+        heard = now_s();
+      } else if (now_s() - heard >= patience) {
+        gone = true;
+        break;
+      }
       if (now_s() - last_note > 60) {
         BRAID_LOG(kWarn, "node 0 keeps the job's store up until node " << i << " finishes");
         last_note = now_s();
       }
     }
     int s = 1;
-    try {
-      s = std::stoi(store_->get_str(k));
-    } catch (const std::exception&) {
+    std::string w;
+    if (gone) {
+      w = describe(i) + " has not been heard from for " + std::to_string(int(patience)) +
+          " s: its launcher or the link to it is lost; not waiting for it";
+      BRAID_LOG(kWarn, w);
+    } else {
+      try {
+        s = std::stoi(store_->get_str(k));
+      } catch (const std::exception&) {
+      }
+      w = describe(i) + " finished with status " + std::to_string(s);
     }
     if (s != 0 && other == 0) {
       other = s;
-      if (what) *what = "node " + std::to_string(i) + " finished with status " + std::to_string(s);
+      if (what) *what = w;
     }
   }
   return other;

@@ -4,7 +4,14 @@
 // ranks, and node 0 keeps the store up until every node has finished.
 //
 // Keys (all under "braid/launch/"): node/<i> (claim: host and pid),
-// nproc/<i>, failed ("<status>|<node>|<description>"), exit/<i>.
+// nproc/<i>, failed ("<status>|<node>|<description>"), exit/<i>, beat/<i>
+// (a counter every node but 0 raises while its ranks run, so node 0 can
+// tell a node that is still working from one it can no longer hear).
+//
+// Nothing waits for an unreachable node for ever: a node whose store has
+// not answered for the job's timeout calls the store lost (and names node
+// 0's host), and node 0 stops waiting for a node that has neither
+// finished nor beaten for as long (and names it).
 #pragma once
 
 #include <atomic>
@@ -13,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "braid/store.h"
 
@@ -33,23 +41,33 @@ class NodeLink {
   void report_failure(int status, const std::string& description);
 
   // Starts a thread that calls on_failure(status, description) once, when
-  // another node reports a failure or the store goes away unexpectedly.
+  // another node reports a failure or the store goes away or stops
+  // answering for the job's timeout; on nodes other than 0 it beats.
   void watch(std::function<void(int, std::string)> on_failure);
+
+  // True once the watcher found the store gone: report_failure and finish
+  // then skip it (each would only wait out its deadline).
+  bool store_lost() const { return store_lost_.load(); }
 
   // Records this node's final status. Node 0 then waits for every other node
   // (logging who it waits for once a minute, giving up when stop() turns
-  // true) and returns the first non-zero status among them (0 if none),
-  // with its description in *what.
+  // true, or on a node not heard from for the job's timeout, which it names)
+  // and returns the first non-zero status among them (0 if none), with its
+  // description in *what.
   int finish(int status, const std::function<bool()>& stop, std::string* what);
 
  private:
   std::string key(const std::string& k) const { return "braid/launch/" + k; }
+  // "node 1 (node1 pid 42)", from its claim.
+  std::string describe(int node) const;
 
   std::shared_ptr<Store> store_;
   std::string store_addr_;
   int nnodes_, node_rank_, nproc_;
   std::chrono::milliseconds timeout_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> store_lost_{false};
+  std::vector<std::string> claims_;  // node/<i> of every node, after rendezvous
   std::thread watcher_;
 };
 
