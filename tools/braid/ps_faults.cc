@@ -13,8 +13,8 @@
 #include <optional>
 
 #include "braid/error.h"
+#include "braid/ps_spare.h"
 #include "braid/survivable.h"
-#include "ps/chain.h"
 #include "ps_spare.h"
 
 namespace braid::tool {
@@ -260,13 +260,11 @@ nlohmann::json FailoverProbe::done_fields(const ps::Worker& worker,
                       {"tail_updates_applied", t.updates_applied},
                       {"tail_writes_duplicate", t.writes_duplicate}});
   }
-  ps::ChainView view(servers_, replicas_, job_.store);
-  for (int s = 0; s < servers_; ++s) chains[size_t(s)]["members"] = view.chain(s);
+  const ps::SpareJob chains_now{servers_, replicas_, spares_, job_.store};
+  const auto members = ps::live_chains(chains_now);
+  for (int s = 0; s < servers_; ++s) chains[size_t(s)]["members"] = members[size_t(s)];
   out["chains"] = chains;
-  nlohmann::json dead = nlohmann::json::array();
-  for (int p = 0; p < servers_ + spares_; ++p)
-    if (view.dead(p)) dead.push_back(p);
-  out["dead_servers"] = dead;
+  out["dead_servers"] = ps::dead_servers(chains_now);
   if (spares_ > 0) {
     std::map<int, double> died;
     for (const Measured& m : done_) died[m.at.server] = m.died;

@@ -1,24 +1,11 @@
-// Spare servers in `braid ps train --replicas R --spare-servers N`: ranks
-// that stand by and, when a server dies, join every chain it was in, so each
-// chain is back to R members (src/ps/chain_join.h does the joining).
+// Spare servers in `braid ps train --replicas R --spare-servers N`, over the
+// library's protocol (braid/ps_spare.h): which ranks are spares, what they
+// print, and the done record's "joins".
 //
 // Ranks: with --placement dedicated the spares are the last N ranks, after
 // the W workers and the S servers (W + S + N in all). A spare marks its
-// death survivable (braid/survivable.h) and polls the store's chain
-// configuration (ps/chain.h). For each server declared dead that no spare
-// has claimed yet it claims it ("ps/spare/claim/<p>": the first add wins),
-// takes a fresh id (ps::replacement_id) and starts a ps::Server joining, one
-// after another, every shard whose chain the dead server was configured in
-// (ChainView::shards_with) and that is short of R live members. It then
-// publishes its report and serves like any other server until every worker
-// has said goodbye. A spare replaces one dead server; a second death takes a
-// second spare. A chain that lost every member cannot be rejoined (nothing
-// holds its state): the workers fail the job as without spares.
-//
-// Store keys: "ps/spares/used" (claims made), "ps/spare/claimed/<i>" (the
-// dead server of claim i), "ps/spare/report/<p>" (the join of dead server
-// p, JSON: spare, rank, id, replaced, joined_at (wall-clock seconds),
-// shards [{shard, tail, epoch, pause_s}] or error), "ps/spares/stop".
+// death survivable (braid/survivable.h), stands by, and after a join
+// serves like any other server until every worker has said goodbye.
 //
 // Worker 0, once it has trained every step, waits (within --ps-timeout)
 // until every chain has R live members or every spare is used, and every
@@ -33,16 +20,14 @@
 #include <vector>
 
 #include "braid/ps.h"
+#include "braid/ps_spare.h"
 #include "ps_train.h"
 
 namespace braid::tool {
 
-// Starts a server under replacement id `id` joining `shards`.
-using StartJoiner = std::function<std::unique_ptr<ps::Server>(int id, const std::vector<int>& shards)>;
-
 // Spare `spare` (0-based among the spares): stands by, joins, serves; 0
 // when the job ends. Throws what the join throws (after reporting it).
-int run_ps_spare(const Job& job, const PsFlags& f, int spare, const StartJoiner& start);
+int run_ps_spare(const Job& job, const PsFlags& f, int spare, const ps::StartJoiner& start);
 
 // Worker 0, after its last step: the wait described above (await_joins),
 // then stops the idle spares.
