@@ -32,6 +32,8 @@ py=/usr/bin/python3
 [[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
 export PYTHONPATH=$build/python
 envs=${ENVS:-"user openmp"}
+# Every run starts from this: none of the caller's thread or library settings.
+clean=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
 # settings ENV: the variables every run in ENV gets, whichever the backend.
 settings() {
   if [[ $1 == openmp ]]; then
