@@ -4,7 +4,11 @@ the same PyTorch code, only the backend name differing.
 
   torch_backend.py ddp BACKEND       Fashion-MNIST MLP (784-512-512-10, SGD,
                                      global batch 256) under DDP with its
-                                     defaults; prints {"samples_per_s": ...}
+                                     defaults, batches sliced from the
+                                     training set; prints {"samples_per_s": ...}
+  torch_backend.py ddp_loader BACKEND  the same fed by a DataLoader over a
+                                     DistributedSampler (shuffled each epoch),
+                                     as a PyTorch user writes it
   torch_backend.py allreduce BACKEND dist.all_reduce of float32, 8 B..64 MiB;
                                      prints {"bytes": n, "us": t} per size
 
@@ -23,7 +27,29 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-def ddp(steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
+def batches(xtr, ytr, world, rank, batch, loader):
+    """This rank's (x, y) per step, endlessly: contiguous slices of the
+    training set, or (loader) what a PyTorch user writes: a DataLoader over
+    a DistributedSampler that reshuffles every epoch."""
+    n = xtr.shape[0]
+    if not loader:
+        s = 0
+        while True:
+            lo = (s * 256 + rank * batch) % (n - batch)
+            yield xtr[lo:lo + batch], ytr[lo:lo + batch]
+            s += 1
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+    sampler = DistributedSampler(TensorDataset(xtr, ytr), num_replicas=world, rank=rank, seed=0)
+    dl = DataLoader(TensorDataset(xtr, ytr), batch_size=batch, sampler=sampler, drop_last=True)
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from dl
+        epoch += 1
+
+
+def ddp(loader=False, steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
     import torch_train as tt  # Fashion-MNIST reader and MLP of compare_ddp.sh
     xtr, ytr = tt.fashion("train")
     torch.manual_seed(0)
@@ -31,13 +57,13 @@ def ddp(steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     world, rank = dist.get_world_size(), dist.get_rank()
     batch = 256 // world
-    n = xtr.shape[0]
+    data = batches(xtr, ytr, world, rank, batch, loader)
     for s in range(warmup + steps):
         if s == warmup:
             dist.barrier()
             t0 = time.perf_counter()
-        lo = (s * 256 + rank * batch) % (n - batch)
-        x, y = tt.standardise(xtr[lo:lo + batch]), ytr[lo:lo + batch]
+        xb, y = next(data)
+        x = tt.standardise(xb)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=False)
         loss.backward()
@@ -71,7 +97,7 @@ def main():
     if backend == "braid":
         import braid_torch  # noqa: F401
     dist.init_process_group(backend, init_method="env://")
-    {"ddp": ddp, "allreduce": allreduce}[mode]()
+    {"ddp": ddp, "ddp_loader": lambda: ddp(loader=True), "allreduce": allreduce}[mode]()
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # a gloo group can hang in its destructor (RIVALS.md)

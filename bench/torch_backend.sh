@@ -2,7 +2,9 @@
 # PyTorch with backend "braid" beside "gloo", only the backend name changed:
 #   1. DDP on the Fashion-MNIST MLP at dp=2 x 1 thread: samples/s, median of
 #      REPS runs, the two backends alternating (odd reps braid first, even
-#      gloo first) so that drift favours neither; ratio braid/gloo;
+#      gloo first) so that drift favours neither; ratio braid/gloo; batches
+#      sliced from the training set (in each of ENVS), and fed by a
+#      DataLoader over a DistributedSampler, as a user writes it (`user`);
 #   2. dist.all_reduce of float32 from Python, 8 B to 64 MiB: latency and
 #      busbw per backend, their ratio, and braid's binding overhead over
 #      `braid bench` at the same size (same ranks, same machine), each the
@@ -56,10 +58,15 @@ run2() {
     { echo "torchrun $1 $2 $3 failed:" >&2; tail -20 "$4.err" >&2; exit 1; }
 }
 
+# The DDP cases: ENV:MODE (ddp: batches sliced from the training set;
+# ddp_loader: a DataLoader over a DistributedSampler, as users write it).
+cases=""
+for e in $envs; do cases+=" $e:ddp"; done
+cases+=" user:ddp_loader"
 for r in $(seq 1 "$reps"); do
   order="braid gloo"; ((r % 2 == 0)) && order="gloo braid"
-  for e in $envs; do
-    for b in $order; do run2 "$e" ddp "$b" "$out/ddp_${e}_${b}_$r.json"; done
+  for c in $cases; do
+    for b in $order; do run2 "${c%%:*}" "${c#*:}" "$b" "$out/ddp_${c%%:*}_${c#*:}_${b}_$r.json"; done
   done
 done
 BRAID_BIN=$build/braid
@@ -68,17 +75,21 @@ for r in $(seq 1 "$reps"); do
   "${clean[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench_$r.txt"
 done
 
-$py - "$out" "$reps" "$envs" <<'PY'
+$py - "$out" "$reps" "$cases" <<'PY'
 import glob, json, statistics, sys
-out, reps, envs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-def runs(e, b):
-    return sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{e}_{b}_*.json"))
+out, reps, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def runs(c, b):
+    e, m = c.split(":")
+    return sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{e}_{m}_{b}_*.json"))
+feed = {"ddp": "sliced batches", "ddp_loader": "DataLoader + DistributedSampler"}
 print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread, samples/s (median of %d; [min, max])\n" % reps)
-print("| environment (both backends) | braid | gloo | braid/gloo |\n|---|---|---|---|")
-for e in envs:
-    rb, rg = runs(e, "braid"), runs(e, "gloo")
+print("| environment (both backends) | batches | braid | gloo | braid/gloo |\n|---|---|---|---|---|")
+for c in cases:
+    rb, rg = runs(c, "braid"), runs(c, "gloo")
     b, g = statistics.median(rb), statistics.median(rg)
-    print("| %s | %.0f [%.0f, %.0f] | %.0f [%.0f, %.0f] | %.2fx |" % (e, b, rb[0], rb[-1], g, rg[0], rg[-1], b / g))
+    e, m = c.split(":")
+    print("| %s | %s | %.0f [%.0f, %.0f] | %.0f [%.0f, %.0f] | %.2fx |" %
+          (e, feed[m], b, rb[0], rb[-1], g, rg[0], rg[-1], b / g))
 print()
 def lines(b):  # {bytes: median us over the runs}
     runs = [{d["bytes"]: d["us"] for d in map(json.loads, open(f))} for f in glob.glob(f"{out}/ar_{b}_*.json")]
