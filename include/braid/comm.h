@@ -246,6 +246,9 @@ namespace comm {
 // and α-β cost, at the top of its file in src/comm/algo/. Throws
 // Error(kInvalidArgument) for an unknown collective.
 std::vector<std::string> algorithms(const std::string& collective);
+// Those collectives, in that order (the README's algorithm table and
+// `braid bench --list-algos` list them so).
+std::vector<std::string> collectives();
 }  // namespace comm
 
 }  // namespace braid

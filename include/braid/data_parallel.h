@@ -147,6 +147,11 @@ class DataParallel : public nn::StepHooks {
   // True when bucket reductions overlap backward (DpOptions::reduce, with
   // kAuto resolved for this host).
   bool background_reduce() const;
+  // True when every gradient bucket lies in alloc_shared memory that all
+  // ranks map, so its all_reduce is the "shared" one (ZeRO 0/1, f32
+  // gradients, DpOptions::shared_buckets, several ranks all on shared
+  // memory); false when the buckets are private.
+  bool shared_buckets() const;
   Communicator& comm();
   int rank() const;
   int world() const;

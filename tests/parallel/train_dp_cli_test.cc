@@ -1,6 +1,7 @@
 // braid train --dp, end to end with the real binary (BRAID_BIN): the
 // data-parallel log equals the single-process one, the JSON records carry
-// the per-rank time split, `braid run` ranks join the job they are given,
+// the per-rank time split, gradient buckets are shared unless
+// --private-buckets, `braid run` ranks join the job they are given,
 // and a rank killed in the middle of a step stops the job with a message
 // naming it.
 #include <gtest/gtest.h>
@@ -117,6 +118,45 @@ TEST(TrainDp, LayoutsMatchSingleProcessAndReportTheirTimeSplit) {
                 1e-9 * double(done["scaling_factor"]))
         << layout;
   }
+}
+
+// Gradient buckets lie in shared memory by default (reduced in place by
+// the "shared" all-reduce); --private-buckets keeps them in private memory,
+// training the same; where the buckets are private anyway the flag is
+// refused, naming why.
+TEST(TrainDp, PrivateBucketsTrainTheSameAndAreRefusedWhereTheyMeanNothing) {
+  std::string dir = braid::testing::temp_dir("traindppriv");
+  int run = 0;
+  for (const char* layout : {"--dp 2", "--dp 2 --private-buckets", "--dp 3 --zero 1",
+                             "--dp 3 --zero 1 --private-buckets"}) {
+    const std::string log = dir + "/run" + std::to_string(run++) + ".jsonl";
+    Result r = sh(braid_bin() + " train" + kSmall + " " + layout + " --json-log " + log);
+    ASSERT_EQ(r.status, 0) << layout << ": " << r.out;
+    auto v = braid::testing::read_json_lines(log);
+    expect_same_training(v, layout);
+    ASSERT_FALSE(v.empty()) << layout;
+    const bool private_buckets = std::string(layout).find("--private-buckets") != std::string::npos;
+    EXPECT_EQ(v.back()["shared_buckets"], !private_buckets) << layout;
+  }
+  for (const auto& [flags, why] :
+       {std::pair<std::string, std::string>{"--zero 2", "--zero 2 and 3 (sharded gradients)"},
+        {"--zero 3", "--zero 2 and 3 (sharded gradients)"},
+        {"--plain", "--plain (no buckets)"},
+        {"--bf16-grads", "--bf16-grads (sent from a staging copy)"}}) {
+    Result r = sh(braid_bin() + " train" + kSmall + " --dp 2 --private-buckets " + flags);
+    EXPECT_NE(r.status, 0) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find("--private-buckets applies to the shared-memory gradient buckets of "
+                         "ZeRO 0/1 with f32 gradients; with " + why +
+                         " the gradients are in private memory already"),
+              std::string::npos)
+        << flags << ": " << r.out;
+  }
+  // A model-parallel run takes no data-parallel bucket flags.
+  Result r = sh(braid_bin() + " train gpt --steps 2 --batch 8 --layers 2 --d-model 32 --heads 4 "
+                              "--context 16 --threads 1 --quiet --tp 2 --private-buckets");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--private-buckets"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
 }
 
 TEST(TrainDp, JoinsTheJobOfBraidRun) {

@@ -1,11 +1,14 @@
 // braid train gpt --dp/--tp/--pp, end to end with the real binary
-// (BRAID_BIN): every layout's losses equal the single-process run's, the
-// JSON records carry the per-rank split and the pipeline's figures,
-// checkpoints resume across layouts, --pp-balance cuts the stages by
-// measured time without changing the losses, --print-schedule names every rank,
+// (BRAID_BIN): every layout's losses and final weights equal the
+// single-process run's, the JSON records carry every rank's split of each
+// step (finite, within the training time, a bubble exactly where there is
+// a pipeline) and the pipeline's figures, checkpoints resume across
+// layouts, --pp-balance cuts the stages by measured time without changing
+// the losses or weights, --print-schedule names every rank,
 // and a wrong rank count under a launcher or --tp with mlp is refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,11 +16,13 @@
 
 #include "support/multiproc.h"
 #include "support/tool.h"
+#include "support/weights.h"
 
 namespace {
 
 using braid::testing::braid_bin;
 using braid::testing::expect_same_losses;
+using braid::testing::expect_same_weights;
 using braid::testing::CommandResult;
 using braid::testing::run_command;
 
@@ -25,11 +30,27 @@ using braid::testing::run_command;
 const std::string kTiny =
     " train gpt --batch 8 --layers 2 --d-model 32 --heads 4 --context 16 --threads 1 --quiet";
 
+// Final weights of a layout against the serial run's, element by element.
+// AdamW moves every element by about lr (1e-3) a step whatever its
+// gradient's size, so a wrong gradient shows at that scale; rounding of
+// near-zero gradients (the key bias's, ~0 in exact arithmetic) moves a few
+// elements by up to ~4e-6 in 7 steps.
+constexpr double kWeightTol = 5e-5;
+
 // `braid train` with kTiny for `steps` steps plus `extra`; its JSON log.
+// Unless `extra` names a checkpoint, the run's final weights go to ck(tag).
+const std::string& dir() {
+  static const std::string d = braid::testing::temp_dir("trainmp");
+  return d;
+}
+std::string ck(const std::string& tag) { return dir() + "/" + tag + ".ck"; }
 std::vector<nlohmann::json> train(const std::string& extra, int steps, const std::string& tag) {
-  std::string log = braid::testing::temp_dir("trainmp") + "/" + tag + ".jsonl";
+  std::string log = dir() + "/" + tag + ".jsonl";
   CommandResult r = run_command(braid_bin() + kTiny + " --steps " + std::to_string(steps) + " " +
-                                extra + " --json-log " + log);
+                                extra + " --json-log " + log +
+                                (extra.find("--checkpoint") == std::string::npos
+                                     ? " --checkpoint " + ck(tag)
+                                     : ""));
   EXPECT_EQ(r.status, 0) << extra << "\n" << r.out;
   return braid::testing::read_json_lines(log);
 }
@@ -46,12 +67,49 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
                           Layout{"--dp 2 --tp 2", 2, 2, 1}}) {
     const auto v = train(l.flags, 5, "layout");
     expect_same_losses(serial, v, l.flags);
+    expect_same_weights(ck("serial"), ck("layout"), kWeightTol, l.flags);
     if (v.size() != serial.size()) continue;
     const size_t world = size_t(l.dp * l.tp * l.pp);
-    for (const char* k : {"compute_s", "exposed_comm_s", "bubble_s"})
-      EXPECT_EQ(v[0][k].size(), world) << l.flags << " " << k;
     const auto& done = v.back();
     EXPECT_EQ(done["event"], "done") << l.flags;
+    const double train_s = done["train_seconds"];
+    // Every rank's split of every step: finite, none negative, compute on
+    // every rank; communication waits wherever there is another rank; a
+    // bubble on every rank of a pipeline and on none without one. The parts
+    // are disjoint parts of each step, so per rank they sum to at most the
+    // job's training time: all steps on rank 0 (whose clock that is), and
+    // on the others every step after the first (the first may start
+    // before rank 0's clock does; the others begin after the exchange of
+    // the step before, which waits for rank 0).
+    for (size_t w = 0; w < world; ++w) {
+      double sum = 0, sum_after_first = 0;
+      for (size_t i = 0; i + 1 < v.size(); ++i) {
+        const std::string at = l.flags + " rank " + std::to_string(w) + " step " + std::to_string(i);
+        double step = 0;
+        for (const char* k : {"compute_s", "exposed_comm_s", "bubble_s"}) {
+          ASSERT_TRUE(v[i][k].is_array()) << at << " " << k;
+          ASSERT_EQ(v[i][k].size(), world) << at << " " << k;
+          ASSERT_TRUE(v[i][k][w].is_number()) << at << " " << k;
+          const double x = v[i][k][w];
+          EXPECT_TRUE(std::isfinite(x)) << at << " " << k << " " << x;
+          EXPECT_GE(x, 0.0) << at << " " << k;
+          step += x;
+        }
+        EXPECT_GT(double(v[i]["compute_s"][w]), 0.0) << at;
+        if (world > 1) {
+          EXPECT_GT(double(v[i]["exposed_comm_s"][w]), 0.0) << at;
+        }
+        if (l.pp == 1) {
+          EXPECT_EQ(double(v[i]["bubble_s"][w]), 0.0) << at << ": no pipeline, no bubble";
+        } else {
+          EXPECT_GT(double(v[i]["bubble_s"][w]), 0.0) << at << ": a pipeline stage reports no bubble";
+        }
+        sum += step;
+        if (i > 0) sum_after_first += step;
+      }
+      EXPECT_LE(w == 0 ? sum : sum_after_first, train_s)
+          << l.flags << " rank " << w << ": the split of its steps exceeds the training time";
+    }
     EXPECT_EQ(done["dp"], l.dp);
     EXPECT_EQ(done["tp"], l.tp);
     EXPECT_EQ(done["pp"], l.pp);
@@ -60,9 +118,12 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
     EXPECT_GE(bubble, 0) << l.flags;
     EXPECT_LT(bubble, 1) << l.flags;
     EXPECT_EQ(done["bubble_method"], "span") << l.flags << ": one host, one clock";
-    // A one-stage pipeline has no communication actions, so no bubble.
+    // A one-stage pipeline has no communication actions, so no bubble; a
+    // two-stage one idles at least before stage 1's first forward.
     if (l.pp == 1) {
       EXPECT_EQ(bubble, 0) << l.flags;
+    } else {
+      EXPECT_GT(bubble, 0) << l.flags;
     }
     ASSERT_EQ(done["peak_activation_bytes"].size(), size_t(l.pp)) << l.flags;
     for (const auto& b : done["peak_activation_bytes"]) EXPECT_GT(int64_t(b), 0) << l.flags;
@@ -71,12 +132,13 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
 
 TEST(TrainMp, PpBalanceCutsByMeasuredTimeAndMatchesSingleProcess) {
   const auto serial = train("", 4, "serial4");
-  std::string log = braid::testing::temp_dir("trainmp") + "/balance.jsonl";
+  std::string log = dir() + "/balance.jsonl";
   CommandResult r = run_command(braid_bin() + kTiny +
                                 " --steps 4 --pp 2 --micro-batches 4 --pp-balance --json-log " +
-                                log);
+                                log + " --checkpoint " + ck("balance"));
   ASSERT_EQ(r.status, 0) << r.out;
   expect_same_losses(serial, braid::testing::read_json_lines(log), "--pp 2 --pp-balance");
+  expect_same_weights(ck("serial4"), ck("balance"), kWeightTol, "--pp 2 --pp-balance");
   // Printed once, by rank 0: the 5 modules (emb, 2 blocks, ln_f, lm_head)
   // cut into 2 stages that together cover them.
   EXPECT_EQ(r.out.find("pp balance:"), r.out.rfind("pp balance:")) << r.out;
@@ -94,11 +156,10 @@ TEST(TrainMp, PpBalanceCutsByMeasuredTimeAndMatchesSingleProcess) {
 
 TEST(TrainMp, CheckpointResumesInAnotherLayoutAndTraceIsWritten) {
   const auto serial = train("", 7, "serial7");
-  std::string dir = braid::testing::temp_dir("trainmpck");
-  train("--tp 2 --checkpoint " + dir + "/ck.bin", 5, "first5");
-  const auto rest = train("--pp 2 --schedule gpipe --resume " + dir + "/ck.bin --trace " + dir +
-                              "/trace.json",
-                          7, "last2");
+  train("--tp 2", 5, "first5");
+  const auto rest =
+      train("--pp 2 --schedule gpipe --resume " + ck("first5") + " --trace " + dir() + "/trace.json",
+            7, "last2");
   ASSERT_EQ(rest.size(), 3u);  // steps 5 and 6, then done
   ASSERT_EQ(serial.size(), 8u);
   EXPECT_EQ(rest[0]["step"], 5);
@@ -106,7 +167,8 @@ TEST(TrainMp, CheckpointResumesInAnotherLayoutAndTraceIsWritten) {
     double la = serial[5 + i]["loss"], lb = rest[i]["loss"];
     EXPECT_NEAR(lb, la, 1e-5 * la) << "step " << 5 + i;
   }
-  std::ifstream t(dir + "/trace.json");
+  expect_same_weights(ck("serial7"), ck("last2"), kWeightTol, "resumed at --pp 2");
+  std::ifstream t(dir() + "/trace.json");
   ASSERT_TRUE(t.good());
   nlohmann::json trace = nlohmann::json::parse(t);
   EXPECT_FALSE(trace["traceEvents"].empty());

@@ -3,7 +3,7 @@
 // rounds of the whole schedule, --recompute recomputes every block's
 // activations, --save-init writes the serial model's weights from any
 // layout and --init-from loads them into any layout; each run's losses
-// equal the single-process run's with the same flags.
+// and final weights equal the single-process run's with the same flags.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +13,7 @@
 #include "braid/checkpoint.h"
 #include "support/multiproc.h"
 #include "support/tool.h"
+#include "support/weights.h"
 
 namespace {
 
@@ -26,18 +27,31 @@ const std::string kTiny =
     " train gpt --batch 8 --layers 2 --d-model 32 --heads 4 --context 16 --dropout 0.1"
     " --threads 1 --quiet --steps 4 ";
 
-std::vector<nlohmann::json> train(const std::string& extra, const std::string& tag) {
-  std::string log = braid::testing::temp_dir("trainmpflags") + "/" + tag + ".jsonl";
-  CommandResult r = run_command(braid_bin() + kTiny + extra + " --json-log " + log);
+// A run's JSON log and the checkpoint of its final weights.
+struct TrainRun {
+  std::vector<nlohmann::json> log;
+  std::string ck;
+};
+
+TrainRun train(const std::string& extra, const std::string& tag) {
+  static const std::string dir = braid::testing::temp_dir("trainmpflags");
+  TrainRun run{{}, dir + "/" + tag + ".ck"};
+  const std::string log = dir + "/" + tag + ".jsonl";
+  CommandResult r =
+      run_command(braid_bin() + kTiny + extra + " --json-log " + log + " --checkpoint " + run.ck);
   EXPECT_EQ(r.status, 0) << extra << "\n" << r.out;
-  return braid::testing::read_json_lines(log);
+  run.log = braid::testing::read_json_lines(log);
+  return run;
 }
 
-// 4 steps and the done record in each log, with the same losses.
-void expect_same_losses(const std::vector<nlohmann::json>& a,
-                        const std::vector<nlohmann::json>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), 5u) << what;
-  braid::testing::expect_same_losses(a, b, what);
+// 4 steps and the done record in each log, with the same losses, and the
+// same final weights. AdamW moves every element by about lr (1e-3) a step
+// whatever its gradient's size, so a wrong gradient shows at that scale;
+// rounding of near-zero gradients moves a few elements by some 1e-6.
+void expect_same_run(const TrainRun& a, const TrainRun& b, const std::string& what) {
+  ASSERT_EQ(a.log.size(), 5u) << what;
+  braid::testing::expect_same_losses(a.log, b.log, what);
+  braid::testing::expect_same_weights(a.ck, b.ck, 5e-5, what);
 }
 
 TEST(TrainMpFlags, AccumAndRecomputeMatchSingleProcess) {
@@ -46,12 +60,12 @@ TEST(TrainMpFlags, AccumAndRecomputeMatchSingleProcess) {
        {"--tp 2 --accum 2", "--pp 2 --schedule 1f1b --micro-batches 2 --accum 2",
         "--pp 2 --schedule interleaved --micro-batches 2 --accum 2",
         "--dp 2 --pp 2 --schedule gpipe --micro-batches 2 --accum 2"})
-    expect_same_losses(serial, train(flags, "accum"), flags);
+    expect_same_run(serial, train(flags, "accum"), flags);
 
   const auto serial_rc = train("--recompute", "serial_rc");
   for (const std::string flags :
        {"--tp 2 --pp 2 --micro-batches 2 --recompute", "--tp 2 --sequence-parallel --recompute"})
-    expect_same_losses(serial_rc, train(flags, "recompute"), flags);
+    expect_same_run(serial_rc, train(flags, "recompute"), flags);
 
   // Accumulation rounds that do not split the batch are refused by name.
   CommandResult r = run_command(braid_bin() + kTiny + "--pp 2 --micro-batches 4 --accum 4");
@@ -84,14 +98,14 @@ TEST(TrainMpFlags, InitialWeightsTravelBetweenLayouts) {
 
   // Loaded at seed 2 (its data order and dropout), in one process and in
   // other layouts: the same losses, and not those of seed 2's own weights.
-  const auto own = train("--seed 2", "own");
-  const auto serial = train("--seed 2 --init-from " + dir + "/serial.bin", "init_serial");
+  const auto own = train("--seed 2", "own").log;
+  const TrainRun serial = train("--seed 2 --init-from " + dir + "/serial.bin", "init_serial");
   ASSERT_FALSE(own.empty());
-  ASSERT_FALSE(serial.empty());
-  EXPECT_GT(std::abs(double(own[0]["loss"]) - double(serial[0]["loss"])), 1e-4);
+  ASSERT_FALSE(serial.log.empty());
+  EXPECT_GT(std::abs(double(own[0]["loss"]) - double(serial.log[0]["loss"])), 1e-4);
   for (const std::string flags : {"--tp 2 --pp 2 --micro-batches 2", "--dp 2 --tp 2"})
-    expect_same_losses(serial, train("--seed 2 --init-from " + dir + "/mp.bin " + flags, "init"),
-                       flags);
+    expect_same_run(serial, train("--seed 2 --init-from " + dir + "/mp.bin " + flags, "init"),
+                    flags);
 
   // A checkpoint of another model's shapes is refused, naming the tensor.
   CommandResult w = run_command(braid_bin() +

@@ -1,5 +1,7 @@
 #include "support/weights.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -24,6 +26,19 @@ std::map<std::string, double> weight_diffs(const std::string& pa, const std::str
     for (int64_t i = 0; i < ta.numel(); ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
   }
   return out;
+}
+
+size_t expect_same_weights(const std::string& a, const std::string& b, double tol,
+                           const std::string& what) {
+  const std::map<std::string, double> ab = weight_diffs(a, b), ba = weight_diffs(b, a);
+  EXPECT_FALSE(ab.empty()) << what << ": " << a << " holds no model/ tensor";
+  // b's names that a lacks show as infinite differences in ba.
+  for (const auto& [name, worst] : ba)
+    EXPECT_TRUE(ab.count(name)) << what << ": " << name << " only in " << b;
+  for (const auto& [name, worst] : ab)
+    EXPECT_LE(worst, tol) << what << ": " << name << " differs by " << worst << " (" << a
+                          << " vs " << b << ")";
+  return ab.size();
 }
 
 }  // namespace braid::testing

@@ -1,17 +1,22 @@
 // braid bench as a user runs it: every collective at 3 ranks reports zero
-// wrong elements; JSON rows carry nccl-tests' fields; bad flags are errors.
+// wrong elements; JSON rows carry nccl-tests' fields; --list-algos names
+// every registered algorithm; bad flags are errors.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "braid/env.h"
+#include "comm/algo/registry.h"
 #include "comm/algo/select.h"
 #include "support/multiproc.h"
 #include "support/tool.h"
@@ -80,6 +85,52 @@ TEST(BenchTool, SharedBuffersTakeTheSharedPathAndAreChecked) {
     }
   }
   EXPECT_GE(shared_rows, 2) << out;
+}
+
+// `braid bench --list-algos`: one line per collective of the registry, in
+// its order, naming every algorithm of it in tie-break order, and the
+// README's table says the same.
+TEST(BenchTool, ListAlgosNamesEveryRegisteredAlgorithm) {
+  std::string out;
+  ASSERT_EQ(run(bin() + " bench --list-algos", &out), 0) << out;
+  std::vector<std::pair<std::string, std::string>> listed;  // collective, "a, b"
+  std::istringstream is(out);
+  std::string line;
+  while (std::getline(is, line)) {
+    const size_t gap = line.find(' ');
+    ASSERT_NE(gap, std::string::npos) << line;
+    listed.emplace_back(line.substr(0, gap), line.substr(line.find_first_not_of(' ', gap)));
+  }
+  std::vector<std::pair<std::string, std::string>> registry;
+  size_t algorithms = 0;
+  for (const auto& c : braid::comm::algo::collectives()) {
+    std::string names;
+    for (const auto* a : braid::comm::algo::algorithms(c.op)) {
+      names += (names.empty() ? "" : ", ") + a->name;
+      ++algorithms;
+    }
+    registry.emplace_back(c.name, names);
+  }
+  EXPECT_GE(registry.size(), 10u);
+  EXPECT_GE(algorithms, 20u);
+  EXPECT_EQ(listed, registry) << out;
+
+  const char* src = std::getenv("BRAID_SOURCE_DIR");
+  const std::string dir =
+      src ? src : std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  std::ifstream f(dir + "/README.md");
+  ASSERT_TRUE(f.good()) << dir;
+  std::stringstream readme;
+  readme << f.rdbuf();
+  const std::string text = readme.str();
+  const size_t at = text.find("### Collective algorithms");
+  ASSERT_NE(at, std::string::npos);
+  const std::string table = text.substr(at, text.find("\n## ", at) - at);
+  std::vector<std::pair<std::string, std::string>> in_readme;
+  const std::regex row("\n\\| `([a-z_]+)` \\| ([a-z, ]+?) \\|");
+  for (std::sregex_iterator it(table.begin(), table.end(), row), end; it != end; ++it)
+    in_readme.emplace_back((*it)[1], (*it)[2]);
+  EXPECT_EQ(in_readme, listed) << "the README's algorithm table and --list-algos differ";
 }
 
 TEST(BenchTool, BadFlagsAreClearErrors) {

@@ -342,7 +342,7 @@ int bench_main(int argc, char** argv) {
   parse_dtype(o.dtype);
   parse_reduce_op(o.reduce);
   if (list_algos) {
-    for (const std::string& op : kOps) {
+    for (const std::string& op : comm::collectives()) {
       std::string names;
       for (const std::string& a : comm::algorithms(op)) names += (names.empty() ? "" : ", ") + a;
       std::printf("%-15s %s\n", op.c_str(), names.c_str());

@@ -9,7 +9,9 @@
 //
 // Rank 0 shows the progress bar and writes the JSON log; each step's loss
 // is over the whole global batch; step records carry every rank's
-// compute_s / exposed_comm_s / idle_s (arrays indexed by rank).
+// compute_s / exposed_comm_s / idle_s (arrays indexed by rank); the done
+// record says whether rank 0's gradient buckets lie in shared memory
+// (`shared_buckets`; --private-buckets turns them private).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -121,6 +123,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
                {"overlap", !f.no_overlap && trainer.dp().background_reduce()},
                {"bf16_grads", f.bf16_grads},
                {"buckets", trainer.dp().num_buckets()},
+               {"shared_buckets", trainer.dp().shared_buckets()},
                {"param_bytes", mem.param_bytes},
                {"grad_bytes", mem.grad_bytes},
                {"optim_bytes", mem.optim_bytes},
@@ -203,6 +206,18 @@ int train_dp_main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // Only ZeRO 0/1 buckets of f32 gradients are ever in shared memory.
+  if (f.private_buckets) {
+    const char* other = f.no_overlap ? "--plain (no buckets)"
+                        : f.zero >= 2 ? "--zero 2 and 3 (sharded gradients)"
+                        : f.bf16_grads ? "--bf16-grads (sent from a staging copy)"
+                                       : nullptr;
+    if (other != nullptr)
+      throw Error(Errc::kInvalidArgument,
+                  std::string("--private-buckets applies to the shared-memory gradient buckets "
+                              "of ZeRO 0/1 with f32 gradients; with ") +
+                      other + " the gradients are in private memory already");
   }
   const int job = job_world_from_env();
   if (job > 1) {

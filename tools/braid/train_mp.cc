@@ -43,6 +43,19 @@ namespace braid::tool {
 
 namespace {
 
+// CLI::PositiveNumber's message names the range 0 to DBL_MAX; this one says
+// what is wanted.
+const CLI::Validator kAtLeastOne(
+    [](std::string& v) -> std::string {
+      try {
+        size_t end = 0;
+        if (std::stoll(v, &end) >= 1 && end == v.size()) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a whole number of at least 1, not '" + v + "'";
+    },
+    "INT>=1");
+
 struct MpFlags : TrainFlags {
   int dp = 1, tp = 1, pp = 1;
   int micro_batches = 0;  // 0: pp (at least 1)
@@ -75,6 +88,16 @@ void settle(MpFlags& f) {
   if (f.pp_balance && f.pp * f.virtual_stages < 2)
     reject("--pp-balance needs more than one pipeline stage (--pp 2 or more)");
   apply_model_defaults(f);
+  // Each virtual stage holds at least one of the GPT's top-level modules.
+  const size_t modules = parallel::tp::gpt_module_count(gpt_config(f));
+  if (size_t(f.pp) * size_t(f.virtual_stages) > modules)
+    reject("--pp " + std::to_string(f.pp) +
+           (f.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(f.virtual_stages)
+                                 : std::string()) +
+           " makes " + std::to_string(f.pp * f.virtual_stages) +
+           " pipeline stages, but the GPT has only " + std::to_string(modules) +
+           " modules to cut between them: the embedding, " + std::to_string(f.layers) +
+           " blocks (--layers), the final norm and the head");
   if (f.batch % (int64_t(f.dp) * f.accum * f.micro_batches) != 0)
     reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
            std::to_string(f.dp) + " copies of --accum " + std::to_string(f.accum) +
@@ -266,17 +289,17 @@ int train_mp_main(int argc, char** argv) {
   MpFlags f;
   add_train_options(app, f, true);
   app.add_option("--dp", f.dp, "data-parallel copies of the pipeline (1)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--tp", f.tp, "tensor-parallel ranks per stage (1)")->check(CLI::PositiveNumber);
-  app.add_option("--pp", f.pp, "pipeline stages (1)")->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
+  app.add_option("--tp", f.tp, "tensor-parallel ranks per stage (1)")->check(kAtLeastOne);
+  app.add_option("--pp", f.pp, "pipeline stages (1)")->check(kAtLeastOne);
   app.add_option("--micro-batches", f.micro_batches,
                  "micro-batches per pipeline copy per step (default: --pp)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b or interleaved")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   app.add_option("--virtual-stages", f.virtual_stages,
                  "interleaved: model chunks per pipeline rank (2)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "shard the activations between tensor-parallel layers along the sequence");
   app.add_flag("--print-schedule", f.print_schedule,

@@ -93,4 +93,10 @@ std::vector<std::string> algorithms(const std::string& collective) {
   return out;
 }
 
+std::vector<std::string> collectives() {
+  std::vector<std::string> out;
+  for (const algo::Collective& c : algo::collectives()) out.push_back(c.name);
+  return out;
+}
+
 }  // namespace braid::comm

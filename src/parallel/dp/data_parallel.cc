@@ -77,6 +77,12 @@ size_t DataParallel::num_units() const { return s_->units.size(); }
 nn::Module& DataParallel::unit(size_t u) { return *s_->units.at(u); }
 size_t DataParallel::num_buckets() const { return s_->buckets.size(); }
 
+bool DataParallel::shared_buckets() const {
+  bool all = !s_->buckets.empty();
+  for (auto& b : s_->buckets) all = all && b->grad_mem.shared();
+  return all;
+}
+
 std::vector<int64_t> DataParallel::bucket_sizes() const {
   std::vector<int64_t> v;
   for (auto& b : s_->buckets) v.push_back(b->numel);
