@@ -16,8 +16,7 @@
 #include <set>
 
 #include "braid/env.h"
-#include "comm/transport/shm/shm_budget.h"
-#include "comm/transport/tcp/tcp_connect.h"
+#include "braid/host.h"
 #include "doctor.h"
 #include "sizes.h"
 

@@ -1,4 +1,4 @@
-#include "comm/transport/shm/shm_budget.h"
+#include "braid/host.h"
 
 #include "comm/algo/host_ring.h"
 #include "comm/transport/shm/shm_segment.h"

@@ -1,7 +1,7 @@
 // The layout of a shm-wire segment: what one rank's POSIX shm object holds
 // (a header with the doorbell and the abort mark, then one inbound ring per
 // local peer: control lines, fast boxes and slots), shared by every part of
-// ShmWire (shm_wire.h) and by the shared-memory budget (shm_budget.h).
+// ShmWire (shm_wire.h) and by the shared-memory budget (shm_budget.cc, braid/host.h).
 // shm_transport.h describes the protocol.
 #pragma once
 

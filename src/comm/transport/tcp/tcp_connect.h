@@ -13,20 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "braid/host.h"
 #include "comm/transport/wire.h"
 
 namespace braid::comm {
-
-// The IPv4 address a rank publishes for peers on other hosts: BRAID_TCP_ADDR
-// when set; loopback when every TCP peer is on this host (`all_local`);
-// else the first interface that is up and not loopback (loopback when there
-// is none). Cheap (getifaddrs).
-struct TcpEndpoint {
-  std::string iface;    // interface name ("" for BRAID_TCP_ADDR)
-  std::string address;  // dotted IPv4
-  std::string why;      // how it was chosen, for people
-};
-TcpEndpoint tcp_local_endpoint(bool all_local);
 
 // SO_SNDBUF/SO_RCVBUF (bytes <= 0: leave the kernel's autotuning).
 void tcp_set_buffers(int fd, int bytes);
