@@ -19,7 +19,6 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/reduce.h"
-#include "comm/algo/select.h"
 #include "braid/supervisor.h"
 #include "sizes.h"
 #include "subcommands.h"

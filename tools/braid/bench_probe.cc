@@ -5,7 +5,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
-#include "comm/setup/probe.h"
+#include "braid/tuning.h"
 #include "subcommands.h"
 
 namespace braid::tool {

@@ -12,7 +12,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/launch.h"
-#include "comm/algo/select.h"
+#include "braid/tuning.h"
 #include "doctor.h"
 #include "sizes.h"
 
@@ -142,7 +142,6 @@ Check check_all_reduce(const Options& o) {
   } catch (const Error&) {  // check_tuning reports it; compare with the built-in figures
   }
   // The communicator `braid bench -n 2` makes: one host, both ranks on shm.
-  const comm::Selector model(2, false, p, 1, 2, true, usable_cores());
   nlohmann::json rows = nlohmann::json::array();
   std::string line, summary, slow, fast;
   std::istringstream is(r.out);
@@ -153,7 +152,7 @@ Check check_all_reduce(const Options& o) {
     const size_t bytes = j["bytes"].get<size_t>();
     const std::string algo = j["algo"].get<std::string>();
     const double us = j["time_us"].get<double>();
-    const double pred = model.predict(comm::CollOp::kAllReduce, algo, bytes) * 1e6;
+    const double pred = comm::predict_one_host(p, "all_reduce", algo, bytes, 2, usable_cores()) * 1e6;
     const double ratio = pred > 0 && std::isfinite(pred) ? us / pred : 0;
     rows.push_back({{"bytes", bytes}, {"algo", algo}, {"time_us", us}, {"model_us", pred},
                     {"ratio", ratio}});

@@ -247,3 +247,13 @@ const algo::Algorithm& Selector::select(CollOp op, size_t bytes, DType t, bool s
 }
 
 }  // namespace braid::comm
+
+namespace braid::comm {
+
+double predict_one_host(const CostParams& p, const std::string& collective,
+                        const std::string& algo, size_t bytes, int ranks, int cores) {
+  const Selector model(ranks, false, p, 1, ranks, true, cores);
+  return model.predict(parse_coll_op(collective), algo, bytes);
+}
+
+}  // namespace braid::comm

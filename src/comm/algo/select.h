@@ -28,32 +28,11 @@
 #include <vector>
 
 #include "braid/env.h"
+#include "braid/tuning.h"
 #include "comm/algo/registry.h"
 #include "comm/transport/transport.h"
 
 namespace braid::comm {
-
-struct LinkCost {
-  double alpha_s = 1e-6;      // per message
-  double beta_s_per_b = 1e-10;  // per byte
-};
-
-struct CostParams {
-  LinkCost shm{1.0e-6, 1.0 / 9e9};
-  LinkCost tcp{20e-6, 1.0 / 3.5e9};
-  double gamma_s_per_b = 1.0 / 10e9;  // reduction
-};
-
-// The tuning file's text: BRAID_TUNING if set (an error if unreadable),
-// else the probe's cache ($XDG_CACHE_HOME or
-// ~/.cache/braid/tuning.json) if present, else "" (the built-in defaults).
-std::string read_tuning();
-// The text of the tuning file at `path`, or "" if it cannot be opened.
-std::string read_tuning_file(const std::string& path);
-// Cost parameters from a tuning file's text ("": the defaults); `from`
-// names the file in errors. The same text gives the same bits everywhere.
-CostParams parse_cost_params(const std::string& text, const std::string& from);
-std::string default_tuning_path();
 
 class Selector {
  public:

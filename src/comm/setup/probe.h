@@ -20,49 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "braid/tuning.h"
 #include "comm/algo/select.h"
 
 namespace braid::comm {
-
-// What one probe measured on a link (raw, one way).
-struct ProbeSample {
-  double alpha_s = 0;      // 8-byte message
-  double gbps = 0;         // 16 MiB message, α removed
-  double reduce_gbps = 0;  // f32 sum of two 8 MiB buffers, in place
-  // The smaller of the two ranks' shares of a core while the messages
-  // ran (1 − time waiting for a core / wall time); well below 1
-  // means the ranks shared cores with other work and the figures describe
-  // that moment, not the machine.
-  double core_share = 0;
-};
-
-// Below this core share a probe is not used (see ProbeSample::core_share).
-constexpr double kMinCoreShare = 0.8;
 
 // The probe's figures on the reference VM (2 vCPUs), per
 // transport kind, which the built-in CostParams correspond to.
 ProbeSample reference_probe(const std::string& kind);
 
-// Runs on both ranks of one link. The leader times; the other echoes.
-// send / recv move `bytes` to / from the other rank. Returns the sample on
-// the leader (zeros on the other). About 20 ms over shared memory.
-ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
-                       const std::function<void(void*, size_t)>& recv);
 
-// The model's parameters for `kind` from a sample: the built-in ones scaled
-// by sample / reference.
-LinkCost calibrate_link(const std::string& kind, const ProbeSample& s);
-double calibrate_reduce_gbps(const std::string& kind, const ProbeSample& s);
 
-// Tuning-file text with the model parameters of `kind` (and reduce_gbps)
-// set from `s`, and the raw sample kept under "probed" (for people: the
-// selector reads only the model values). Other entries are kept; text that
-// does not parse is replaced.
-std::string merge_probe(const std::string& text, const std::string& kind, const ProbeSample& s,
-                        const std::string& host);
-// Writes `text` to `path` atomically (a temporary file, then rename),
-// creating the directory.
-void write_tuning(const std::string& path, const std::string& text);
 
 // Which links a new world communicator should probe: for each transport
 // kind the job uses (peer_of_kind: kind → rank 0's lowest peer over it),

@@ -1,0 +1,85 @@
+// The α-β(-γ) figures braid's cost model picks algorithms by, where they
+// come from, and how a link is measured for them. A job reads them once, at
+// communicator creation; `braid bench --probe` measures and writes them;
+// `braid doctor` shows them and compares the model's predictions with
+// measured times.
+//
+// The figures are not raw hardware numbers: the model's formulas and their
+// built-in values were fitted together against measured algorithm times on
+// this project's reference VM (src/comm/algo/select.cc). A probe's raw
+// numbers are compared with what the same probe measured there, and the
+// built-in values are scaled by that ratio (src/comm/setup/probe.cc).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace braid::comm {
+
+struct LinkCost {
+  double alpha_s = 1e-6;        // per message
+  double beta_s_per_b = 1e-10;  // per byte
+};
+
+struct CostParams {
+  LinkCost shm{1.0e-6, 1.0 / 9e9};
+  LinkCost tcp{20e-6, 1.0 / 3.5e9};
+  double gamma_s_per_b = 1.0 / 10e9;  // reduction
+};
+
+// The tuning file's text: BRAID_TUNING if set (an error if unreadable),
+// else the probe's cache ($XDG_CACHE_HOME or
+// ~/.cache/braid/tuning.json) if present, else "" (the built-in defaults).
+std::string read_tuning();
+// The text of the tuning file at `path`, or "" if it cannot be opened.
+std::string read_tuning_file(const std::string& path);
+// Cost parameters from a tuning file's text ("": the defaults); `from`
+// names the file in errors. The same text gives the same bits everywhere.
+CostParams parse_cost_params(const std::string& text, const std::string& from);
+// The probe's cache path ("" without HOME or XDG_CACHE_HOME).
+std::string default_tuning_path();
+
+// The model's predicted seconds of `algo` for `collective` moving `bytes`
+// (the collective's natural size, as Communicator's selector counts it) on
+// `ranks` ranks of one host, all over shared memory, the host having
+// `cores` cores; inf when the algorithm does not apply. Throws
+// Error(kInvalidArgument) for an unknown collective.
+double predict_one_host(const CostParams& p, const std::string& collective,
+                        const std::string& algo, size_t bytes, int ranks, int cores);
+
+// What one probe measured on a link (raw, one way).
+struct ProbeSample {
+  double alpha_s = 0;      // 8-byte message
+  double gbps = 0;         // 16 MiB message, α removed
+  double reduce_gbps = 0;  // f32 sum of two 8 MiB buffers, in place
+  // The smaller of the two ranks' shares of a core while the messages
+  // ran (1 − time waiting for a core / wall time); well below 1
+  // means the ranks shared cores with other work and the figures describe
+  // that moment, not the machine.
+  double core_share = 0;
+};
+
+// Below this core share a probe is not used (see ProbeSample::core_share).
+constexpr double kMinCoreShare = 0.8;
+
+// Runs on both ranks of one link. The leader times; the other echoes.
+// send / recv move `bytes` to / from the other rank. Returns the sample on
+// the leader (zeros on the other). About 20 ms over shared memory.
+ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
+                       const std::function<void(void*, size_t)>& recv);
+// The model's parameters for `kind` ("shm" or "tcp") from a sample: the
+// built-in ones scaled by sample / reference.
+LinkCost calibrate_link(const std::string& kind, const ProbeSample& s);
+double calibrate_reduce_gbps(const std::string& kind, const ProbeSample& s);
+// Tuning-file text with the model parameters of `kind` (and reduce_gbps)
+// set from `s`, and the raw sample kept under "probed" (for people: the
+// selector reads only the model values). Other entries are kept; text that
+// does not parse is replaced.
+std::string merge_probe(const std::string& text, const std::string& kind, const ProbeSample& s,
+                        const std::string& host);
+// Writes `text` to `path` atomically (a temporary file, then rename),
+// creating the directory.
+void write_tuning(const std::string& path, const std::string& text);
+
+}  // namespace braid::comm
