@@ -214,13 +214,29 @@ int Supervisor::wait() {
     // first: when a rank dies and another fails because of it, both may be
     // reaped in one pass, and the cause is the one to name.
     std::vector<std::pair<Rank*, int>> ended;
-    for (auto& r : ranks_) {
-      if (!r->alive) continue;
-      int st = 0;
-      if (::waitpid(r->child.pid, &st, WNOHANG) != r->child.pid) continue;
-      r->alive = false;
-      if (--live == 0) drained_by = now_ns() + 1000000000ull;
-      ended.emplace_back(r.get(), st);
+    const auto reap = [&] {
+      for (auto& r : ranks_) {
+        if (!r->alive) continue;
+        int st = 0;
+        if (::waitpid(r->child.pid, &st, WNOHANG) != r->child.pid) continue;
+        r->alive = false;
+        if (--live == 0) drained_by = now_ns() + 1000000000ull;
+        ended.emplace_back(r.get(), st);
+      }
+    };
+    reap();
+    // A rank that exits because a peer was killed can be reapable before
+    // that peer is: the killed process closes its sockets before its exit
+    // is posted. Before a failure stops the job, a short look for such a
+    // cause (only on this path, which ends the job anyway).
+    const auto exited_failing = [](const std::pair<Rank*, int>& e) {
+      return WIFEXITED(e.second) && WEXITSTATUS(e.second) != 0;
+    };
+    if (!stopping && live > 0 && std::any_of(ended.begin(), ended.end(), exited_failing)) {
+      for (int i = 0; i < 10 && live > 0; ++i) {
+        ::usleep(5000);
+        reap();
+      }
     }
     std::stable_partition(ended.begin(), ended.end(),
                           [](const auto& e) { return WIFSIGNALED(e.second); });
