@@ -35,7 +35,13 @@ class Mesh {
   // This rank's place on each axis (its rank in each axis' communicator).
   const MeshCoord& coord() const { return coord_; }
   // The world rank at a place on the grid.
-  int rank_of(const MeshCoord& c) const { return (c.dp * pp_ + c.pp) * tp_ + c.tp; }
+  int rank_of(const MeshCoord& c) const { return rank_at(c, tp_, pp_); }
+
+  // The layout rule, for any grid of tp × pp (× dp) with no ranks needed:
+  // tp innermost (a tp group stays inside a host), then pp, then dp. The
+  // world rank at `c`, and the place of world rank `r`.
+  static int rank_at(const MeshCoord& c, int tp, int pp) { return (c.dp * pp + c.pp) * tp + c.tp; }
+  static MeshCoord coord_at(int r, int tp, int pp) { return {r / (tp * pp), (r / tp) % pp, r % tp}; }
 
   const std::shared_ptr<Communicator>& world() const { return world_; }
   // The ranks that differ from this one only in their dp (tp, pp) coordinate,

@@ -23,9 +23,7 @@ Mesh::Mesh(std::shared_ptr<Communicator> world, int dp, int tp, int pp)
                     std::to_string(int64_t(dp) * tp * pp) + " ranks, but the world has " +
                     std::to_string(n));
   const int r = world_->rank();
-  coord_.tp = r % tp;
-  coord_.pp = (r / tp) % pp;
-  coord_.dp = r / (tp * pp);
+  coord_ = coord_at(r, tp, pp);
   // Colors number the groups of an axis by the other two coordinates.
   tp_comm_ = world_->split(coord_.dp * pp + coord_.pp, coord_.tp);
   pp_comm_ = world_->split(coord_.dp * tp + coord_.tp, coord_.pp);

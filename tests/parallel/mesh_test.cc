@@ -46,6 +46,20 @@ TEST(Mesh, GroupsFollowTheLayout) {
   }, std::chrono::seconds(180));
 }
 
+// The layout rule without ranks (what --print-schedule prints): tp
+// innermost, then pp, then dp, and coord_at its inverse.
+TEST(Mesh, LayoutRuleNeedsNoRanks) {
+  const int tp = 2, pp = 3, dp = 4;
+  for (int r = 0; r < dp * pp * tp; ++r) {
+    const MeshCoord c = Mesh::coord_at(r, tp, pp);
+    EXPECT_EQ(c.tp, r % tp) << r;
+    EXPECT_EQ(c.pp, (r / tp) % pp) << r;
+    EXPECT_EQ(c.dp, r / (tp * pp)) << r;
+    EXPECT_EQ(Mesh::rank_at(c, tp, pp), r);
+  }
+  EXPECT_EQ(Mesh::rank_at({1, 2, 1}, tp, pp), 11);  // dp 1, pp 2, tp 1
+}
+
 TEST(Mesh, BadProductIsRefused) {
   testing::expect_all_pass(4, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto world = testing::make_comm(rank, n, store);

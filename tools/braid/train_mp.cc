@@ -115,7 +115,8 @@ int print_schedule(const MpFlags& f) {
   for (int p = 0; p < f.pp; ++p) {
     std::printf("pipeline rank %d: world ranks", p);
     for (int d = 0; d < f.dp; ++d)
-      for (int t = 0; t < f.tp; ++t) std::printf(" %d", (d * f.pp + p) * f.tp + t);
+      for (int t = 0; t < f.tp; ++t)
+        std::printf(" %d", parallel::Mesh::rank_at({d, p, t}, f.tp, f.pp));
     std::printf("\n");
   }
   return 0;
