@@ -111,6 +111,10 @@ constexpr Setting kSettings[] = {
      "TCP connections per pair of ranks; messages of 256 KiB and up are striped over them (at "
      "most 16; the same on every rank)",
      "src/comm/transport/tcp/tcp_wire_setup.cc"},
+    {"BRAID_TEST_HOSTS_REQUIRED", K::kTest, "unset",
+     "`1`: tests that need test hosts (network namespaces) fail where they cannot be made, "
+     "instead of skipping (CI sets it)",
+     "tests/support/test_hosts.cc"},
     {"BRAID_TIMEOUT", K::kUser, "300", "seconds before any blocking operation fails",
      "src/core/env.cc"},
     {"BRAID_TOPOLOGY", K::kUser, "ranks of one host next to each other",

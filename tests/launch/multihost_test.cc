@@ -32,8 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kPort = 29500;  // on 198.18.0.1, inside host 0's own network
 
-// Two test hosts, or nullptr with the reason in *why (namespaces forbidden).
-std::unique_ptr<TestHosts> make_hosts(std::string* why) { return TestHosts::make(2, why); }
 
 struct Launched {
   std::vector<int> status;       // per node: exit status, -1 when killed at the deadline
@@ -83,9 +81,7 @@ const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatt
 // each rank ran on the host its node rank says, every op ran at the full
 // world size and no element of any size was wrong.
 void bench_across_hosts(int per_host) {
-  std::string why;
-  auto hosts = make_hosts(&why);
-  if (!hosts) GTEST_SKIP() << why;
+  BRAID_TEST_HOSTS(hosts, 2);
   const std::string dir = braid::testing::temp_dir("multihost_bench");
   const int world = 2 * per_host;
   const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " + braid_bin() +
@@ -126,9 +122,7 @@ TEST(MultiHost, EveryCollectiveTwoHostsTwoRanksEach) { bench_across_hosts(2); }
 // Data parallel with one rank on each host equals the single-process run:
 // every step's loss, the final loss and the final weights.
 TEST(MultiHost, DataParallelTrainingEqualsOneProcess) {
-  std::string why;
-  auto hosts = make_hosts(&why);
-  if (!hosts) GTEST_SKIP() << why;
+  BRAID_TEST_HOSTS(hosts, 2);
   const std::string dir = braid::testing::temp_dir("multihost_train");
   const std::string train =
       braid_bin() + " train mlp --steps 12 --batch 60 --threads 1 --quiet";
@@ -164,9 +158,7 @@ TEST(MultiHost, DataParallelTrainingEqualsOneProcess) {
 // 10): every rank and both launchers end within a bounded time, and each
 // side names what it lost.
 TEST(MultiHost, LinkCutMidTrainingEndsBothHostsNamingThePeer) {
-  std::string why;
-  auto hosts = make_hosts(&why);
-  if (!hosts) GTEST_SKIP() << why;
+  BRAID_TEST_HOSTS(hosts, 2);
   const std::string dir = braid::testing::temp_dir("multihost_cut");
   const std::string program =
       braid_bin() + " train mlp --steps 100000 --batch 60 --threads 1 --quiet --json-log " + dir + "/dp.jsonl";

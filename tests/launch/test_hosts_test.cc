@@ -49,9 +49,7 @@ TEST(TestHosts, EachHostIsItsOwnMachineAndNothingOutlivesThem) {
     const std::string addrs = braid::testing::run_command("ip -4 -br addr").out;
     return links.find(tag) == std::string::npos && addrs.find("198.18.") == std::string::npos;
   };
-  std::string why;
-  auto hosts = TestHosts::make(2, &why);
-  if (!hosts) GTEST_SKIP() << why;
+  BRAID_TEST_HOSTS(hosts, 2);
   const std::string shm_file = "/dev/shm/braid_test_hosts_" + std::to_string(::getpid());
   std::string netns[2], ipc[2];
   for (int i = 0; i < 2; ++i) {

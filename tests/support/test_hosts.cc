@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "braid/env.h"
 #include "support/tool.h"
 
 namespace braid::testing {
@@ -251,5 +252,7 @@ void TestHosts::teardown() {
   hosts_.clear();
   switch_ = Holder{};
 }
+
+bool test_hosts_required() { return env_flag("BRAID_TEST_HOSTS_REQUIRED"); }
 
 }  // namespace braid::testing

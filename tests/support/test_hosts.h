@@ -84,4 +84,21 @@ class TestHosts {
   std::string tag_;  // per run: names of the bridge and the veths
 };
 
+// BRAID_TEST_HOSTS_REQUIRED=1 (CI sets it): a machine that cannot make test
+// hosts fails the tests that need them instead of skipping them.
+bool test_hosts_required();
+
 }  // namespace braid::testing
+
+// Declares `hosts`, `n` test hosts, in a test body (or a void helper it
+// calls). Where the machine forbids them the test is skipped, naming why;
+// under BRAID_TEST_HOSTS_REQUIRED=1 it fails instead, so CI cannot pass
+// with the multi-host tests silently skipped.
+#define BRAID_TEST_HOSTS(hosts, n)                                                       \
+  std::string hosts##_why;                                                               \
+  auto hosts = ::braid::testing::TestHosts::make((n), &hosts##_why);                     \
+  if (!hosts) {                                                                          \
+    if (::braid::testing::test_hosts_required())                                         \
+      FAIL() << hosts##_why << " (BRAID_TEST_HOSTS_REQUIRED=1: test hosts must run here)"; \
+    GTEST_SKIP() << hosts##_why;                                                         \
+  }
