@@ -26,6 +26,9 @@ std::string hostname();
 // Monotonic time in seconds / nanoseconds.
 double now_s();
 uint64_t now_ns();
+// Wall-clock seconds since the epoch: comparable between processes (a
+// death stamped by one, a join by another), unlike now_s.
+double wall_s();
 
 // Cores this process may run on (its CPU affinity), at least 1.
 int usable_cores();

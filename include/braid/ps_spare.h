@@ -56,10 +56,12 @@ using StartJoiner =
 // Stands by as spare `spare` (job rank `rank`) until a death to claim, or
 // until stop_spares: then returns null. After a claim, starts the joining
 // server with `start`, publishes its SpareReport (also when the join throws,
-// which it then rethrows) and returns the server, which serves until its
-// workers are done (Server::wait_finished). Polls the store every 5 ms.
+// which it then rethrows), copies it to *report when given, and returns
+// the server, which serves until its workers are done
+// (Server::wait_finished). Polls the store every 5 ms.
 std::unique_ptr<Server> stand_by_as_spare(const SpareJob& job, int spare, int rank,
-                                          const StartJoiner& start);
+                                          const StartJoiner& start,
+                                          SpareReport* report = nullptr);
 
 // Waits, within `timeout`, until every chain has R live members or every
 // spare is used, and every claimed join has reported. Returns false (and
@@ -71,6 +73,10 @@ void stop_spares(Store& store);
 
 // Every published SpareReport, in claim order.
 std::vector<SpareReport> spare_reports(Store& store);
+// A report as the JSON object the store keeps it as: spare, rank,
+// replaced, id (once taken), then error, or joined_at and shards [{shard,
+// tail, epoch, pause_s, open_rounds}].
+std::string spare_report_json(const SpareReport& r);
 
 // Each shard's live chain as the store records it now, head first (a
 // shard whose every member died: empty).

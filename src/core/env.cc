@@ -76,6 +76,10 @@ std::string hostname() {
 
 double now_s() { return double(now_ns()) * 1e-9; }
 
+double wall_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

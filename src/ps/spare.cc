@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "braid/env.h"
 #include "braid/error.h"
 #include "ps/chain.h"
 #include "ps/server_name.h"
@@ -20,10 +21,6 @@ const std::string kUsed = "ps/spares/used", kStop = "ps/spares/stop";
 std::string claim_key(int p) { return "ps/spare/claim/" + std::to_string(p); }
 std::string claimed_key(int64_t i) { return "ps/spare/claimed/" + std::to_string(i); }
 std::string report_key(int p) { return "ps/spare/report/" + std::to_string(p); }
-
-double wall_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Every server id the job has had: the originals and the replacements.
 std::vector<int> server_ids(Store& store, int servers) {
@@ -45,7 +42,7 @@ int claim_a_death(Store& store, ChainView& view) {
   return -1;
 }
 
-nlohmann::json to_json(const SpareReport& r) {
+nlohmann::json report_json(const SpareReport& r) {
   nlohmann::json j = {{"spare", r.spare}, {"rank", r.rank}, {"replaced", r.replaced}};
   if (r.id >= 0) j["id"] = r.id;
   if (!r.error.empty()) {
@@ -84,7 +81,7 @@ SpareReport from_json(const nlohmann::json& j) {
 }  // namespace
 
 std::unique_ptr<Server> stand_by_as_spare(const SpareJob& job, int spare, int rank,
-                                          const StartJoiner& start) {
+                                          const StartJoiner& start, SpareReport* out) {
   Store& store = *job.store;
   ChainView view(job.servers, job.replicas, job.store);
   int dead = -1;
@@ -109,12 +106,13 @@ std::unique_ptr<Server> stand_by_as_spare(const SpareJob& job, int spare, int ra
     srv = start(report.id, shards);
   } catch (const Error& e) {
     report.error = e.what();
-    store.set_str(report_key(dead), to_json(report).dump());
+    store.set_str(report_key(dead), report_json(report).dump());
     throw;
   }
   report.joined_at = wall_s();
   report.shards = srv->joins();
-  store.set_str(report_key(dead), to_json(report).dump());
+  store.set_str(report_key(dead), report_json(report).dump());
+  if (out) *out = report;
   return srv;
 }
 
@@ -139,6 +137,8 @@ bool await_spare_joins(const SpareJob& job, std::chrono::milliseconds timeout, i
 }
 
 void stop_spares(Store& store) { store.set_str(kStop, "1"); }
+
+std::string spare_report_json(const SpareReport& r) { return report_json(r).dump(); }
 
 std::vector<SpareReport> spare_reports(Store& store) {
   std::vector<SpareReport> out;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "braid/env.h"
 #include "braid/error.h"
 #include "braid/ps_spare.h"
 #include "braid/survivable.h"
@@ -27,10 +28,6 @@ std::string acked_key(int worker) { return "ps/fault/acked/" + std::to_string(wo
 
 }  // namespace
 
-double wall_clock_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 namespace {
 
 // "A:B" with 0 <= A < limit and B >= 0, or nothing.
@@ -43,6 +40,17 @@ std::optional<std::pair<int, int64_t>> parse_pair(const std::string& s, long lim
   if (end1 != s.c_str() + colon || !end2 || *end2 || a < 0 || a >= limit || b < 0)
     return std::nullopt;
   return std::make_pair(int(a), int64_t(b));
+}
+
+// --kill-worker / --hold-worker: WORKER:STEP, or nothing when not given.
+std::optional<WorkerKill> parse_worker_step(const char* flag, const std::string& s, int workers) {
+  if (s.empty()) return std::nullopt;
+  const auto at = parse_pair(s, workers);
+  if (!at)
+    throw Error(Errc::kInvalidArgument,
+                std::string(flag) + " '" + s + "': expected WORKER:STEP with 0 <= WORKER < "
+                "--workers (" + std::to_string(workers) + ") and STEP >= 0");
+  return WorkerKill{at->first, at->second};
 }
 
 }  // namespace
@@ -64,26 +72,15 @@ std::vector<KillAt> parse_kill_server(const PsFlags& f) {
 }
 
 std::optional<WorkerKill> parse_kill_worker(const PsFlags& f) {
-  if (f.kill_worker.empty()) return std::nullopt;
-  const auto at = parse_pair(f.kill_worker, f.workers);
-  if (!at)
-    throw Error(Errc::kInvalidArgument,
-                "--kill-worker '" + f.kill_worker + "': expected WORKER:STEP with 0 <= WORKER < "
-                "--workers (" + std::to_string(f.workers) + ") and STEP >= 0");
-  return WorkerKill{at->first, at->second};
+  return parse_worker_step("--kill-worker", f.kill_worker, f.workers);
 }
 
 std::optional<WorkerKill> parse_hold_worker(const PsFlags& f) {
-  if (f.hold_worker.empty()) return std::nullopt;
-  const auto at = parse_pair(f.hold_worker, f.workers);
-  if (!at)
-    throw Error(Errc::kInvalidArgument,
-                "--hold-worker '" + f.hold_worker + "': expected WORKER:STEP with 0 <= WORKER < "
-                "--workers (" + std::to_string(f.workers) + ") and STEP >= 0");
-  BRAID_CHECK_ARG(f.consistency == "ssp" && f.workers >= 2,
+  auto at = parse_worker_step("--hold-worker", f.hold_worker, f.workers);
+  BRAID_CHECK_ARG(!at || (f.consistency == "ssp" && f.workers >= 2),
                   "--hold-worker needs --consistency ssp and --workers >= 2 (the others read "
                   "ahead while it holds)");
-  return WorkerKill{at->first, at->second};
+  return at;
 }
 
 namespace {
@@ -134,7 +131,7 @@ ServerFaults::ServerFaults(const Job& job, const PsFlags& f, int server) {
     const std::string key = kill_key(server);
     while (!stop_) {
       if (store->check(key)) {
-        store->set_str(died_key(server), std::to_string(wall_clock_s()));
+        store->set_str(died_key(server), std::to_string(wall_s()));
         ::raise(SIGKILL);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -193,11 +190,11 @@ void FailoverProbe::before_push(int64_t clock) {
     }
     done_.push_back({{k.server, clock}, std::stod(job_.store->get_str(died_key(k.server)))});
   }
-  push_started_ = wall_clock_s();
+  push_started_ = wall_s();
 }
 
 void FailoverProbe::after_push(int64_t clock) {
-  const double t = wall_clock_s();
+  const double t = wall_s();
   for (Measured& m : done_)
     if (m.at.step == clock && m.failover_s < 0) {
       m.failover_s = t - m.died;

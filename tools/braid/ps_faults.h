@@ -69,10 +69,6 @@
 
 namespace braid::tool {
 
-// Wall-clock seconds (CLOCK_REALTIME): a death is stamped by one process
-// and read by another, possibly on another host.
-double wall_clock_s();
-
 struct KillAt {
   int server = 0;
   int64_t step = 0;

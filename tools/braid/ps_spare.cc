@@ -5,7 +5,6 @@
 #include <string>
 
 #include "braid/survivable.h"
-#include "ps_faults.h"
 
 namespace braid::tool {
 
@@ -22,14 +21,13 @@ int run_ps_spare(const Job& job, const PsFlags& f, int spare, const ps::StartJoi
                           "spare parameter server " + std::to_string(spare) +
                               ": the chains it joins are also kept by other servers (--replicas " +
                               std::to_string(f.replicas) + ")");
-  std::unique_ptr<ps::Server> srv = ps::stand_by_as_spare(spare_job(job, f), spare, job.rank, start);
+  ps::SpareReport r;
+  std::unique_ptr<ps::Server> srv =
+      ps::stand_by_as_spare(spare_job(job, f), spare, job.rank, start, &r);
   if (!srv) return 0;  // the job finished with no death to replace
-  if (!f.quiet) {
-    for (const ps::SpareReport& r : ps::spare_reports(*job.store))
-      if (r.spare == spare)
-        std::fprintf(stderr, "braid ps: spare server %d joined as server %d in place of server %d\n",
-                     spare, r.id, r.replaced);
-  }
+  if (!f.quiet)
+    std::fprintf(stderr, "braid ps: spare server %d joined as server %d in place of server %d\n",
+                 spare, r.id, r.replaced);
   srv->wait_finished(std::chrono::hours(24 * 7));
   return 0;
 }
@@ -54,20 +52,9 @@ void await_joins(const Job& job, const PsFlags& f) {
 nlohmann::json spare_joins(const Job& job, const std::map<int, double>& died) {
   nlohmann::json out = nlohmann::json::array();
   for (const ps::SpareReport& r : ps::spare_reports(*job.store)) {
-    nlohmann::json j = {{"spare", r.spare}, {"rank", r.rank}, {"replaced", r.replaced}};
-    if (r.id >= 0) j["id"] = r.id;
-    if (!r.error.empty()) {
-      j["error"] = r.error;
-    } else {
-      j["joined_at"] = r.joined_at;
-      nlohmann::json shards = nlohmann::json::array();
-      for (const ps::JoinReport& s : r.shards)
-        shards.push_back(
-            {{"shard", s.shard}, {"tail", s.tail}, {"epoch", s.epoch}, {"pause_s", s.pause_s}});
-      j["shards"] = shards;
-      auto it = died.find(r.replaced);
-      if (it != died.end()) j["rejoin_s"] = r.joined_at - it->second;
-    }
+    nlohmann::json j = nlohmann::json::parse(ps::spare_report_json(r));
+    auto it = died.find(r.replaced);
+    if (r.error.empty() && it != died.end()) j["rejoin_s"] = r.joined_at - it->second;
     out.push_back(j);
   }
   return out;
