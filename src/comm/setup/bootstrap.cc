@@ -55,20 +55,22 @@ JobEnv from_torchrun(std::chrono::milliseconds timeout) {
   return env;
 }
 
-
-// The launcher whose variables are set, first match wins, and the variables
-// that hold the rank and world size under it (none for "single").
+// The launcher whose variables are set, first match wins: the variables
+// that hold the rank and world size under it, and its reader (none for
+// "single").
 struct Launcher {
   const char* name;
   LayoutVars vars;
+  JobEnv (*read)(std::chrono::milliseconds);
 };
 Launcher launcher_from_env() {
-  if (has(kBraidVars.rank)) return {"braid", kBraidVars};
-  if (has(kTorchrunVars.rank) && has(kTorchrunVars.size)) return {"torchrun", kTorchrunVars};
-  if (has(kMpirunVars.rank)) return {"mpirun", kMpirunVars};
+  if (has(kBraidVars.rank)) return {"braid", kBraidVars, from_braid};
+  if (has(kTorchrunVars.rank) && has(kTorchrunVars.size))
+    return {"torchrun", kTorchrunVars, from_torchrun};
+  if (has(kMpirunVars.rank)) return {"mpirun", kMpirunVars, from_mpirun};
   if (has("SLURM_PROCID") && (has("SLURM_NTASKS") || has("SLURM_NPROCS")))
-    return {"slurm", slurm_vars()};
-  return {"single", {nullptr, nullptr, nullptr, nullptr}};
+    return {"slurm", slurm_vars(), from_slurm};
+  return {"single", {nullptr, nullptr, nullptr, nullptr}, nullptr};
 }
 
 }  // namespace boot
@@ -94,15 +96,9 @@ LaunchedJob launched_job() {
 
 JobEnv bootstrap_from_env(std::chrono::milliseconds timeout) {
   JobEnv env;
-  const std::string source = launcher_from_env().name;
-  if (source == "braid")
-    env = from_braid(timeout);
-  else if (source == "torchrun")
-    env = from_torchrun(timeout);
-  else if (source == "mpirun")
-    env = from_mpirun(timeout);
-  else if (source == "slurm")
-    env = from_slurm(timeout);
+  const Launcher l = launcher_from_env();
+  if (l.read)
+    env = l.read(timeout);
   else {
     JobEnv single;
     single.source = "single";
