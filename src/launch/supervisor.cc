@@ -232,14 +232,14 @@ int Supervisor::wait() {
     const auto exited_failing = [](const std::pair<Rank*, int>& e) {
       return WIFEXITED(e.second) && WEXITSTATUS(e.second) != 0;
     };
-    if (!stopping && live > 0 && std::any_of(ended.begin(), ended.end(), exited_failing)) {
-      for (int i = 0; i < 10 && live > 0; ++i) {
+    const auto by_signal = [](const std::pair<Rank*, int>& e) { return WIFSIGNALED(e.second); };
+    if (!stopping && std::any_of(ended.begin(), ended.end(), exited_failing)) {
+      for (int i = 0; i < 10 && live > 0 && std::none_of(ended.begin(), ended.end(), by_signal); ++i) {
         ::usleep(5000);
         reap();
       }
     }
-    std::stable_partition(ended.begin(), ended.end(),
-                          [](const auto& e) { return WIFSIGNALED(e.second); });
+    std::stable_partition(ended.begin(), ended.end(), by_signal);
     for (auto& [r, st] : ended) {
       const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
       if (failed && !stopping) {
