@@ -29,24 +29,29 @@ allowed=$(printf '%s\n' "${wanted[@]}" "${base[@]}" "${closure[@]}" | sed 's/:.*
 installed=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' | awk '$1 == "ii" {print $2}' | sed 's/:.*//' | sort -u)
 mapfile -t pkgs < <(comm -12 <(echo "$allowed") <(echo "$installed"))
 
-link() {  # PATH-NAME TARGET: the first program of a name wins, as on PATH
+declare -A ok
+for p in "${pkgs[@]}"; do ok[$p]=1; done
+link() {  # PATH: the first program of a name wins, as on PATH
   local name=${1##*/}
-  [[ -e $dir/$name || -L $dir/$name ]] || ln -s "$2" "$dir/$name"
+  [[ -e $dir/$name || -L $dir/$name ]] || ln -s "$1" "$dir/$name"
 }
 # Files the allowed packages own in the program directories.
 dpkg -L "${pkgs[@]}" 2>/dev/null | grep -E '^/(usr/)?s?bin/[^/]+$' | sort -u | while read -r f; do
-  [[ -x $f && ! -d $f ]] && link "$f" "$f"
+  [[ -x $f && ! -d $f ]] && link "$f"
 done
 # Programs reached through /etc/alternatives (c++, python links, mpirun, ...):
 # dpkg -L does not list the link, so keep it when its final target is owned by
-# an allowed package.
-allowed_re=$(printf '%s\n' "${pkgs[@]}" | sed 's/[.+]/\\&/g' | paste -sd'|')
-for d in /usr/bin /usr/sbin; do
-  for f in "$d"/*; do
-    [[ -L $f && $(readlink "$f") == /etc/alternatives/* ]] || continue
-    target=$(readlink -f "$f") || continue
-    owner=$(dpkg -S "$target" 2>/dev/null | head -1 | cut -d: -f1) || continue
-    [[ -n $owner ]] && [[ $owner =~ ^($allowed_re)$ ]] && link "$f" "$f"
-  done
+# an allowed package (one dpkg -S for all of them).
+declare -A via  # final target -> the links to it
+for f in /usr/bin/* /usr/sbin/*; do
+  [[ -L $f && $(readlink "$f") == /etc/alternatives/* ]] || continue
+  t=$(readlink -f "$f") && via[$t]+="$f "
 done
+if ((${#via[@]})); then
+  while IFS= read -r line; do  # "pkg[:arch][, pkg2]: /path"
+    owner=${line%%[:,]*} path=${line##*: }
+    [[ -n ${ok[$owner]:-} && -n ${via[$path]:-} ]] || continue
+    for f in ${via[$path]}; do link "$f"; done
+  done < <(dpkg -S "${!via[@]}" 2>/dev/null)
+fi
 echo "$dir"
