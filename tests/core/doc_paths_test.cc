@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -67,20 +68,27 @@ std::vector<fs::path> candidates(const fs::path& root, const std::string& p) {
           root / "tests" / p};
 }
 
-bool exists_somewhere(const fs::path& root, const std::string& token) {
-  std::string p = token;
-  while (!p.empty() && (p.back() == '.' || p.back() == ',')) p.pop_back();
+// Whether the file a mention names exists; nothing when the mention is not
+// a path. A pattern ('*') needs only its folder.
+std::optional<bool> named_file_exists(const fs::path& root, std::string p) {
   const auto star = p.find('*');
-  if (star != std::string::npos) {  // only the folder before the pattern
+  if (star != std::string::npos) {
     p = p.substr(0, p.rfind('/', star));
-    if (p.find('/') == std::string::npos && !kTop.count(p)) return true;
+    if (p.find('/') == std::string::npos && !kTop.count(p)) return std::nullopt;
   }
   const auto c = candidates(root, p);
-  if (c.empty()) return true;  // not a path
-  for (const auto& f : c) {
+  if (c.empty()) return std::nullopt;
+  for (const auto& f : c)
     if (fs::exists(f)) return true;
-  }
   return false;
+}
+
+// A path starts after a character that cannot be part of one (nor of a
+// shell variable: $src/tests is not src/tests), and ends on one that can
+// end a name (not a sentence's full stop).
+const std::regex& mention() {
+  static const std::regex m(R"((?:^|[^A-Za-z0-9_./$-])([a-z]+/[A-Za-z0-9_./{},*-]*[A-Za-z0-9_}*]))");
+  return m;
 }
 
 bool scanned(const fs::path& rel) {
@@ -104,9 +112,6 @@ TEST(DocPaths, EveryNamedFileExists) {
       if (e.is_regular_file() && scanned(fs::relative(e.path(), root))) files.push_back(e.path());
     }
   }
-  // A path starts after a character that cannot be part of one (nor of a
-  // shell variable: $src/tests is not src/tests).
-  static const std::regex mention(R"((?:^|[^A-Za-z0-9_./$-])([a-z]+/[A-Za-z0-9_./{},*-]*[A-Za-z0-9_}*]))");
   std::vector<std::string> missing;
   size_t checked = 0;
   for (const auto& f : files) {
@@ -114,12 +119,12 @@ TEST(DocPaths, EveryNamedFileExists) {
     int line_no = 0;
     for (std::string line; std::getline(text, line);) {
       ++line_no;
-      for (std::sregex_iterator m(line.begin(), line.end(), mention), end; m != end; ++m) {
+      for (std::sregex_iterator m(line.begin(), line.end(), mention()), end; m != end; ++m) {
         for (const auto& p : expand((*m)[1].str())) {
-          if (candidates(root, p.substr(0, p.find('*'))).empty() && p.find('*') == std::string::npos)
-            continue;
+          const std::optional<bool> exists = named_file_exists(root, p);
+          if (!exists) continue;
           ++checked;
-          if (!exists_somewhere(root, p)) {
+          if (!*exists) {
             missing.push_back(fs::relative(f, root).generic_string() + ":" + std::to_string(line_no) +
                               " names " + p);
           }
@@ -137,15 +142,21 @@ TEST(DocPaths, EveryNamedFileExists) {
 // leave alone.
 TEST(DocPaths, WhatCountsAsAPath) {
   const fs::path root = source_dir();
-  EXPECT_TRUE(exists_somewhere(root, "src/comm/algo/registry.h"));
-  EXPECT_TRUE(exists_somewhere(root, "comm/algo/registry.h"));
-  EXPECT_TRUE(exists_somewhere(root, "braid/comm.h"));
-  EXPECT_TRUE(exists_somewhere(root, "docs/PERFORMANCE.md."));
-  EXPECT_FALSE(exists_somewhere(root, "src/comm/algo/no_such_file.cc"));
-  EXPECT_FALSE(exists_somewhere(root, "comm/no_such_file.h"));
-  EXPECT_FALSE(exists_somewhere(root, "docs/NO_SUCH.md"));
-  EXPECT_FALSE(exists_somewhere(root, "bench/no_such_dir/*.sh"));
-  EXPECT_TRUE(exists_somewhere(root, "ps/replacements"));  // a store key, not a file
+  EXPECT_EQ(named_file_exists(root, "src/comm/algo/registry.h"), true);
+  EXPECT_EQ(named_file_exists(root, "comm/algo/registry.h"), true);
+  EXPECT_EQ(named_file_exists(root, "braid/comm.h"), true);
+  EXPECT_EQ(named_file_exists(root, "src/comm/algo/no_such_file.cc"), false);
+  EXPECT_EQ(named_file_exists(root, "comm/no_such_file.h"), false);
+  EXPECT_EQ(named_file_exists(root, "docs/NO_SUCH.md"), false);
+  EXPECT_EQ(named_file_exists(root, "bench/no_such_dir/*.sh"), false);
+  EXPECT_EQ(named_file_exists(root, "ps/replacements"), std::nullopt);  // a store key, not a file
+  // A sentence's full stop and a shell variable are not part of a path.
+  std::smatch m;
+  const std::string sentence = "see docs/PERFORMANCE.md. Then $src/tests/x.cc";
+  ASSERT_TRUE(std::regex_search(sentence, m, mention()));
+  EXPECT_EQ(m[1].str(), "docs/PERFORMANCE.md");
+  const std::string rest = m.suffix();
+  EXPECT_FALSE(std::regex_search(rest, m, mention())) << m[1].str();
   EXPECT_EQ(expand("include/braid/{comm,store}.h"),
             (std::vector<std::string>{"include/braid/comm.h", "include/braid/store.h"}));
 }
