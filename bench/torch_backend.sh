@@ -20,6 +20,10 @@
 #           OpenBLAS, one thread per rank from torchrun);
 #   openmp  PyTorch at its best (/work/shared/RIVALS.md): the OpenMP build of
 #           OpenBLAS on LD_LIBRARY_PATH and OMP_NUM_THREADS=1, for both.
+# braid's figures rest on `user`, where braid runs as a user runs it; the
+# `openmp` row is there to show gloo at its best, and in a backend
+# comparison only the backend may differ, so braid's runs get the same
+# variables there (PyTorch's BLAS settings, none of braid's).
 # The all_reduce runs and `braid bench` (ordinary, non-shared buffers by
 # default, as a torch tensor is; out of place, the tensor in place) are taken
 # in `user` (no BLAS runs there).
