@@ -14,8 +14,8 @@
 #include "braid/error.h"
 #include "braid/ps.h"
 #include "comm/store/auth.h"
-#include "ps/socket.h"
-#include "ps/wire.h"
+#include "ps/io/socket.h"
+#include "ps/io/wire.h"
 #include "support/multiproc.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Bad joins on the wire, at the tail's side (src/ps/chain_join.h), in real
+// Bad joins on the wire, at the tail's side (src/ps/replication/chain_join.h), in real
 // processes: 3 servers keep 3 shards on chains of 2 (shard s on servers s
 // and s+1 mod 3) while 2 workers train under BSP. A raw client, holding the
 // job secret, sends joins that must be refused: a hello for a shard the
@@ -23,9 +23,9 @@
 #include "braid/error.h"
 #include "braid/ps.h"
 #include "comm/store/auth.h"
-#include "ps/chain.h"
-#include "ps/socket.h"
-#include "ps/wire.h"
+#include "ps/replication/chain.h"
+#include "ps/io/socket.h"
+#include "ps/io/wire.h"
 #include "join_test_util.h"
 #include "support/multiproc.h"
 

@@ -1,5 +1,5 @@
 // A joining server that stalls must not hold its chain's writes
-// (src/ps/chain_join.h), in real processes at the wire level: 2 servers
+// (src/ps/replication/chain_join.h), in real processes at the wire level: 2 servers
 // keep 2 shards on chains of 2 while a worker trains under BSP; server 1 is
 // SIGKILLed, so server 0 is shard 0's head and tail. A raw client, holding
 // the job secret, takes shard 0's state from server 0 as joiner 7 and then
@@ -24,10 +24,10 @@
 #include "braid/error.h"
 #include "braid/ps.h"
 #include "comm/store/auth.h"
-#include "ps/chain.h"
-#include "ps/chain_join.h"
-#include "ps/socket.h"
-#include "ps/wire.h"
+#include "ps/replication/chain.h"
+#include "ps/replication/chain_join.h"
+#include "ps/io/socket.h"
+#include "ps/io/wire.h"
 #include "join_test_util.h"
 #include "support/multiproc.h"
 

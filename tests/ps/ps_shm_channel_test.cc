@@ -1,5 +1,5 @@
-// The parameter server's shared-memory rings (ps/shm_channel.h), the link
-// over them (ps/link.h) and the sockets under it, inside one process: a
+// The parameter server's shared-memory rings (ps/io/shm_channel.h), the link
+// over them (ps/io/link.h) and the sockets under it, inside one process: a
 // socket pair is the connection (its doorbell), and a thread plays the
 // other side.
 #include <gtest/gtest.h>
@@ -15,11 +15,11 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
-#include "ps/link.h"
-#include "ps/reply_buf.h"
-#include "ps/shm_channel.h"
-#include "ps/socket.h"
-#include "ps/wire.h"
+#include "ps/io/link.h"
+#include "ps/io/reply_buf.h"
+#include "ps/io/shm_channel.h"
+#include "ps/io/socket.h"
+#include "ps/io/wire.h"
 
 namespace {
 

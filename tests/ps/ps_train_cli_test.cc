@@ -180,7 +180,7 @@ TEST(PsTrain, RejectsModelsAndFlagsItCannotRun) {
 namespace {
 
 // Worker and server processes on one host talk through shared-memory rings
-// (src/ps/link.h) unless --ps-shm-bytes 0; a ring smaller than a frame
+// (src/ps/io/link.h) unless --ps-shm-bytes 0; a ring smaller than a frame
 // streams it through. Whichever carries the frames, the job is the same
 // job: every step's loss and every final weight are bit-equal.
 TEST(PsTrain, SharedMemoryLinksTrainExactlyAsTcp) {

@@ -9,7 +9,7 @@
 #include "braid/module.h"
 #include "braid/optim.h"
 #include "braid/ps.h"
-#include "ps/update_rule.h"
+#include "ps/shard/update_rule.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 //
 // Under `mpirun --enable-recovery`, which lets the other ranks run on, the
 // servers find worker 1 lost (its connections closed before its goodbye,
-// ps/server_lost.cc) and the job fails: each server and worker 0 end with
+// ps/server/server_lost.cc) and the job fails: each server and worker 0 end with
 // an error naming worker 1, the server that saw it and the operation that
 // was waiting, and no rank reports a finished run. Open MPI's mpirun
 // itself exits 0 under --enable-recovery whatever its ranks do, so the

@@ -130,7 +130,7 @@ int run_ps_rank(const Job& job, PsFlags f) {
   // server that marked its death survivable, ps_faults.h). A launcher that
   // lets ranks die (mpirun --enable-recovery) does not: then a worker's
   // posted failure ends it, or the server finding a worker lost (one that
-  // died without a goodbye or an error: ps/server_lost.cc), which it posts
+  // died without a goodbye or an error: ps/server/server_lost.cc), which it posts
   // for the other ranks.
   while (srv) {
     try {
