@@ -26,6 +26,7 @@
 #include "comm/transport/peer_info.h"
 #include "ps/replication/chain_join.h"
 #include "ps/io/link.h"
+#include "ps/server/connection.h"
 #include "ps/server/server_impl.h"
 #include "ps/server_name.h"
 #include "ps/io/socket.h"
@@ -34,15 +35,6 @@ namespace braid::ps {
 
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-constexpr int kPollMs = 100;
-// A request payload up to this is used where the connection's reader
-// buffered it (it stays put until the next read); a larger one is read into
-// a vector of its own, so the reader's buffer never grows past it.
-constexpr uint64_t kInPlace = uint64_t(256) << 10;
-
-bool connection_lost(const Error& e) {
-  return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
-}
 }  // namespace
 
 // Server::Impl: ps/server/server_impl.h.
@@ -187,119 +179,30 @@ void Server::Impl::serve(int fd) {
     ::shutdown(fd, SHUT_RDWR);
     return;
   }
-  int worker = -1;
-  bool gone = false;  // the worker's end closed, not this server (ShardState::detach)
-  Shard* sh = nullptr;
-  bool chain_conn = false, hot_conn = false, join_conn = false, joined = false;
-  std::vector<uint8_t> in;
-  ReplyBuf out;  // on a shared-memory link, placed in the outgoing ring (reply_buf.h)
-  // Requests are read through `link` (link.h, frame_reader.h): one recv
-  // waits for a request (up to kPollMs, then `stopping` is checked) and
-  // takes it with whatever the worker queued behind it; a request already
-  // buffered is served without touching the socket. After a hello that
-  // moves the connection to shared memory (`moving`), frames are read
-  // where they lie in the ring.
-  Link link(fd, kPollMs);
-  std::unique_ptr<ShmChannel> moving;
+  Connection c(fd, kPollMs);
   set_recv_timeout(fd, kPollMs);
-  while (!stopping) {
-    ShardState& st = sh ? *sh->state : own();
-    wire::Header h{};
+  // The hello names the shard and the role; its handler answers it and
+  // serves the connection's frames until it ends.
+  wire::Header h{};
+  if (next_frame(c, h, own())) {
+    Shard* sh = nullptr;
     try {
-      if (!link.arrived("parameter server: request")) continue;
-      h = link.header(wire::deadline_after(opt.timeout), "parameter server: request");
+      sh = &hello(h);
     } catch (const Error& e) {
-      gone = e.code() == Errc::kPeerDied;
-      if (!gone) reject(link, st, h, e);  // garbage, or a stalled header
-      break;
+      BRAID_LOG(kInfo, name << ": dropping worker " << c.worker << ": " << e.what());
+      reject(c.link, own(), h, e);
     }
-    const int64_t deadline = wire::deadline_after(opt.timeout);
-    wire::Header reply{};
-    size_t room = 0;
-    if (uint8_t* area = link.reply_area(&room)) out.place(area, room);
-    ShardState* target = &st;
-    try {
-      if (!sh) {
-        Shard& s = hello(h);
-        target = s.state.get();
-        chain_conn = (h.flags & wire::kChain) != 0;
-        hot_conn = (h.flags & wire::kHot) != 0;
-        join_conn = (h.flags & wire::kJoinConn) != 0;
-        if (!chain_conn && !hot_conn && !join_conn) {
-          s.state->expected_payload(h, -1);
-          s.state->attach(int(h.worker));
-          worker = int(h.worker);
-        } else if (h.payload) {
-          throw Error(Errc::kProtocol, name + ": a server's hello carries no payload");
-        }
-        sh = &s;  // before anything else may throw: the worker is detached through it
-        if (worker >= 0) moving = accept_shm(link, h, deadline);
-        reply = h;
-        reply.op = uint16_t(h.op | wire::kReply);
-        reply.flags = uint16_t(h.flags & ~wire::kShm);  // set below once the reply is due
-        reply.payload = 0;
-        out.clear();
-      } else if (join_conn || h.op == wire::kJoin) {
-        if (!join_conn || h.op != wire::kJoin || h.key != uint32_t(sh->id))
-          throw Error(Errc::kProtocol,
-                      name + ": a join connection carries only a join of its hello's shard");
-        if (link.buffered())  // the join's exchange reads the connection itself
-          throw Error(Errc::kProtocol, name + ": bytes after a join request, before its reply");
-        send_shard_state(fd, h, *sh->state, sh->fwd_mu, view, opt.rank, deadline);
-        joined = true;  // the whole exchange is done: close the connection
-      } else if (h.op == wire::kHotPush || h.op == wire::kHotPull || h.op == wire::kHotSet) {
-        serve_hot(link, h, hot_conn, *sh, in, reply, out, deadline);
-      } else {
-        if (hot_conn)
-          throw Error(Errc::kProtocol, name + ": a hot-key connection carries only refreshes");
-        // A chain connection relays every worker's writes.
-        const int w = chain_conn ? int(h.worker) : worker;
-        if (chain_conn && h.worker >= uint32_t(opt.workers))
-          throw Error(Errc::kInvalidArgument, name + ": forwarded frame names worker " +
-                                                  std::to_string(h.worker));
-        const uint64_t n = st.expected_payload(h, w);
-        const uint8_t* payload = nullptr;
-        if (n <= link.in_place_max(kInPlace)) {  // run where it lies: no copy
-          payload = link.take(n, deadline, "parameter server: request payload");
-        } else {
-          in.resize(n);
-          link.payload(in.data(), n, deadline, "parameter server: request payload");
-          payload = in.data();
-        }
-        check_role(*sh, h, chain_conn);
-        if (wire::is_write(h.op)) {
-          std::lock_guard<std::mutex> lk(sh->fwd_mu);
-          st.handle(h, payload, reply, out, deadline);
-          forward(*sh, h, payload, deadline);
-        } else {
-          st.handle(h, payload, reply, out, deadline);
-        }
-      }
-    } catch (const Error& e) {
-      // A payload cut short by the worker's death; also a wait ended by a
-      // stop or a lost worker, which ends the job anyway.
-      gone = connection_lost(e);
-      BRAID_LOG(kInfo, name << ": dropping worker " << worker << ": " << e.what());
-      reject(link, *target, h, e);
-      break;
+    if (!sh) {
+    } else if (h.flags & wire::kJoinConn) {
+      serve_join(c, h, *sh);
+    } else if (h.flags & wire::kHot) {
+      serve_hot_peer(c, h, *sh);
+    } else if (h.flags & wire::kChain) {
+      serve_chain(c, h, *sh);
+    } else {
+      serve_worker(c, h, *sh);
     }
-    if (joined) break;
-    reply.epoch = view.epoch();  // a worker behind it re-reads the view
-    if (moving) reply.flags |= wire::kShm;
-    try {
-      if (out.placed())
-        link.send_placed(reply, "parameter server: reply");
-      else
-        link.send(reply, out.data(), deadline, "parameter server: reply");
-    } catch (const Error&) {
-      gone = true;
-      break;  // the worker went away; its id is released below
-    }
-    out.unplace();
-    if (moving) link.use_shm(std::move(moving));
-    target->count_traffic(sizeof h + h.payload, sizeof reply + reply.payload, false);
   }
-  if (worker >= 0) sh->state->detach(worker, gone);
   ::shutdown(fd, SHUT_RDWR);
 }
 

@@ -11,7 +11,7 @@ constexpr uint64_t kMaxHotPayload = uint64_t(1) << 30;
 
 // Hot-key frames (ps.h "Hot keys"): refreshes from a peer's hot connection,
 // hot pulls and hot-set queries from a worker's.
-void Server::Impl::serve_hot(Link& link, const wire::Header& h, bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
+void Server::Impl::hot_frame(Link& link, const wire::Header& h, bool hot_conn, Shard& sh, std::vector<uint8_t>& in,
                              wire::Header& reply, ReplyBuf& out, int64_t deadline) {
   auto name = [&] { return server_name(opt.rank); };
   BRAID_CHECK_ARG(replicas != nullptr, name() + ": " + wire::op_name(h.op) +

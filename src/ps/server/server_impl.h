@@ -18,6 +18,15 @@
 
 namespace braid::ps {
 
+struct Connection;
+
+// How long a connection's read waits before the server's stop is checked.
+constexpr int kPollMs = 100;
+// Whether an error means the connection's peer went away.
+inline bool connection_lost(const Error& e) {
+  return e.code() == Errc::kPeerDied || e.code() == Errc::kIo;
+}
+
 struct Server::Impl {
   ServerOptions opt;
   std::shared_ptr<Store> store;
@@ -99,7 +108,28 @@ struct Server::Impl {
   void shutdown();
 
   void accept_loop();
+  // A connection's thread (server.cc): proves the secret, reads the hello
+  // and hands the connection to its role's handler (connection.cc).
   void serve(int fd);
+  void serve_worker(Connection& c, const wire::Header& hello, Shard& sh);
+  void serve_chain(Connection& c, const wire::Header& hello, Shard& sh);
+  void serve_hot_peer(Connection& c, const wire::Header& hello, Shard& sh);
+  void serve_join(Connection& c, const wire::Header& hello, Shard& sh);
+  // The frame loop every handler runs, from the hello `h` (read already)
+  // on: `hello(h, reply, deadline)` answers it, `frame(...)` each later
+  // frame, filling `reply` and c.out; either returns false when the
+  // connection ends without a reply (a join's exchange). The loop ends at
+  // an error (answered with an error reply), a closed peer or the server's
+  // stop; `st` counts the traffic.
+  template <class Hello, class Frame>
+  void frames(Connection& c, wire::Header h, ShardState& st, Hello&& hello, Frame&& frame);
+  // Reads the next request's header into `h`; false when the connection
+  // ends (a closed peer, or garbage, answered with an error reply).
+  bool next_frame(Connection& c, wire::Header& h, ShardState& st);
+  // A worker's or a chain predecessor's frame for the shard (or its hot
+  // frames): its payload read, its role checked, run; a write forwarded.
+  void data_frame(Connection& c, Shard& sh, const wire::Header& h, bool chain_conn,
+                  wire::Header& reply, int64_t deadline);
   void reject(Link& link, ShardState& st, const wire::Header& h, const Error& e);
   // The shared memory a worker's hello offers (wire.h kShm), mapped; null
   // when it offers none or it cannot be mapped here (the link stays TCP).
@@ -111,7 +141,7 @@ struct Server::Impl {
   // Hot keys: copies of other shards' hot rows, and the refresh sender.
   std::unique_ptr<HotReplicas> replicas;
   std::unique_ptr<HotSender> sender;
-  void serve_hot(Link& link, const wire::Header& h, bool hot_conn,
+  void hot_frame(Link& link, const wire::Header& h, bool hot_conn,
                  Shard& sh, std::vector<uint8_t>& in, wire::Header& reply,
                  ReplyBuf& out, int64_t deadline);
   // A worker's hot pull from the replicas; appends the rows to `out`.
