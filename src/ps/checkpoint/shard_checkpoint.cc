@@ -1,6 +1,6 @@
-// A shard's checkpoint: what ShardState holds that training depends on,
-// written at a round close and read back in place of the initial values.
-// Format and what resumes: include/braid/ps_checkpoint.h.
+// A shard's checkpoint (shard_checkpoint.h): what its ParamStore holds that
+// training depends on, written at a round close and read back in place of
+// the initial values. Format and what resumes: include/braid/ps_checkpoint.h.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -8,9 +8,9 @@
 
 #include "braid/checkpoint.h"
 #include "braid/ps_checkpoint.h"
+#include "ps/checkpoint/shard_checkpoint.h"
 #include "ps/checkpoint/saved_reader.h"
 #include "ps/server_name.h"
-#include "ps/shard/shard_state.h"
 
 namespace braid::ps {
 
@@ -32,40 +32,43 @@ struct Reader : SavedReader {
 
 }  // namespace
 
-void ShardState::save_locked() {
-  const bool due = (opt_.save_every > 0 && closed_ % opt_.save_every == 0) ||
-                   (opt_.save_last > 0 && closed_ == opt_.save_last);
-  if (opt_.save_dir.empty() || !due || (saves_ && !saves_())) return;
+void save_if_due(const ParamStore& store, const ServerOptions& opt, int64_t step,
+                 const std::function<bool()>& saves) {
+  const bool due = (opt.save_every > 0 && step % opt.save_every == 0) ||
+                   (opt.save_last > 0 && step == opt.save_last);
+  if (opt.save_dir.empty() || !due || (saves && !saves())) return;
   std::vector<std::vector<int64_t>> rows;
-  const Checkpoint ck = checkpoint_locked(rows);
-  const std::string dir = step_dir_path(opt_.save_dir, closed_);
+  const Checkpoint ck = shard_checkpoint(store, opt, step, rows);
+  const std::string dir = step_dir_path(opt.save_dir, step);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
-    throw Error(Errc::kIo, server_name(opt_.rank) + ": creating checkpoint directory " + dir +
+    throw Error(Errc::kIo, server_name(opt.rank) + ": creating checkpoint directory " + dir +
                                ": " + ec.message());
-  save_checkpoint(shard_file(dir, opt_.rank), ck);
+  save_checkpoint(shard_file(dir, opt.rank), ck);
 }
 
-Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows) const {
+Checkpoint shard_checkpoint(const ParamStore& store, const ServerOptions& opt, int64_t step,
+                            std::vector<std::vector<int64_t>>& rows) {
+  const Layout& layout = store.layout();
   Checkpoint ck;
-  ck.meta = opt_.checkpoint_meta;
-  const int slots = opt_.rule.slots();
+  ck.meta = opt.checkpoint_meta;
+  const int slots = opt.rule.slots();
   ck.meta["ps/format"] = "1";
-  ck.meta["ps/servers"] = std::to_string(layout_.servers());
-  ck.meta["ps/shard"] = std::to_string(opt_.rank);
-  ck.meta["ps/step"] = std::to_string(closed_);
-  ck.meta["step"] = std::to_string(closed_);  // braid::resume_step's convention
-  ck.meta["ps/rule"] = rule_name(opt_.rule.kind);
+  ck.meta["ps/servers"] = std::to_string(layout.servers());
+  ck.meta["ps/shard"] = std::to_string(opt.rank);
+  ck.meta["ps/step"] = std::to_string(step);
+  ck.meta["step"] = std::to_string(step);  // braid::resume_step's convention
+  ck.meta["ps/rule"] = rule_name(opt.rule.kind);
   ck.meta["ps/slots"] = std::to_string(slots);
-  ck.meta["ps/keys"] = std::to_string(layout_.size());
-  ck.meta["ps/updates_applied"] = std::to_string(st_.updates_applied);
+  ck.meta["ps/keys"] = std::to_string(layout.size());
+  ck.meta["ps/updates_applied"] = std::to_string(store.updates_applied);
   // Sparse rows in position order (the index maps row -> position).
-  rows.assign(layout_.size(), {});
-  for (KeyId k = 0; k < layout_.size(); ++k) {
-    const KeySpec& spec = layout_.key(k);
+  rows.assign(layout.size(), {});
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    const KeySpec& spec = layout.key(k);
     if (!spec.sparse) {
-      const Dense& d = dense_[k];
+      const ParamStore::Dense& d = store.dense(k);
       const std::string p = "dense/" + spec.name;
       ck.meta[p + "/range"] = std::to_string(d.begin) + "," + std::to_string(d.end) + "," +
                               std::to_string(spec.size);
@@ -75,7 +78,7 @@ Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows
         ck.tensors[p + "/state"] = saved_view(d.state.data(), {int64_t(d.state.size())});
       continue;
     }
-    const Sparse& sp = sparse_[k];
+    const ParamStore::Sparse& sp = store.sparse(k);
     const std::string p = "sparse/" + spec.name;
     const int64_t n = int64_t(sp.index.size());
     rows[k].resize(size_t(n));
@@ -92,24 +95,23 @@ Checkpoint ShardState::checkpoint_locked(std::vector<std::vector<int64_t>>& rows
   return ck;
 }
 
-void ShardState::restore(const std::string& step_dir) {
-  const int saved = shard_files(step_dir);
-  if (saved != layout_.servers()) return restore_resharded(step_dir, saved);
-  const std::string path = shard_file(step_dir, opt_.rank);
-  restore_checkpoint(load_checkpoint(path), path);
-}
+namespace {
 
-int64_t ShardState::check_saved(const Checkpoint& ck, const std::string& path, int servers,
-                                 int shard) const {
+// Checks what shard `shard` of a save by `servers` servers must hold to
+// restore into this job (format, counts, rule, known keys); its step.
+int64_t check_saved(const ParamStore& store, const Checkpoint& ck, const std::string& path,
+                    int servers, int shard) {
+  const Layout& layout = store.layout();
+  const UpdateRule& rule = store.rule();
   const Reader rd{ck, path};
   rd.expect("ps/format", 1, "format version");
   rd.expect("ps/servers", servers, "server count");
   rd.expect("ps/shard", shard, "shard");
-  rd.expect("ps/keys", int64_t(layout_.size()), "key count");
-  if (rd.meta("ps/rule") != rule_name(opt_.rule.kind))
+  rd.expect("ps/keys", int64_t(layout.size()), "key count");
+  if (rd.meta("ps/rule") != rule_name(rule.kind))
     rd.mismatch("update rule " + rd.meta("ps/rule") + ", this job's is " +
-                rule_name(opt_.rule.kind));
-  rd.expect("ps/slots", opt_.rule.slots(),
+                rule_name(rule.kind));
+  rd.expect("ps/slots", rule.slots(),
             "optimizer state slots per element (e.g. momentum on or off)");
   const int64_t step = rd.number("ps/step");
   if (step < 0) rd.corrupt("negative step " + std::to_string(step));
@@ -117,21 +119,19 @@ int64_t ShardState::check_saved(const Checkpoint& ck, const std::string& path, i
     const bool dense = name.rfind("dense/", 0) == 0, sparse = name.rfind("sparse/", 0) == 0;
     const std::string key = name.substr(name.find('/') + 1, name.rfind('/') - name.find('/') - 1);
     bool known = false;
-    for (KeyId k = 0; k < layout_.size() && !known; ++k)
-      known = layout_.key(k).name == key && layout_.key(k).sparse == sparse;
+    for (KeyId k = 0; k < layout.size() && !known; ++k)
+      known = layout.key(k).name == key && layout.key(k).sparse == sparse;
     if ((dense || sparse) && !known)
       rd.mismatch("tensor '" + name + "' names a key this job does not have");
   }
-  for (KeyId k = 0; k < layout_.size(); ++k) {
-    const KeySpec& spec = layout_.key(k);
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    const KeySpec& spec = layout.key(k);
     if (spec.sparse)
       rd.expect("sparse/" + spec.name + "/width", spec.width,
                 "width of sparse key '" + spec.name + "'");
   }
   return step;
 }
-
-namespace {
 
 // One dense key's slice [begin, end) as shard `shard` of `saver` saved it.
 struct SavedSlice {
@@ -182,26 +182,40 @@ SavedRows read_rows(const Reader& rd, const KeySpec& spec, const Layout& saver, 
   return s;
 }
 
+// A checkpoint of `saved` shards (braid/ps_checkpoint.h) read by a job of
+// another server count: every shard file, keeping this shard's part.
+int64_t restore_resharded(ParamStore& store, const ServerOptions& opt,
+                          const std::string& step_dir, int saved);
+
 }  // namespace
 
-void ShardState::restore_checkpoint(const Checkpoint& ck, const std::string& path) {
+int64_t restore_shard(ParamStore& store, const ServerOptions& opt, const std::string& step_dir) {
+  const int saved = shard_files(step_dir);
+  if (saved != store.layout().servers()) return restore_resharded(store, opt, step_dir, saved);
+  const std::string path = shard_file(step_dir, opt.rank);
+  return restore_shard_file(store, opt, load_checkpoint(path), path);
+}
+
+int64_t restore_shard_file(ParamStore& store, const ServerOptions& opt, const Checkpoint& ck,
+                           const std::string& path) {
+  const Layout& layout = store.layout();
   const Reader rd{ck, path};
-  const int64_t step = check_saved(ck, path, layout_.servers(), opt_.rank);
-  const int slots = opt_.rule.slots();
-  for (KeyId k = 0; k < layout_.size(); ++k) {
-    const KeySpec& spec = layout_.key(k);
+  const int64_t step = check_saved(store, ck, path, layout.servers(), opt.rank);
+  const int slots = opt.rule.slots();
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    const KeySpec& spec = layout.key(k);
     const std::string p = (spec.sparse ? "sparse/" : "dense/") + spec.name;
     if (!spec.sparse) {
-      Dense& d = dense_[k];
-      const SavedSlice s = read_slice(rd, spec, k, layout_, opt_.rank, slots);
+      ParamStore::Dense& d = store.dense(k);
+      const SavedSlice s = read_slice(rd, spec, k, layout, opt.rank, slots);
       const size_t n = size_t(s.end - s.begin);
       if (n) std::memcpy(d.w.data(), s.w, n * 4);
       if (n > 0 && slots > 0) std::memcpy(d.state.data(), s.state, n * size_t(slots) * 4);
       d.t = rd.number(p + "/t");
       continue;
     }
-    Sparse& sp = sparse_[k];
-    const SavedRows s = read_rows(rd, spec, layout_, opt_.rank, slots);
+    ParamStore::Sparse& sp = store.sparse(k);
+    const SavedRows s = read_rows(rd, spec, layout, opt.rank, slots);
     const size_t n = s.ids.size(), width = size_t(spec.width);
     sp.index.clear();
     for (size_t i = 0; i < n; ++i) sp.index.emplace(s.ids[i], i);
@@ -210,40 +224,44 @@ void ShardState::restore_checkpoint(const Checkpoint& ck, const std::string& pat
     else sp.state.clear();
     sp.t = rd.number(p + "/t");
   }
-  closed_ = step;
-  clocks_.assign(size_t(W_), step);
-  st_.rounds_closed = step;
-  st_.updates_applied = rd.number("ps/updates_applied");
+  store.updates_applied = rd.number("ps/updates_applied");
+  return step;
 }
 
-void ShardState::restore_resharded(const std::string& step_dir, int saved) {
+namespace {
+
+int64_t restore_resharded(ParamStore& store, const ServerOptions& opt,
+                          const std::string& step_dir, int saved) {
+  const Layout& layout = store.layout();
   // The layout that saved the files: the same keys over `saved` servers.
   Layout saver(saved);
-  for (KeyId k = 0; k < layout_.size(); ++k) {
-    const KeySpec& spec = layout_.key(k);
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    const KeySpec& spec = layout.key(k);
     if (spec.sparse) saver.add_sparse(spec.name, spec.rows, spec.width, spec.decay);
     else saver.add_dense(spec.name, spec.size, spec.decay);
   }
-  const size_t slots = size_t(opt_.rule.slots());
-  for (Sparse& sp : sparse_) sp = Sparse{};
-  for (Dense& d : dense_) d.t = 0;
+  const size_t slots = size_t(opt.rule.slots());
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    store.sparse(k) = ParamStore::Sparse{};
+    store.dense(k).t = 0;
+  }
   int64_t step = -1, applied = 0;
   for (int o = 0; o < saved; ++o) {
     const std::string path = shard_file(step_dir, o);
     const Checkpoint ck = load_checkpoint(path);
     const Reader rd{ck, path};
-    const int64_t at = check_saved(ck, path, saved, o);
+    const int64_t at = check_saved(store, ck, path, saved, o);
     if (step >= 0 && at != step)
       rd.corrupt("saved at step " + std::to_string(at) + ", shard 0 at step " +
                  std::to_string(step));
     step = at;
     applied = std::max(applied, rd.number("ps/updates_applied"));
-    for (KeyId k = 0; k < layout_.size(); ++k) {
-      const KeySpec& spec = layout_.key(k);
+    for (KeyId k = 0; k < layout.size(); ++k) {
+      const KeySpec& spec = layout.key(k);
       const std::string p = (spec.sparse ? "sparse/" : "dense/") + spec.name;
       if (!spec.sparse) {
         // The overlap of the saved slice and this shard's, each slot apart.
-        Dense& d = dense_[k];
+        ParamStore::Dense& d = store.dense(k);
         const SavedSlice s = read_slice(rd, spec, k, saver, o, int(slots));
         const int64_t lo = std::max(s.begin, d.begin), hi = std::min(s.end, d.end);
         for (size_t q = 0; lo < hi && q <= slots; ++q) {
@@ -255,11 +273,11 @@ void ShardState::restore_resharded(const std::string& step_dir, int saved) {
         continue;
       }
       // The saved rows this shard owns now.
-      Sparse& sp = sparse_[k];
+      ParamStore::Sparse& sp = store.sparse(k);
       const SavedRows s = read_rows(rd, spec, saver, o, int(slots));
       const size_t width = size_t(spec.width);
       for (size_t i = 0; i < s.ids.size(); ++i) {
-        if (layout_.row_server(s.ids[i]) != opt_.rank) continue;
+        if (layout.row_server(s.ids[i]) != opt.rank) continue;
         sp.index.emplace(s.ids[i], sp.index.size());
         sp.w.insert(sp.w.end(), s.w + i * width, s.w + (i + 1) * width);
         sp.state.insert(sp.state.end(), s.state + i * width * slots,
@@ -268,10 +286,10 @@ void ShardState::restore_resharded(const std::string& step_dir, int saved) {
       sp.t = std::max(sp.t, rd.number(p + "/t"));
     }
   }
-  closed_ = step;
-  clocks_.assign(size_t(W_), step);
-  st_.rounds_closed = step;
-  st_.updates_applied = applied;
+  store.updates_applied = applied;
+  return step;
 }
+
+}  // namespace
 
 }  // namespace braid::ps

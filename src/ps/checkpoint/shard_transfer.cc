@@ -1,5 +1,5 @@
-// A shard's full state for a server joining its chain (chain_join.h): the
-// shard checkpoint (shard_checkpoint.cc) plus what a checkpoint leaves out
+// A shard's full state for a server joining its chain
+// (replication/chain_join.h): the shard checkpoint (shard_checkpoint.cc) plus what a checkpoint leaves out
 // because a resumed job recomputes it, but a chain member joining a live
 // job must hold exactly as the others do:
 //   meta "live/clocks", "live/contributed", "live/finished", "live/last_write"
@@ -21,7 +21,7 @@
 
 #include "braid/checkpoint.h"
 #include "ps/checkpoint/saved_reader.h"
-#include "ps/shard/shard_state.h"
+#include "ps/checkpoint/shard_checkpoint.h"
 
 namespace braid::ps {
 
@@ -66,27 +66,28 @@ struct LiveReader : SavedReader {
 
 }  // namespace
 
-void ShardState::add_live_locked(Checkpoint& ck) const {
-  ck.meta["live/clocks"] = join(clocks_);
-  ck.meta["live/contributed"] = join(contributed_);
-  ck.meta["live/finished"] = join(finished_);
-  ck.meta["live/last_write"] = join(last_write_);
-  ck.meta["live/counters"] = join(std::vector<int64_t>{st_.pushes_accepted, st_.pushes_late,
-                                                       st_.pushes_dropped, st_.pushes_folded,
-                                                       st_.writes_duplicate});
-  std::string reports;
-  for (const auto& [r, rep] : reports_) {
-    reports += std::to_string(r);
-    reports += ':';
-    reports += std::to_string(rep.workers);
+void add_live(Checkpoint& ck, const Rounds& rounds, const Roster& roster,
+              const WriteDedup& dedup, const Reports& reports) {
+  const Rounds::Counters& n = rounds.counters;
+  ck.meta["live/clocks"] = join(rounds.clocks());
+  ck.meta["live/contributed"] = join(rounds.contributed());
+  ck.meta["live/finished"] = join(roster.finished());
+  ck.meta["live/last_write"] = join(dedup.last());
+  ck.meta["live/counters"] = join(
+      std::vector<int64_t>{n.accepted, n.late, n.dropped, n.folded, dedup.duplicates});
+  std::string sums;
+  for (const auto& [r, rep] : reports.all()) {
+    sums += std::to_string(r);
+    sums += ':';
+    sums += std::to_string(rep.workers);
     for (double d : rep.sums) {
-      reports += ':';
-      reports += std::to_string(std::bit_cast<uint64_t>(d));
+      sums += ':';
+      sums += std::to_string(std::bit_cast<uint64_t>(d));
     }
-    reports += ' ';
+    sums += ' ';
   }
-  ck.meta["live/reports"] = reports;
-  std::vector<int64_t> rounds;
+  ck.meta["live/reports"] = sums;
+  std::vector<int64_t> open;
   auto add_contribution = [&](const std::string& p, const Contribution& c) {
     std::string dense, sparse;
     for (const auto& [k, g] : c.dense) {
@@ -103,8 +104,8 @@ void ShardState::add_live_locked(Checkpoint& ck) const {
     ck.meta[p + "/dense"] = dense;
     ck.meta[p + "/sparse"] = sparse;
   };
-  for (const auto& [r, rd] : rounds_) {
-    rounds.push_back(r);
+  for (const auto& [r, rd] : rounds.buffered()) {
+    open.push_back(r);
     const std::string p = "live/round/" + std::to_string(r);
     ck.meta[p + "/clocked"] = join(rd.clocked);
     ck.meta[p + "/folded"] = std::to_string(rd.folded.size());
@@ -113,51 +114,57 @@ void ShardState::add_live_locked(Checkpoint& ck) const {
     for (size_t i = 0; i < rd.folded.size(); ++i)
       add_contribution(p + "/f/" + std::to_string(i), rd.folded[i]);
   }
-  ck.meta["live/rounds"] = join(rounds);
+  ck.meta["live/rounds"] = join(open);
 }
 
-void ShardState::restore_live(const Checkpoint& ck, const std::string& path) {
+void restore_live(const Checkpoint& ck, const std::string& path, const Layout& layout,
+                  int workers, Rounds& rounds, Roster& roster, WriteDedup& dedup, Reports& reports) {
   const LiveReader rd{ck, path};
-  clocks_ = rd.numbers("live/clocks", W_);
-  contributed_ = rd.numbers("live/contributed", W_);
-  const std::vector<int64_t> fin = rd.numbers("live/finished", W_);
-  for (int w = 0; w < W_; ++w) finished_[size_t(w)] = fin[size_t(w)] != 0;
-  const std::vector<int64_t> lw = rd.numbers("live/last_write", W_);
-  for (int w = 0; w < W_; ++w) last_write_[size_t(w)] = uint64_t(lw[size_t(w)]);
+  std::vector<int64_t> clocks = rd.numbers("live/clocks", workers);
+  rounds.set_clocks(std::move(clocks), rd.numbers("live/contributed", workers));
+  const std::vector<int64_t> fin = rd.numbers("live/finished", workers);
+  std::vector<bool> finished(static_cast<size_t>(workers), false);
+  for (int w = 0; w < workers; ++w) finished[size_t(w)] = fin[size_t(w)] != 0;
+  roster.set_finished(std::move(finished));
+  const std::vector<int64_t> lw = rd.numbers("live/last_write", workers);
+  std::vector<uint64_t> last(static_cast<size_t>(workers), 0);
+  for (int w = 0; w < workers; ++w) last[size_t(w)] = uint64_t(lw[size_t(w)]);
+  dedup.set_last(std::move(last));
   const std::vector<int64_t> c = rd.numbers("live/counters", 5);
-  st_.pushes_accepted = c[0];
-  st_.pushes_late = c[1];
-  st_.pushes_dropped = c[2];
-  st_.pushes_folded = c[3];
-  st_.writes_duplicate = c[4];
-  reports_.clear();
+  rounds.counters.accepted = c[0];
+  rounds.counters.late = c[1];
+  rounds.counters.dropped = c[2];
+  rounds.counters.folded = c[3];
+  dedup.duplicates = c[4];
+  std::map<int64_t, Reports::Report>& by_round = reports.all();
+  by_round.clear();
   {
     std::istringstream in(rd.meta("live/reports"));
     std::string item;
     while (in >> item) {
       int64_t r = 0;
-      Report rep;
+      Reports::Report rep;
       unsigned long long bits[3] = {0, 0, 0};
       if (std::sscanf(item.c_str(), "%ld:%d:%llu:%llu:%llu", &r, &rep.workers, &bits[0],
                       &bits[1], &bits[2]) != 5)
         rd.corrupt("report entry '" + item + "' is malformed");
       for (int i = 0; i < 3; ++i) rep.sums[i] = std::bit_cast<double>(uint64_t(bits[i]));
-      reports_[r] = rep;
+      by_round[r] = rep;
     }
   }
   auto contribution = [&](const std::string& p) {
     Contribution c;
     for (auto [k, n] : rd.pairs(p + "/dense")) {
-      if (k < 0 || k >= int64_t(layout_.size()) || layout_.key(KeyId(k)).sparse)
+      if (k < 0 || k >= int64_t(layout.size()) || layout.key(KeyId(k)).sparse)
         rd.corrupt(p + " names dense key " + std::to_string(k));
       const auto* g = static_cast<const float*>(rd.tensor(p + "/dense/" + std::to_string(k), n));
       c.dense[KeyId(k)].assign(g, g + n);
     }
     for (auto [k, n] : rd.pairs(p + "/sparse")) {
-      if (k < 0 || k >= int64_t(layout_.size()) || !layout_.key(KeyId(k)).sparse)
+      if (k < 0 || k >= int64_t(layout.size()) || !layout.key(KeyId(k)).sparse)
         rd.corrupt(p + " names sparse key " + std::to_string(k));
       const std::string q = p + "/sparse/" + std::to_string(k);
-      const int64_t width = layout_.key(KeyId(k)).width;
+      const int64_t width = layout.key(KeyId(k)).width;
       SparseGrad& sg = c.sparse[KeyId(k)];
       sg.rows.resize(size_t(n));
       if (n > 0) std::memcpy(sg.rows.data(), rd.tensor(q + "/rows", 2 * n, DType::kI32), size_t(n) * 8);
@@ -166,39 +173,24 @@ void ShardState::restore_live(const Checkpoint& ck, const std::string& path) {
     }
     return c;
   };
-  rounds_.clear();
+  std::map<int64_t, Rounds::Round>& buffered = rounds.buffered();
+  buffered.clear();
   for (int64_t r : rd.numbers("live/rounds")) {
     const std::string p = "live/round/" + std::to_string(r);
-    Round& round = rounds_[r];
-    round.clocked.assign(size_t(W_), false);
+    Rounds::Round& round = buffered[r];
+    round.clocked.assign(size_t(workers), false);
     round.n_clocked = 0;
-    const std::vector<int64_t> clocked = rd.numbers(p + "/clocked", W_);
-    for (int w = 0; w < W_; ++w) {
+    const std::vector<int64_t> clocked = rd.numbers(p + "/clocked", workers);
+    for (int w = 0; w < workers; ++w) {
       round.clocked[size_t(w)] = clocked[size_t(w)] != 0;
       round.n_clocked += clocked[size_t(w)] != 0 ? 1 : 0;
     }
     round.by_worker.clear();
-    for (int w = 0; w < W_; ++w) round.by_worker.push_back(contribution(p + "/w/" + std::to_string(w)));
+    for (int w = 0; w < workers; ++w) round.by_worker.push_back(contribution(p + "/w/" + std::to_string(w)));
     const std::vector<int64_t> folded = rd.numbers(p + "/folded", 1);
     for (int64_t i = 0; i < folded[0]; ++i)
       round.folded.push_back(contribution(p + "/f/" + std::to_string(i)));
   }
-}
-
-void ShardState::transfer_out(const std::string& path) const {
-  std::lock_guard<std::mutex> lk(mu_);
-  std::vector<std::vector<int64_t>> rows;
-  Checkpoint ck = checkpoint_locked(rows);
-  add_live_locked(ck);
-  save_checkpoint(path, ck);
-}
-
-int64_t ShardState::transfer_in(const std::string& path) {
-  const Checkpoint ck = load_checkpoint(path);
-  std::lock_guard<std::mutex> lk(mu_);
-  restore_checkpoint(ck, path);
-  restore_live(ck, path);
-  return int64_t(rounds_.size());
 }
 
 }  // namespace braid::ps

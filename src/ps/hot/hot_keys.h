@@ -1,6 +1,6 @@
 // Hot keys' read replicas (ps.h, "Hot keys"). Private to src/ps.
 //
-// Owner side (HotCounter, inside the owner's ShardState): pulls counted per
+// Owner side (HotCounter, inside a shard's HotOwner, hot_owner.h): pulls counted per
 // sparse row; at each round close the rule of ps.h picks new hot rows. The
 // hot set only grows, so a row a worker was told is hot stays on every
 // replica from the refresh that added it on.

@@ -23,16 +23,17 @@ uint64_t ShardState::batch_payload(const Header& h, int w) const {
   if (opt_.replicas != 1)
     bad("batched requests need replicas 1 (a chain forwards each write on its own)");
   if (h.worker != uint32_t(w)) bad("frame names another worker than this connection's");
-  const uint64_t owners = hot_pulls_.check ? uint64_t(layout_.servers() - 1) : 0;
-  uint64_t max_frames = 2 * uint64_t(layout_.size()) + 3;
+  const Layout& layout = store_.layout();
+  const uint64_t owners = hot_pulls_.check ? uint64_t(layout.servers() - 1) : 0;
+  uint64_t max_frames = 2 * uint64_t(layout.size()) + 3;
   uint64_t bound = h.count * sizeof(Header) + 3 * sizeof(double);
-  for (KeyId k = 0; k < layout_.size(); ++k) {
-    const KeySpec& spec = layout_.key(k);
+  for (KeyId k = 0; k < layout.size(); ++k) {
+    const KeySpec& spec = layout.key(k);
     if (spec.sparse) {
       max_frames += owners;
       bound += uint64_t(spec.rows) * (8 + 8 + uint64_t(spec.width) * 4 + owners * 8);
     } else {
-      bound += uint64_t(dense_[k].end - dense_[k].begin) * 4;
+      bound += uint64_t(store_.dense(k).end - store_.dense(k).begin) * 4;
     }
   }
   if (h.count == 0 || h.count > wire::kMaxBatchFrames || h.count > max_frames)
@@ -87,11 +88,6 @@ void ShardState::handle_batch(const Header& h, const uint8_t* payload, ReplyBuf&
   if (at != h.payload)
     throw Error(Errc::kProtocol, where(h) + ": " + std::to_string(h.payload - at) +
                                      " bytes after the last sub-frame");
-}
-
-void ShardState::set_hot_pulls(HotPulls p) {
-  std::lock_guard<std::mutex> lk(mu_);
-  hot_pulls_ = std::move(p);
 }
 
 }  // namespace braid::ps

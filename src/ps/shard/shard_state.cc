@@ -1,13 +1,14 @@
-// A server's state and its consistency rules (invariants in shard_state.h,
-// the rules themselves in include/braid/ps.h).
+// A server's replica of a shard: its parts composed, and the frames that
+// run on them (shard_state.h; the consistency rules in
+// include/braid/ps_server.h).
 #include "ps/shard/shard_state.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "braid/env.h"
+#include "ps/checkpoint/shard_checkpoint.h"
 #include "ps/server_name.h"
-#include "ps/shard/update_rule.h"
 
 namespace braid::ps {
 
@@ -17,64 +18,45 @@ namespace {
 // A sparse request may name at most this many rows (bounds the allocation
 // a frame can cause before its rows are checked one by one).
 constexpr uint64_t kMaxRowsPerFrame = uint64_t(1) << 22;
-}  // namespace
 
-ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
-                       const std::vector<std::vector<float>>& init,
-                       std::function<void(KeyId, int64_t, float*)> init_sparse)
-    : layout_(layout), opt_(opt), W_(opt.workers), init_sparse_(std::move(init_sparse)) {
+// The options, checked before any part is built from them.
+const ServerOptions& checked(const Layout& layout, const ServerOptions& opt) {
   BRAID_CHECK_ARG(opt.rank >= 0 && opt.rank < layout.servers(),
                   "server rank " + std::to_string(opt.rank) + " outside 0.." +
                       std::to_string(layout.servers() - 1));
-  BRAID_CHECK_ARG(W_ >= 1, "a parameter server needs at least one worker");
+  BRAID_CHECK_ARG(opt.workers >= 1, "a parameter server needs at least one worker");
   BRAID_CHECK_ARG(opt.staleness >= 0, "SSP staleness must be >= 0");
   if (opt.consistency == Consistency::kRoundK)
-    BRAID_CHECK_ARG(opt.round_k >= 1 && opt.round_k <= W_,
+    BRAID_CHECK_ARG(opt.round_k >= 1 && opt.round_k <= opt.workers,
                     "k-of-n needs 1 <= K <= W (K " + std::to_string(opt.round_k) + ", W " +
-                        std::to_string(W_) + ")");
+                        std::to_string(opt.workers) + ")");
   if (opt.hot_keys) {
     BRAID_CHECK_ARG(opt.consistency == Consistency::kBsp || opt.consistency == Consistency::kSsp,
                     std::string("hot keys need bsp or ssp consistency, not ") +
                         consistency_name(opt.consistency));
     BRAID_CHECK_ARG(opt.replicas == 1, "hot keys need --replicas 1 (chains keep no hot copies)");
     BRAID_CHECK_ARG(opt.hot_max_rows >= 1, "hot keys need hot_max_rows >= 1");
-    hot_ = std::make_unique<HotCounter>(opt.hot_max_rows);
   }
   BRAID_CHECK_ARG(opt.save_every >= 0 && opt.save_last >= 0,
                   "checkpoint interval and last round must be >= 0");
-  BRAID_CHECK_ARG(init.size() == layout.size(),
-                  "initial values for " + std::to_string(init.size()) + " keys, layout has " +
-                      std::to_string(layout.size()));
-  dense_.resize(layout.size());
-  sparse_.resize(layout.size());
-  const int slots = opt.rule.slots();
-  for (KeyId k = 0; k < layout.size(); ++k) {
-    const KeySpec& spec = layout.key(k);
-    if (spec.sparse) continue;
-    BRAID_CHECK_ARG(int64_t(init[k].size()) == spec.size,
-                    "initial values of key '" + spec.name + "' have " +
-                        std::to_string(init[k].size()) + " elements, the key " +
-                        std::to_string(spec.size));
-    Dense& d = dense_[k];
-    d.begin = layout.slice_begin(k, opt.rank);
-    d.end = layout.slice_end(k, opt.rank);
-    d.w.assign(init[k].begin() + d.begin, init[k].begin() + d.end);
-    d.state.assign(size_t((d.end - d.begin) * slots), 0.0f);
-  }
-  clocks_.assign(size_t(W_), 0);
-  contributed_.assign(size_t(W_), 0);
-  attached_.assign(size_t(W_), false);
-  finished_.assign(size_t(W_), false);
-  dropped_at_.assign(size_t(W_), 0);
-  last_write_.assign(size_t(W_), 0);
-  st_.rank = opt.rank;
-  if (!opt.resume_from.empty()) restore(opt.resume_from);
+  return opt;
+}
+}  // namespace
+
+ShardState::ShardState(const Layout& layout, const ServerOptions& opt,
+                       const std::vector<std::vector<float>>& init,
+                       std::function<void(KeyId, int64_t, float*)> init_sparse)
+    : opt_(checked(layout, opt)),
+      W_(opt.workers),
+      store_(layout, opt.rank, opt.rule, init, std::move(init_sparse)),
+      rounds_(opt_, store_, [this] { round_closed(); }),
+      roster_(opt.workers, opt.rank),
+      dedup_(opt.workers) {
+  if (opt.hot_keys) hot_ = std::make_unique<HotOwner>(opt.hot_max_rows);
+  if (!opt.resume_from.empty()) rounds_.restart(restore_shard(store_, opt_, opt.resume_from));
 }
 
-std::string ShardState::where(const Header& h) const {
-  return server_name(opt_.rank) + ", worker " + std::to_string(h.worker) + ", " +
-         wire::op_name(h.op);
-}
+std::string ShardState::where(const Header& h) const { return frame_where(opt_.rank, h); }
 
 uint64_t ShardState::expected_payload(const Header& h, int w) const {
   auto bad = [&](const std::string& why) -> uint64_t {
@@ -97,13 +79,14 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
     case wire::kPull: break;
     default: bad("unknown op " + std::to_string(h.op));
   }
-  if (h.key >= layout_.size())
+  const Layout& layout = store_.layout();
+  if (h.key >= layout.size())
     bad("unknown key id " + std::to_string(h.key) + " (the layout has " +
-        std::to_string(layout_.size()) + ")");
-  const KeySpec& spec = layout_.key(h.key);
+        std::to_string(layout.size()) + ")");
+  const KeySpec& spec = layout.key(h.key);
   const bool push = h.op == wire::kPush;
   if (!spec.sparse) {
-    const Dense& d = dense_[h.key];
+    const ParamStore::Dense& d = store_.dense(h.key);
     if (h.count == 0 || h.offset < uint64_t(d.begin) || h.offset > uint64_t(d.end) ||
         h.count > uint64_t(d.end) - h.offset)
       bad("range [" + std::to_string(h.offset) + ", +" + std::to_string(h.count) + ") of key '" +
@@ -126,61 +109,62 @@ uint64_t ShardState::expected_payload(const Header& h, int w) const {
 
 void ShardState::attach(int w) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (attached_[size_t(w)])
-    throw Error(Errc::kInvalidArgument,
-                server_name(opt_.rank) + ": worker " + std::to_string(w) + " is already connected");
-  attached_[size_t(w)] = true;
-  dropped_at_[size_t(w)] = 0;
+  roster_.attach(w);
 }
 
 void ShardState::detach(int w, bool gone) {
   std::lock_guard<std::mutex> lk(mu_);
-  attached_[size_t(w)] = false;
-  if (gone && !finished_[size_t(w)] && !stopping_) dropped_at_[size_t(w)] = int64_t(now_ns());
+  roster_.detach(w, gone);
 }
 
 std::vector<ShardState::Drop> ShardState::dropped_before(int64_t before_ns) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<Drop> out;
-  for (int w = 0; w < W_; ++w) {
-    const int64_t at = dropped_at_[size_t(w)];
-    if (at != 0 && at <= before_ns && !attached_[size_t(w)] && !finished_[size_t(w)])
-      out.push_back({w, clocks_[size_t(w)]});
-  }
+  for (int w : roster_.dropped_before(before_ns)) out.push_back({w, rounds_.clocks()[size_t(w)]});
   return out;
 }
 
 void ShardState::fail(const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (lost_.empty()) lost_ = why;
+  roster_.fail(why);
   cv_.notify_all();
   finished_cv_.notify_all();
 }
 
-void ShardState::set_epoch(uint32_t e) {
-  std::lock_guard<std::mutex> lk(mu_);
-  st_.epoch = e;
-}
-
 void ShardState::stop() {
   std::lock_guard<std::mutex> lk(mu_);
-  stopping_ = true;
+  roster_.stop();
   cv_.notify_all();
 }
 
 void ShardState::count_traffic(uint64_t in, uint64_t out, bool rejected) {
-  std::lock_guard<std::mutex> lk(mu_);
-  st_.requests += 1;
-  st_.bytes_in += int64_t(in);
-  st_.bytes_out += int64_t(out);
-  if (rejected) st_.rejected += 1;
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  bytes_in_.fetch_add(int64_t(in), std::memory_order_relaxed);
+  bytes_out_.fetch_add(int64_t(out), std::memory_order_relaxed);
+  if (rejected) rejected_.fetch_add(1, std::memory_order_relaxed);
 }
 
 ServerStats ShardState::snapshot_locked() const {
-  ServerStats s = st_;
-  s.clocks = clocks_;
-  s.contributed = contributed_;
-  s.rounds_closed = closed_;
+  ServerStats s;
+  s.rank = opt_.rank;
+  s.pushes_accepted = rounds_.counters.accepted;
+  s.pushes_late = rounds_.counters.late;
+  s.pushes_dropped = rounds_.counters.dropped;
+  s.pushes_folded = rounds_.counters.folded;
+  s.rounds_closed = rounds_.closed();
+  s.updates_applied = store_.updates_applied;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.bytes_in = bytes_in_.load(std::memory_order_relaxed);
+  s.bytes_out = bytes_out_.load(std::memory_order_relaxed);
+  s.rejected = rejected_.load(std::memory_order_relaxed);
+  s.writes_duplicate = dedup_.duplicates;
+  s.epoch = epoch_.load(std::memory_order_relaxed);
+  s.pulls_owner = pulls_owner_;
+  s.pulls_replica = pulls_replica_.load(std::memory_order_relaxed);
+  s.hot_rows = hot_ ? hot_->rows() : 0;
+  s.clocks = rounds_.clocks();
+  s.max_read_lead = rounds_.counters.max_read_lead;
+  s.contributed = rounds_.contributed();
   return s;
 }
 
@@ -193,8 +177,8 @@ void ShardState::wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_n
                             const std::function<bool()>& ready,
                             const std::function<std::string()>& what) {
   while (!ready()) {
-    if (!lost_.empty()) throw Error(Errc::kPeerDied, what() + ": " + lost_);
-    if (stopping_) throw Error(Errc::kPeerDied, what() + ": the server is stopping");
+    if (!roster_.lost().empty()) throw Error(Errc::kPeerDied, what() + ": " + roster_.lost());
+    if (roster_.stopping()) throw Error(Errc::kPeerDied, what() + ": the server is stopping");
     int64_t left = deadline_ns - int64_t(now_ns());
     if (left <= 0) throw Error(Errc::kTimeout, what());
     cv_.wait_for(lk, std::chrono::nanoseconds(left));
@@ -203,109 +187,165 @@ void ShardState::wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_n
 
 void ShardState::wait_finished(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  auto all = [&] { return std::all_of(finished_.begin(), finished_.end(), [](bool b) { return b; }); };
-  std::string missing;
-  auto what = [&] {
-    std::string m;
-    for (int w = 0; w < W_; ++w)
-      if (!finished_[size_t(w)]) m += " " + std::to_string(w);
-    return server_name(opt_.rank) + ": workers still attached after the deadline:" + m;
-  };
   const int64_t deadline = wire::deadline_after(timeout);
-  while (!all()) {
-    if (!lost_.empty()) throw Error(Errc::kPeerDied, server_name(opt_.rank) + ": " + lost_);
-    if (int64_t(now_ns()) >= deadline) throw Error(Errc::kTimeout, what());
+  while (!roster_.all_finished()) {
+    if (!roster_.lost().empty())
+      throw Error(Errc::kPeerDied, server_name(opt_.rank) + ": " + roster_.lost());
+    if (int64_t(now_ns()) >= deadline)
+      throw Error(Errc::kTimeout, server_name(opt_.rank) +
+                                      ": workers still attached after the deadline:" +
+                                      roster_.unfinished());
     finished_cv_.wait_for(lk, std::chrono::milliseconds(200));
   }
 }
 
-size_t ShardState::sparse_row(KeyId k, int64_t row) {
-  Sparse& sp = sparse_[k];
-  auto it = sp.index.find(row);
-  if (it != sp.index.end()) return it->second;
-  const int64_t width = layout_.key(k).width;
-  const size_t pos = sp.index.size();
-  sp.index.emplace(row, pos);
-  sp.w.resize(sp.w.size() + size_t(width), 0.0f);
-  sp.state.resize(sp.state.size() + size_t(width * opt_.rule.slots()), 0.0f);
-  if (init_sparse_) init_sparse_(k, row, sp.w.data() + pos * size_t(width));
-  return pos;
+void ShardState::round_closed() {
+  if (hot_) hot_->after_close(rounds_.closed(), store_);
+  cv_.notify_all();
+  // Last: a failed save (kIo) reaches the clocking worker as its error,
+  // after the round is closed and its waiters are woken.
+  save_if_due(store_, opt_, rounds_.closed(), saves_);
 }
 
-// Row ids of a sparse frame, each checked against the table and this server.
-static std::vector<int64_t> frame_rows(const Layout& layout, int server, const Header& h,
-                                       const uint8_t* payload, const std::string& where) {
-  std::vector<int64_t> rows(h.count);
-  std::memcpy(rows.data(), payload, h.count * 8);
-  const KeySpec& spec = layout.key(h.key);
-  for (int64_t r : rows) {
-    if (r < 0 || r >= spec.rows)
-      throw Error(Errc::kInvalidArgument, where + ": row " + std::to_string(r) +
-                                              " outside sparse key '" + spec.name + "' of " +
-                                              std::to_string(spec.rows) + " rows");
-    if (layout.row_server(r) != server)
-      throw Error(Errc::kInvalidArgument, where + ": row " + std::to_string(r) + " of key '" +
-                                              spec.name + "' belongs to server " +
-                                              std::to_string(layout.row_server(r)));
+void ShardState::pull(const Header& h, const uint8_t* payload, Header& reply, ReplyBuf& out,
+                      std::unique_lock<std::mutex>& lk, int64_t deadline_ns) {
+  const int64_t c = h.clock;
+  const int64_t need = rounds_.needed_by(c);  // rounds that must be applied first
+  wait_until(lk, deadline_ns, [&] { return rounds_.closed() >= need; }, [&] {
+    std::string clocks;
+    for (int64_t v : rounds_.clocks()) {
+      if (!clocks.empty()) clocks += ',';
+      clocks += std::to_string(v);
+    }
+    return where(h) + " for clock " + std::to_string(c) + ": waited for round " +
+           std::to_string(need - 1) + " to close (" + std::to_string(rounds_.closed()) +
+           " closed; worker clocks " + clocks + ")";
+  });
+  reply.clock = rounds_.answered(c);
+  store_.read(h, payload, out);
+  if (!store_.layout().key(h.key).sparse) return;
+  pulls_owner_ += int64_t(h.count);
+  if (!hot_) return;
+  for (uint64_t i = 0; i < h.count; ++i) {
+    int64_t row = 0;
+    std::memcpy(&row, payload + i * 8, 8);
+    hot_->count(h.key, row);
   }
-  return rows;
 }
 
-void ShardState::add_push(Contribution& c, const Header& h, const uint8_t* payload) {
-  const KeySpec& spec = layout_.key(h.key);
-  if (!spec.sparse) {
-    const Dense& d = dense_[h.key];
-    std::vector<float>& acc = c.dense[h.key];
-    if (acc.empty()) acc.assign(size_t(d.end - d.begin), 0.0f);
-    const float* g = reinterpret_cast<const float*>(payload);
-    float* a = acc.data() + (h.offset - uint64_t(d.begin));
-    for (uint64_t i = 0; i < h.count; ++i) a[i] += g[i];
+void ShardState::handle(const Header& h, const uint8_t* payload, Header& reply, ReplyBuf& out,
+                        int64_t deadline_ns) {
+  std::unique_lock<std::mutex> lk(mu_);
+  out.clear();
+  if (!roster_.lost().empty()) throw Error(Errc::kPeerDied, where(h) + ": " + roster_.lost());
+  if (h.op != wire::kBatch) {
+    handle_locked(h, payload, reply, out, lk, deadline_ns);
     return;
   }
-  std::vector<int64_t> rows = frame_rows(layout_, opt_.rank, h, payload, where(h));
-  const float* g = reinterpret_cast<const float*>(payload + h.count * 8);
-  SparseGrad& table = c.sparse[h.key];
-  table.rows.insert(table.rows.end(), rows.begin(), rows.end());
-  table.g.insert(table.g.end(), g, g + rows.size() * size_t(spec.width));
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  handle_batch(h, payload, out, lk, deadline_ns);
+  reply.payload = out.size();
 }
 
-ShardState::Round& ShardState::round(int64_t r) {
-  Round& rd = rounds_[r];
-  if (rd.by_worker.empty()) {
-    rd.by_worker.resize(size_t(W_));
-    rd.clocked.assign(size_t(W_), false);
-  }
-  return rd;
+void ShardState::stats_frame(const Header& h, ReplyBuf& out, std::unique_lock<std::mutex>& lk,
+                             int64_t deadline_ns) {
+  if ((h.flags & wire::kWaitRound) && opt_.consistency != Consistency::kAsp)
+    wait_until(lk, deadline_ns, [&] { return rounds_.closed() > h.clock; }, [&] {
+      return where(h) + ": waited for round " + std::to_string(h.clock) + " to close";
+    });
+  if (h.flags & wire::kWaitOthers)
+    wait_until(
+        lk, deadline_ns, [&] { return roster_.others_finished(int(h.worker)); },
+        [&] { return where(h) + ": waited for every other worker to finish"; });
+  ServerStats s = snapshot_locked();
+  reports_.fill(h.clock, s);
+  std::vector<uint8_t> enc;
+  wire::encode_stats(s, enc);
+  out.append(enc.data(), enc.size());
 }
 
-void ShardState::apply(const Contribution& sum, int contributors, int64_t r) {
-  const float lr = opt_.lr.at(r);
-  const float inv = 1.0f / float(std::max(1, contributors));
-  std::vector<float> mean;
-  for (const auto& [k, g] : sum.dense) {
-    Dense& d = dense_[k];
-    mean.resize(g.size());
-    for (size_t i = 0; i < g.size(); ++i) mean[i] = g[i] * inv;
-    apply_update(opt_.rule, d.w.data(), mean.data(), d.state.data(), int64_t(g.size()), lr, ++d.t,
-                 layout_.key(k).decay);
-  }
-  for (const auto& [k, sg] : sum.sparse) {
-    Sparse& sp = sparse_[k];
-    const int64_t width = layout_.key(k).width;
-    const int slots = opt_.rule.slots();
-    ++sp.t;
-    mean.resize(size_t(width));
-    for (size_t r = 0; r < sg.rows.size(); ++r) {
-      const size_t pos = sparse_row(k, sg.rows[r]);
-      const float* g = sg.g.data() + r * size_t(width);
-      for (size_t i = 0; i < size_t(width); ++i) mean[i] = g[i] * inv;
-      // A row's slots lie together, slot-major over its width.
-      float* state = sp.state.data() + pos * size_t(width * slots);
-      apply_update(opt_.rule, sp.w.data() + pos * size_t(width), mean.data(), state, width, lr,
-                   sp.t, layout_.key(k).decay);
+void ShardState::handle_locked(const Header& h, const uint8_t* payload, Header& reply,
+                               ReplyBuf& out, std::unique_lock<std::mutex>& lk,
+                               int64_t deadline_ns) {
+  reply = h;
+  reply.op = uint16_t(h.op | wire::kReply);
+  reply.status = 0;
+  reply.payload = 0;
+  const size_t base = out.size();
+  const int w = int(h.worker);
+  const bool write = wire::is_write(h.op);
+  // A re-sent write (replication/write_dedup.h) is acknowledged, not applied.
+  if (write && dedup_.duplicate(w, h.req)) return;
+  const bool asp = opt_.consistency == Consistency::kAsp;
+  switch (h.op) {
+    case wire::kHello: break;
+    case wire::kPush:
+      if (asp) {
+        rounds_.apply_now(h, payload);
+        if (h.flags & wire::kAdvance) rounds_.clock_async(w, h.clock);
+        break;
+      }
+      rounds_.push(h, payload);
+      if (h.flags & wire::kAdvance) rounds_.clock(w, h.clock);
+      break;
+    case wire::kClock:
+      if (asp)
+        rounds_.clock_async(w, h.clock);
+      else
+        rounds_.clock(w, h.clock);
+      break;
+    case wire::kPull: pull(h, payload, reply, out, lk, deadline_ns); break;
+    case wire::kReport: {
+      double v[3];
+      std::memcpy(v, payload, sizeof v);
+      reports_.add(h.clock, v);
+      break;
     }
+    case wire::kStats: stats_frame(h, out, lk, deadline_ns); break;
+    case wire::kBye:
+      roster_.finish(w);
+      cv_.notify_all();
+      finished_cv_.notify_all();
+      break;
+    default:
+      throw Error(Errc::kProtocol, where(h) + ": unknown op");
   }
-  st_.updates_applied += 1;
+  if (write) dedup_.applied(w, h.req);
+  reply.payload = out.size() - base;
+}
+
+void ShardState::set_hot_sink(HotSink sink) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (hot_) hot_->set_sink(std::move(sink));
+}
+
+void ShardState::hot_set(ReplyBuf& out) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  out.clear();
+  if (hot_) hot_->hot_set(out);
+}
+
+void ShardState::set_hot_pulls(HotPulls p) {
+  std::lock_guard<std::mutex> lk(mu_);
+  hot_pulls_ = std::move(p);
+}
+
+void ShardState::transfer_out(const std::string& path) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::vector<int64_t>> rows;
+  Checkpoint ck = shard_checkpoint(store_, opt_, rounds_.closed(), rows);
+  add_live(ck, rounds_, roster_, dedup_, reports_);
+  save_checkpoint(path, ck);
+}
+
+int64_t ShardState::transfer_in(const std::string& path) {
+  const Checkpoint ck = load_checkpoint(path);
+  std::lock_guard<std::mutex> lk(mu_);
+  rounds_.restart(restore_shard_file(store_, opt_, ck, path));
+  restore_live(ck, path, store_.layout(), W_, rounds_, roster_, dedup_, reports_);
+  return int64_t(rounds_.buffered().size());
 }
 
 }  // namespace braid::ps
