@@ -23,6 +23,7 @@
 //   ps_keys.h    Layout (keys and their placement), Consistency, UpdateRule
 //   ps_server.h  Server, its options, counters and joins
 //   ps_worker.h  Worker, Handle, its options and counters
+//   ps_trainer.h WorkerTrainer (a worker's training loop), ModelKeys
 //
 // Errors: braid::Error. kInvalidArgument for bad calls (unknown key, wrong
 // length), kTimeout when a wait passes its deadline, kPeerDied when a server
@@ -32,4 +33,5 @@
 
 #include "braid/ps_keys.h"
 #include "braid/ps_server.h"
+#include "braid/ps_trainer.h"
 #include "braid/ps_worker.h"

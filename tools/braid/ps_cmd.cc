@@ -1,19 +1,9 @@
 // braid ps train mlp|dlrm --servers S --workers W --consistency bsp|asp|ssp|kofn
 // — the MLP or the DLRM model trained through parameter servers (dlrm: its
-// embedding tables are sparse keys, ps_dlrm.cc).
+// embedding tables are sparse keys: ps::ModelKeys, braid/ps_trainer.h).
 //
-// A worker's step at clock c: forward/backward its shard of global batch c
-// with the parameters pulled for c, then ONE exchange with the servers
-// (ps::Worker::step, one frame per server): report its loss sums to server
-// 0, push its gradients (dlrm: the tables' touched rows; scaled by W: the
-// trainer gives each rank its share of the global mean, the server
-// averages) with the clock flag, and pull for clock c + 1 every dense
-// parameter and the table rows batch c + 1 names (the server decides how
-// long that waits; under k-of-n it answers with the open round, which
-// becomes the next clock, and a straggler pulls that batch's rows again).
-// The optimizer runs on the servers (ps.h). Why one exchange: a step of
-// this size is a fraction of a millisecond of compute, so each round trip
-// to the servers is a large share of it.
+// A worker's loop is the library's ps::WorkerTrainer (braid/ps_trainer.h:
+// one exchange with the servers per step); this file sets it up and logs.
 //
 // Worker 0 writes the JSON log: braid train's step fields, where `loss` is
 // over the global batch in BSP and k-of-n (the workers that made the round)
@@ -65,56 +55,6 @@ namespace braid::tool {
 
 namespace {
 
-// Every dense parameter of the model, as the keys of the layout (same
-// order); the tables are sparse keys.
-std::vector<ps::KeyData> key_data(const std::vector<nn::Parameter*>& params, bool grads,
-                                  const SparseTables& sparse) {
-  std::vector<ps::KeyData> out;
-  for (size_t i = 0; i < params.size(); ++i)
-    if (!sparse.is_table(i))
-      out.push_back({ps::KeyId(i), {}, grads ? params[i]->grad.f32() : params[i]->data.f32()});
-  return out;
-}
-
-// The worker's StepHooks: no local optimizer, no I/O inside the step.
-// After the step the gradients are scaled for the push and the sums kept;
-// the loop sends both with its next pull (one exchange per step).
-struct PsHooks : nn::StepHooks {
-  SparseTables* sparse = nullptr;
-  int workers = 1;
-  // --slow-worker: this worker's compute takes `slow` times as long. The
-  // extra time is spent before the push, so its gradient arrives late (as a
-  // straggler's does), and asleep, so it leaves the core to the others.
-  double slow = 1, step_t0 = 0;
-  std::vector<ps::KeyData> grads;  // the step's push: dense keys, then touched rows
-  double sums[3] = {0, 0, 0};      // the step's loss sum, rows, correct
-  void begin_step(int64_t, const std::vector<nn::Parameter*>& ps) override {
-    step_t0 = now_s();
-    // The tables' dense gradients are off (their touched rows are pushed
-    // from the sparse gradient), so only the dense parameters have
-    // gradients to clear: clearing whole tables each step is rows x dim of
-    // memory traffic for nothing.
-    for (size_t k = 0; k < ps.size(); ++k)
-      if (!sparse->is_table(k)) ps[k]->grad.zero();
-  }
-  void optimizer_step(nn::Optimizer&, const std::vector<nn::Parameter*>&, float) override {}
-  void after_step(nn::StepState& st) override {
-    if (slow > 1)
-      std::this_thread::sleep_for(std::chrono::duration<double>((slow - 1) * (now_s() - step_t0)));
-    std::copy(st.sums, st.sums + 3, sums);
-    for (size_t k = 0; k < params.size(); ++k) {
-      if (sparse->is_table(k)) continue;
-      float* g = params[k]->grad.f32();
-      for (int64_t i = 0; i < params[k]->size(); ++i) g[i] *= float(workers);
-    }
-    grads = key_data(params, true, *sparse);
-    sparse->add_push(grads, float(workers));
-  }
-  std::vector<nn::Parameter*> params;
-};
-
-
-
 nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
   nlohmann::json req = nlohmann::json::array(), bytes = nlohmann::json::array(),
                  owner = nlohmann::json::array(), replica = nlohmann::json::array(),
@@ -140,10 +80,56 @@ nlohmann::json load_fields(const std::vector<ps::ServerStats>& all) {
           {"server_hot_rows", hot}};
 }
 
+// The loop's hooks: the fault-injection points (ps_faults.h) around each
+// exchange, and worker 0's log.
+struct WorkerLog : ps::TrainerHooks {
+  FailoverProbe& faults;
+  PushHold& hold;
+  StepReporter* report = nullptr;  // worker 0's
+  std::ofstream* jlog = nullptr;
+  LoadMeter* load = nullptr;
+  double t0 = 0, last_loss = 0;
+  WorkerLog(FailoverProbe& f, PushHold& h) : faults(f), hold(h) {}
+
+  void started() override { t0 = now_s(); }
+  void pulled(int64_t clock) override { hold.pulled(clock); }
+  void before_exchange(int64_t clock) override { hold.before_push(clock); }
+  void before_push(int64_t clock) override { faults.before_push(clock); }
+  void after_push(int64_t clock) override { faults.after_push(clock); }
+  void after_step(ps::StepReport& r) override {
+    if (!report) return;
+    const int64_t clock = r.clock;
+    const std::vector<ps::ServerStats>& stats = *r.servers;
+    const ps::ServerStats& at_pull = r.at_pull;
+    nn::StepStats& st = r.stats;
+    const nlohmann::json local = st.loss;
+    if (stats[0].report_rows > 0) st.loss = stats[0].report_loss / stats[0].report_rows;
+    last_loss = st.loss;
+    report->after_step(clock, st);
+    if (jlog->is_open()) {
+      const auto [lo, hi] = std::minmax_element(at_pull.clocks.begin(), at_pull.clocks.end());
+      nlohmann::json rec = {{"clock", clock},
+                            {"clocks", at_pull.clocks},
+                            {"clock_spread", *hi - *lo},
+                            {"read_lead", at_pull.max_read_lead}};
+      rec.update(step_record(st));
+      rec["time"] = now_s() - t0;
+      rec["compute_s"] = r.compute_s;
+      rec["exchange_s"] = now_s() - r.exchange_t0;
+      rec.update(load_fields(stats));
+      rec.update(load->sample(clock, rec["time"], stats));
+      rec["loss_workers"] = stats[0].report_workers;
+      rec["worker_loss"] = local;
+      rec.update(faults.step_fields(clock));
+      *jlog << rec.dump() << '\n';
+    }
+  }
+};
+
 }  // namespace
 
 int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps::Layout& layout,
-               SparseTables& sparse, int64_t start) {
+                  ps::ModelKeys& keys, int64_t start) {
   const bool logger = w == 0;
   const auto mode = ps::parse_consistency(f.consistency);
   const auto [slow_rank, slow_factor] = parse_slow(f.slow);
@@ -157,17 +143,23 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
 
   setup.opts.rank = w;
   setup.opts.world = f.workers;
-  PsTrainer trainer(*setup.model, *setup.train, *setup.opt, setup.sched, setup.opts);
+  ps::TrainerOptions po;
+  po.worker = w;
+  po.workers = f.workers;
+  po.start = start;
+  po.steps = setup.steps;
+  po.consistency = mode;
+  po.replicas = f.replicas;
+  po.hot_keys = f.hot_keys;
+  po.hot_every = f.hot_every;
+  if (w == slow_rank) po.slow = slow_factor;
+  po.stats = logger;
+  po.timeout = wo.timeout;
+  ps::WorkerTrainer trainer(worker, job.store, keys, *setup.model, *setup.train, *setup.opt,
+                            setup.sched, setup.opts, po);
   if (setup.loss) trainer.set_loss(*setup.loss);
-  PsHooks hooks;
-  hooks.sparse = &sparse;
   FailoverProbe faults(job, f, w, setup.steps);
   PushHold hold(job, f, w, setup.steps);
-  hooks.workers = f.workers;
-  if (w == slow_rank) hooks.slow = slow_factor;
-  hooks.params = trainer.parameters();
-  trainer.set_hooks(hooks);
-  const auto pull_all = key_data(hooks.params, false, sparse);
 
   std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
@@ -182,117 +174,13 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
   StepReporter report(f, start, setup.steps, std::min<int64_t>(20, (setup.steps - start) / 5),
                       logger);
   LoadMeter load(start + f.hot_every);
-  const bool wait_round = mode == ps::Consistency::kBsp || mode == ps::Consistency::kRoundK;
-  // --hot-keys: the steps whose rows are pulled after a hot-set refresh.
-  auto refresh_at = [&](int64_t c) {
-    return f.hot_keys && c < setup.steps && c > start && (c - start) % f.hot_every == 0;
-  };
-  // The pull for clock c: the dense keys and the rows batch c names (at a
-  // refresh step, pulled after the refresh instead).
-  auto add_pull = [&](ps::StepRequest& r, int64_t c) {
-    r.pull = pull_all;
-    r.pull_clock = c;
-    if (!sparse.empty() && !refresh_at(c)) sparse.add_pull(r.pull, trainer.input_of(c));
-  };
-  // Runs r; `stats` gets the servers' counters (the logger asks, after the
-  // pull). Under k-of-n a straggler's pull may be assigned a later (open)
-  // round, whose batch names other rows: those are pulled again for it.
-  std::vector<ps::ServerStats> stats;
-  auto exchange = [&](ps::StepRequest& r) {
-    int64_t got = worker.step(r, &stats);
-    while (!sparse.empty() && !r.pull.empty() && got != r.pull_clock && got < setup.steps) {
-      r.push_round = false;
-      add_pull(r, got);
-      got = worker.step(r, &stats);
-    }
-    if (!r.pull.empty()) sparse.store_pulled();
-    return got;
-  };
-  ps::StepRequest first;
-  first.stats = logger;
-  add_pull(first, start);
-  int64_t clock = exchange(first), taken = 0;
-  hold.pulled(clock);
-  // Every worker starts training together, its first pull served before
-  // anyone pushes: otherwise under k-of-n the first workers up could close
-  // every round before a late starter's first pull, and that worker would
-  // take no step at all. So every worker takes step `start`.
-  {
-    job.store->set("ps/started/" + std::to_string(w), Bytes{1});
-    std::vector<std::string> keys;
-    for (int o = 0; o < f.workers; ++o) keys.push_back("ps/started/" + std::to_string(o));
-    job.store->wait(keys, wo.timeout);
+  WorkerLog log(faults, hold);
+  if (logger) {
+    log.report = &report;
+    log.jlog = &jlog;
+    log.load = &load;
   }
-  const double t0 = now_s();
-  double last_loss = 0;
-  while (clock < setup.steps) {
-    // Server 0's counters right after this step's pull.
-    const ps::ServerStats at_pull = logger ? stats.at(0) : ps::ServerStats{};
-    trainer.set_next_step(clock);
-    const double t_compute = now_s();
-    nn::StepStats st = trainer.step();
-    const double compute_s = now_s() - t_compute;
-    ++taken;
-    ps::StepRequest r;
-    r.push_round = true;
-    r.clock = clock;
-    r.grads = std::move(hooks.grads);
-    std::copy(hooks.sums, hooks.sums + 3, r.sums);
-    r.pull_clock = clock + 1;
-    if (clock + 1 < setup.steps) add_pull(r, clock + 1);
-    r.stats = logger;
-    r.stats_round = clock;
-    r.stats_wait = wait_round;
-    hold.before_push(clock);
-    const double t_exchange = now_s();
-    faults.before_push(clock);
-    if (f.replicas > 1) {
-      ps::StepRequest push = r;
-      push.pull.clear();
-      push.stats = false;
-      worker.step(push);
-      r.push_round = false;
-      faults.after_push(clock);
-    }
-    const int64_t next = exchange(r);
-    hold.pulled(next);
-    if (f.replicas == 1) faults.after_push(clock);
-    // Under BSP exactly `next` rounds are closed on every server now, so
-    // every worker learns the same hot set; batch next's rows are then
-    // pulled, the hot ones from replicas.
-    if (refresh_at(next)) {
-      worker.refresh_hot();
-      ps::StepRequest rows;
-      rows.pull_clock = next;
-      sparse.add_pull(rows.pull, trainer.input_of(next));
-      worker.step(rows);
-      sparse.store_pulled();
-    }
-    if (logger) {
-      const nlohmann::json local = st.loss;
-      if (stats[0].report_rows > 0) st.loss = stats[0].report_loss / stats[0].report_rows;
-      last_loss = st.loss;
-      report.after_step(clock, st);
-      if (jlog.is_open()) {
-        const auto [lo, hi] = std::minmax_element(at_pull.clocks.begin(), at_pull.clocks.end());
-        nlohmann::json rec = {{"clock", clock},
-                              {"clocks", at_pull.clocks},
-                              {"clock_spread", *hi - *lo},
-                              {"read_lead", at_pull.max_read_lead}};
-        rec.update(step_record(st));
-        rec["time"] = now_s() - t0;
-        rec["compute_s"] = compute_s;
-        rec["exchange_s"] = now_s() - t_exchange;
-        rec.update(load_fields(stats));
-        rec.update(load.sample(clock, rec["time"], stats));
-        rec["loss_workers"] = stats[0].report_workers;
-        rec["worker_loss"] = local;
-        rec.update(faults.step_fields(clock));
-        jlog << rec.dump() << '\n';
-      }
-    }
-    clock = next;
-  }
+  const int64_t taken = trainer.train(&log);
   faults.publish(worker);  // before finish, as done_fields expects
   if (logger) {
     const double throughput = report.finish();
@@ -305,9 +193,8 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     // apply a straggler's after this worker's last step; SSP: s rounds may
     // be open).
     const int64_t last = setup.steps + (mode == ps::Consistency::kSsp ? f.staleness : 0);
-    worker.pull(pull_all, last);
-    sparse.pull_all(worker, last);
-    nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
+    trainer.pull_final(last);
+    nlohmann::json done = done_record(f, setup.steps, log.last_loss, report.seconds(), throughput);
     done.update(load_fields(all));
     done.update({{"workers", f.workers}, {"servers", f.servers}, {"placement", f.placement},
                  {"consistency", f.consistency}, {"steps_taken", taken},
@@ -327,14 +214,14 @@ int run_ps_worker(const Job& job, PsFlags f, int w, TrainSetup& setup, const ps:
     done["test_accuracy"] = ev.accuracy;
     if (!f.checkpoint.empty()) {
       Checkpoint ck;
-      add_parameters(ck, hooks.params);
+      add_parameters(ck, trainer.parameters());
       save_checkpoint(f.checkpoint, ck);
     }
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps on %d workers / %d servers (%s), final loss %.4f, test "
                 "accuracy %.4f%s, %.1fs\n",
                 f.model.c_str(), (long long)setup.steps, f.workers, f.servers,
-                f.consistency.c_str(), last_loss, ev.accuracy, dlrm.c_str(), report.seconds());
+                f.consistency.c_str(), log.last_loss, ev.accuracy, dlrm.c_str(), report.seconds());
     std::fflush(stdout);
   }
   worker.finish();

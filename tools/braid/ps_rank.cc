@@ -80,7 +80,7 @@ int run_ps_rank(const Job& job, PsFlags f) {
   TrainSetup setup = build_setup(f, job.rank == 0);
   ps::Layout layout(f.servers);
   std::vector<std::vector<float>> init;
-  SparseTables sparse(*setup.model, setup.model->parameters());
+  ps::ModelKeys sparse(*setup.model, setup.model->parameters());
   sparse.add_keys(layout, init);
   // --resume: every rank finds the same step directory (nothing writes
   // one before every worker has pulled, i.e. before all of them read it).

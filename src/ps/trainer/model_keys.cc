@@ -1,18 +1,19 @@
-// braid ps train dlrm: the DLRM model's embedding tables as sparse keys of
-// the parameter servers (ps_train.h). A worker's pull for clock c carries
-// the dense keys and only the table rows batch c names (ps_cmd.cc);
-// backward leaves each table's gradient as rows
+// A model's parameters as parameter-server keys (braid/ps_trainer.h): a
+// DLRM's embedding tables are sparse keys. A worker's pull for clock c
+// carries the dense keys and only the table rows batch c names
+// (worker_trainer.cc); backward leaves each table's gradient as rows
 // (EmbeddingBag::touched_rows / row_grads), and those rows alone are
 // pushed. A row a batch does not name is neither read nor written.
 #include <algorithm>
 #include <cstring>
 
+#include "braid/dlrm.h"
 #include "braid/error.h"
-#include "ps_train.h"
+#include "braid/ps_trainer.h"
 
-namespace braid::tool {
+namespace braid::ps {
 
-SparseTables::SparseTables(nn::Module& model, const std::vector<nn::Parameter*>& params)
+ModelKeys::ModelKeys(nn::Module& model, const std::vector<nn::Parameter*>& params)
     : params_(params) {
   nn::Dlrm* dlrm = nullptr;
   for (nn::Module* u : nn::units_of(model))
@@ -30,11 +31,19 @@ SparseTables::SparseTables(nn::Module& model, const std::vector<nn::Parameter*>&
   }
 }
 
-bool SparseTables::is_table(size_t key) const {
+bool ModelKeys::is_table(size_t key) const {
   return std::any_of(tables_.begin(), tables_.end(), [&](const Table& t) { return t.key == key; });
 }
 
-void SparseTables::add_keys(ps::Layout& layout, std::vector<std::vector<float>>& init) const {
+std::vector<KeyData> ModelKeys::dense(bool grads) const {
+  std::vector<KeyData> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!is_table(i))
+      out.push_back({KeyId(i), {}, grads ? params_[i]->grad.f32() : params_[i]->data.f32()});
+  return out;
+}
+
+void ModelKeys::add_keys(Layout& layout, std::vector<std::vector<float>>& init) const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const nn::Parameter* p = params_[i];
     if (is_table(i)) {
@@ -49,21 +58,21 @@ void SparseTables::add_keys(ps::Layout& layout, std::vector<std::vector<float>>&
   }
 }
 
-void SparseTables::init_row(ps::KeyId key, int64_t row, float* out) const {
+void ModelKeys::init_row(KeyId key, int64_t row, float* out) const {
   const nn::Parameter* p = params_.at(key);
   const int64_t width = p->data.shape().back();
   std::memcpy(out, p->data.f32() + row * width, size_t(width) * sizeof(float));
 }
 
-void SparseTables::add_rows_pull(std::vector<ps::KeyData>& out) {
+void ModelKeys::add_rows_pull(std::vector<KeyData>& out) {
   pending_ = true;
   for (Table& t : tables_) {
     t.buf.resize(t.rows.size() * size_t(t.bag->dim()));
-    if (!t.rows.empty()) out.push_back({ps::KeyId(t.key), t.rows, t.buf.data()});
+    if (!t.rows.empty()) out.push_back({KeyId(t.key), t.rows, t.buf.data()});
   }
 }
 
-void SparseTables::store_pulled() {
+void ModelKeys::store_pulled() {
   if (!pending_) return;
   pending_ = false;
   for (Table& t : tables_) {
@@ -74,7 +83,7 @@ void SparseTables::store_pulled() {
   }
 }
 
-void SparseTables::add_pull(std::vector<ps::KeyData>& out, const Tensor& x) {
+void ModelKeys::add_pull(std::vector<KeyData>& out, const Tensor& x) {
   if (tables_.empty()) return;
   const int64_t B = x.shape().at(0), width = x.shape().at(1);
   const float* in = x.f32();
@@ -94,26 +103,26 @@ void SparseTables::add_pull(std::vector<ps::KeyData>& out, const Tensor& x) {
   add_rows_pull(out);
 }
 
-void SparseTables::pull_all(ps::Worker& worker, int64_t clock) {
+void ModelKeys::pull_all(Worker& worker, int64_t clock) {
   for (Table& t : tables_) {
     t.rows.resize(size_t(t.bag->rows()));
     for (size_t r = 0; r < t.rows.size(); ++r) t.rows[r] = int64_t(r);
   }
-  std::vector<ps::KeyData> req;
+  std::vector<KeyData> req;
   add_rows_pull(req);
   if (!req.empty()) worker.pull(req, clock);
   store_pulled();
 }
 
-void SparseTables::add_push(std::vector<ps::KeyData>& out, float scale) {
+void ModelKeys::add_push(std::vector<KeyData>& out, float scale) {
   for (Table& t : tables_) {
     const std::vector<int64_t>& rows = t.bag->touched_rows();
     if (rows.empty()) continue;
     const Tensor& g = t.bag->row_grads();
     t.grads.assign(g.f32(), g.f32() + g.numel());
     for (float& v : t.grads) v *= scale;
-    out.push_back({ps::KeyId(t.key), rows, t.grads.data()});
+    out.push_back({KeyId(t.key), rows, t.grads.data()});
   }
 }
 
-}  // namespace braid::tool
+}  // namespace braid::ps
