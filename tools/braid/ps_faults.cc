@@ -167,7 +167,7 @@ FailoverProbe::FailoverProbe(const Job& job, const PsFlags& f, int worker, int64
 
 void FailoverProbe::before_push(int64_t clock) {
   // No error path runs: the kernel closes this worker's connections, and
-  // nothing says goodbye (shard_state.h: a lost worker).
+  // nothing says goodbye (ps/shard/roster.h: a lost worker).
   if (kill_me_ && clock >= kill_me_->step) ::raise(SIGKILL);
   if (worker_ != 0) return;
   for (const KillAt& k : kills_) {

@@ -26,7 +26,7 @@
 // lagging worker's clock past STEP): a worker dying without a goodbye. Under
 // braid's launchers the supervisor ends the job; under a launcher that
 // lets ranks die (mpirun --enable-recovery) the servers find the worker
-// lost (ps/shard/shard_state.h) and the job fails, naming it.
+// lost (ps/shard/roster.h) and the job fails, naming it.
 //
 // --hold-worker WORKER:STEP (SSP; a test hook). Worker WORKER, about to
 // push step STEP, first waits until every other worker has been served its

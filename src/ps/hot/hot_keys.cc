@@ -97,7 +97,7 @@ void HotReplicas::pull(const wire::Header& h, const uint8_t* payload, wire::Head
   const KeySpec& spec = layout_.key(h.key);
   std::vector<int64_t> rows(h.count);
   std::memcpy(rows.data(), payload, h.count * 8);
-  // The same rounds a pull at this clock needs on the owner (shard_rounds.cc).
+  // The same rounds a pull at this clock needs on the owner (ps/consistency/rounds.cc).
   const int64_t need = opt_.consistency == Consistency::kSsp ? h.clock - opt_.staleness : h.clock;
   const int shard = int(h.offset);
   std::unique_lock<std::mutex> lk(mu_);

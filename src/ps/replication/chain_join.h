@@ -32,7 +32,7 @@
 // after the joiner's ack. Nothing is applied at the tail between 2 and 4.
 // Pausing rather than forwarding the writes that arrive during the copy
 // keeps one write per shard in flight along the chain, which the
-// duplicate-detection of re-sent writes relies on (shard_state.h).
+// duplicate-detection of re-sent writes relies on (ps/replication/write_dedup.h).
 //
 // A stalled joiner: steps 2 to 4 have a deadline of their own
 // (join_window, bounded by the server's timeout), far shorter than the

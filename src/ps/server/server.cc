@@ -15,7 +15,7 @@
 // every live member. Holding the mutex over the round trip keeps one write
 // per shard in flight, so members apply writes in the head's order and a
 // member that loses its successor re-sends just that one write to the next
-// live member (which drops it if it has it: request ids, shard_state.h).
+// live member (which drops it if it has it: request ids, ps/replication/write_dedup.h).
 // The same mutex pauses a shard's writes while its tail hands the shard to
 // a joining server (chain_join.h).
 #include <sys/socket.h>

@@ -103,7 +103,7 @@ bool connection_lost(const Error& e) {
 // Sends every frame not yet answered, then reads the replies in order.
 // Frames whose server was lost are re-sent, after declaring it dead, to
 // the shard's new head or tail; a re-sent write that was applied already
-// is acknowledged without being applied twice (shard_state.h). Loops until
+// is acknowledged without being applied twice (ps/replication/write_dedup.h). Loops until
 // every frame is answered or the deadline passes.
 //
 // With chains (R > 1) the writes are all acknowledged before any read is
