@@ -86,11 +86,11 @@ class ModelKeys {
 };
 
 struct TrainerOptions {
-  int worker = 0, workers = 1;  // this worker's id, W
-  int64_t start = 0;            // the first clock (a resumed job's round)
-  int64_t steps = 0;            // trains clocks [start, steps)
+  int worker = 0, workers = 1;                  // this worker's id, W
+  int64_t start = 0;                            // the first clock (a resumed job's round)
+  int64_t steps = 0;                            // trains clocks [start, steps)
   Consistency consistency = Consistency::kBsp;  // as the servers'
-  int replicas = 1;             // as the servers'
+  int replicas = 1;                             // as the servers'
   // Hot keys (ServerOptions::hot_keys): refresh_hot every hot_every steps,
   // right after the pull, then pull that step's rows again.
   bool hot_keys = false;

@@ -37,8 +37,8 @@ int64_t restore_shard_file(ParamStore& store, const ServerOptions& opt, const Ch
 
 // The live state (shard_transfer.cc): added to a checkpoint, and installed
 // from one. Traffic counters stay each server's own.
-void add_live(Checkpoint& ck, const Rounds& rounds, const Roster& roster,
-              const WriteDedup& dedup, const Reports& reports);
+void add_live(Checkpoint& ck, const Rounds& rounds, const Roster& roster, const WriteDedup& dedup,
+              const Reports& reports);
 void restore_live(const Checkpoint& ck, const std::string& path, const Layout& layout, int workers,
                   Rounds& rounds, Roster& roster, WriteDedup& dedup, Reports& reports);
 

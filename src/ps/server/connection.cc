@@ -9,11 +9,12 @@
 //  - a peer's hot-key refreshes (ps/hot/hot_keys.h);
 //  - a joining server (ps/replication/chain_join.h): one join, whose
 //    exchange reads the connection itself and ends it.
+#include "ps/server/connection.h"
+
 #include <sys/socket.h>
 
 #include "braid/log.h"
 #include "ps/replication/chain_join.h"
-#include "ps/server/connection.h"
 #include "ps/server/server_impl.h"
 #include "ps/server_name.h"
 
@@ -88,8 +89,8 @@ void Server::Impl::frames(Connection& c, wire::Header h, ShardState& st, Hello&&
       // A payload cut short by the peer's death; also a wait ended by a
       // stop or a lost worker, which ends the job anyway.
       c.gone = connection_lost(e);
-      BRAID_LOG(kInfo, server_name(opt.rank) << ": dropping worker " << c.worker << ": "
-                                             << e.what());
+      BRAID_LOG(kInfo, server_name(opt.rank)
+                           << ": dropping worker " << c.worker << ": " << e.what());
       reject(c.link, st, h, e);
       return;
     }
@@ -161,41 +162,35 @@ void Server::Impl::serve_worker(Connection& c, const wire::Header& hello, Shard&
 }
 
 void Server::Impl::serve_chain(Connection& c, const wire::Header& hello, Shard& sh) {
-  frames(
-      c, hello, *sh.state,
-      server_hello(c, opt.rank),
-      [&](const wire::Header& h, wire::Header& reply, int64_t deadline) {
-        data_frame(c, sh, h, true, reply, deadline);
-        return true;
-      });
+  frames(c, hello, *sh.state, server_hello(c, opt.rank),
+         [&](const wire::Header& h, wire::Header& reply, int64_t deadline) {
+           data_frame(c, sh, h, true, reply, deadline);
+           return true;
+         });
 }
 
 void Server::Impl::serve_hot_peer(Connection& c, const wire::Header& hello, Shard& sh) {
-  frames(
-      c, hello, *sh.state,
-      server_hello(c, opt.rank),
-      [&](const wire::Header& h, wire::Header& reply, int64_t deadline) {
-        if (h.op == wire::kJoin) throw join_only(opt.rank);
-        if (!is_hot(h.op))
-          throw Error(Errc::kProtocol,
-                      server_name(opt.rank) + ": a hot-key connection carries only refreshes");
-        hot_frame(c.link, h, true, sh, c.in, reply, c.out, deadline);
-        return true;
-      });
+  frames(c, hello, *sh.state, server_hello(c, opt.rank),
+         [&](const wire::Header& h, wire::Header& reply, int64_t deadline) {
+           if (h.op == wire::kJoin) throw join_only(opt.rank);
+           if (!is_hot(h.op))
+             throw Error(Errc::kProtocol,
+                         server_name(opt.rank) + ": a hot-key connection carries only refreshes");
+           hot_frame(c.link, h, true, sh, c.in, reply, c.out, deadline);
+           return true;
+         });
 }
 
 void Server::Impl::serve_join(Connection& c, const wire::Header& hello, Shard& sh) {
-  frames(
-      c, hello, *sh.state,
-      server_hello(c, opt.rank),
-      [&](const wire::Header& h, wire::Header&, int64_t deadline) {
-        if (h.op != wire::kJoin || h.key != uint32_t(sh.id)) throw join_only(opt.rank);
-        if (c.link.buffered())  // the join's exchange reads the connection itself
-          throw Error(Errc::kProtocol,
-                      server_name(opt.rank) + ": bytes after a join request, before its reply");
-        send_shard_state(c.fd, h, *sh.state, sh.fwd_mu, view, opt.rank, deadline);
-        return false;  // the whole exchange is done: close the connection
-      });
+  frames(c, hello, *sh.state, server_hello(c, opt.rank),
+         [&](const wire::Header& h, wire::Header&, int64_t deadline) {
+           if (h.op != wire::kJoin || h.key != uint32_t(sh.id)) throw join_only(opt.rank);
+           if (c.link.buffered())  // the join's exchange reads the connection itself
+             throw Error(Errc::kProtocol,
+                         server_name(opt.rank) + ": bytes after a join request, before its reply");
+           send_shard_state(c.fd, h, *sh.state, sh.fwd_mu, view, opt.rank, deadline);
+           return false;  // the whole exchange is done: close the connection
+         });
 }
 
 }  // namespace braid::ps

@@ -26,10 +26,10 @@ struct Connection {
   // frames are read where they lie in the ring.
   Link link;
   std::unique_ptr<ShmChannel> moving;  // the link moves onto it after the hello's reply
-  std::vector<uint8_t> in;  // a payload too large to use where the link holds it
-  ReplyBuf out;             // on a shared-memory link, placed in the outgoing ring
-  int worker = -1;          // a worker connection's worker, once attached
-  bool gone = false;        // the peer's end closed, not this server (ShardState::detach)
+  std::vector<uint8_t> in;             // a payload too large to use where the link holds it
+  ReplyBuf out;                        // on a shared-memory link, placed in the outgoing ring
+  int worker = -1;                     // a worker connection's worker, once attached
+  bool gone = false;  // the peer's end closed, not this server (ShardState::detach)
 };
 
 }  // namespace braid::ps

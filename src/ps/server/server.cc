@@ -1,23 +1,24 @@
 // ps::Server: a listening socket, an accept thread, and one thread per
-// connection. A connection's thread proves the job secret, then reads one
-// frame at a time, checks its shape against the server's keys before
-// reading the payload, and runs it on the ShardState (which may park it,
-// e.g. a BSP pull waiting for its round). Why a thread per connection: a
+// connection. A connection's thread proves the job secret, reads the hello
+// and hands the connection to the handler of the role it names
+// (connection.cc), which reads one frame at a time, checks its shape
+// against the server's keys before reading the payload, and runs it on the
+// ShardState (which may park it, e.g. a BSP pull waiting for its round). Why a thread per connection: a
 // parked or stalled client then holds only its own thread, so one bad or
 // slow worker never delays another's requests; the worker count of a job
 // is small. Any error ends that connection only, after an error reply.
 //
-// Chains (ps/replication/chain.h): the server keeps one ShardState per shard whose
-// chain it is in; a connection's hello names the shard. A write is applied
+// Chains (ps/replication/chain.h): the server keeps one ShardState per
+// shard whose chain it is in; a connection's hello names the shard. A write is applied
 // and forwarded to the live successor under the shard's forwarding mutex,
 // and answered only after the successor's ack, which the successor sends
 // after its own successor's: an ack therefore means the write is applied on
 // every live member. Holding the mutex over the round trip keeps one write
 // per shard in flight, so members apply writes in the head's order and a
 // member that loses its successor re-sends just that one write to the next
-// live member (which drops it if it has it: request ids, ps/replication/write_dedup.h).
-// The same mutex pauses a shard's writes while its tail hands the shard to
-// a joining server (chain_join.h).
+// live member (which drops it if it has it: request ids,
+// ps/replication/write_dedup.h). The same mutex pauses a shard's writes
+// while its tail hands the shard to a joining server (chain_join.h).
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
-// ps::Server's internals, shared by server.cc (connections, chains,
-// joins) and server_hot.cc (hot-key frames). Private to src/ps.
+// ps::Server's internals, shared by server.cc (accepting, the hello,
+// chains, joins), connection.cc (one handler per connection role) and
+// server_hot.cc (hot-key frames). Private to src/ps.
 #pragma once
 
 #include <atomic>

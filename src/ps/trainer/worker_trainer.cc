@@ -25,8 +25,8 @@ struct WorkerTrainer::Loop : nn::StepHooks {
   const TrainerOptions opt;
   std::vector<nn::Parameter*> params;
   double step_t0 = 0;
-  std::vector<KeyData> grads;  // the step's push: dense keys, then touched rows
-  double sums[3] = {0, 0, 0};  // the step's loss sum, rows, correct
+  std::vector<KeyData> grads;      // the step's push: dense keys, then touched rows
+  double sums[3] = {0, 0, 0};      // the step's loss sum, rows, correct
   std::vector<ServerStats> stats;  // read with the last exchange (opt.stats)
   std::vector<int64_t> ahead;      // input_of's rows
   Tensor ahead_x, ahead_y;
@@ -69,8 +69,7 @@ WorkerTrainer::~WorkerTrainer() = default;
 
 const Tensor& WorkerTrainer::input_of(int64_t step) {
   sampler_.shard(step, loop_->ahead);
-  data_.gather(loop_->ahead.data(), int64_t(loop_->ahead.size()), loop_->ahead_x,
-               loop_->ahead_y);
+  data_.gather(loop_->ahead.data(), int64_t(loop_->ahead.size()), loop_->ahead_x, loop_->ahead_y);
   return loop_->ahead_x;
 }
 
@@ -82,8 +81,8 @@ int64_t WorkerTrainer::train(TrainerHooks* hooks) {
   Worker& worker = L.worker;
   ModelKeys& keys = L.keys;
   const std::vector<KeyData> pull_all = keys.dense(false);
-  const bool wait_round = o.consistency == Consistency::kBsp ||
-                          o.consistency == Consistency::kRoundK;
+  const bool wait_round =
+      o.consistency == Consistency::kBsp || o.consistency == Consistency::kRoundK;
   // Hot keys: the steps whose rows are pulled after a hot-set refresh.
   auto refresh_at = [&](int64_t c) {
     return o.hot_keys && c < o.steps && c > o.start && (c - o.start) % o.hot_every == 0;
