@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The GEMM rate of one GPU by size and dtype, and its memory bandwidth.
 
-What the planner's device presets take their efficiency curve from
-(docs/PLAN.md): rate(size) / peak is how far a matrix product of that
+What the planner's device presets take their efficiency curve from:
+rate(size) / peak is how far a matrix product of that
 size falls short of the spec sheet. Runs cuBLAS through PyTorch (the
 library users train with). Each point: 3 warm-up products, then 20
 products captured in a CUDA graph, replayed until 50 ms have passed (at
