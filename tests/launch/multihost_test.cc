@@ -8,6 +8,7 @@
 // time, each naming what it lost.
 // Skipped, with the reason, only where the machine forbids namespaces.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -262,6 +263,56 @@ TEST(MultiHost, ParameterServerAcrossHostsEqualsDataParallel) {
     for (const auto& [name, d] : diffs) EXPECT_LE(d, 1e-5) << c.flags << " " << name;
     EXPECT_EQ(b.back()["shm_links"], c.shm_links) << c.flags << "\n" << b.back().dump();
   }
+}
+
+// Open MPI's mpirun across the hosts, as a user runs it on a cluster: on
+// node0, with a launch agent that starts its daemon on node1 (in place of
+// ssh: it enters node1's namespaces), TCP between the hosts only
+// (--mca btl tcp,self,vader on eth0), the job's store at MASTER_ADDR. Data
+// parallel training at 2 hosts x 2 ranks equals `braid train --dp 4` on one
+// host.
+TEST(MultiHost, MpirunAcrossHostsEqualsOneHost) {
+  BRAID_TEST_HOSTS(hosts, 2);
+  const std::string dir = braid::testing::temp_dir("multihost_mpirun");
+  hosts->name_hosts(dir);
+  {
+    std::ofstream agent(dir + "/agent");
+    agent << "#!/bin/sh\n# mpirun's launch agent: `agent HOST CMD...` runs CMD on test host HOST.\n"
+          << "host=$1; shift\ncase $host in\n";
+    for (int i = 0; i < hosts->size(); ++i)
+      agent << "  " << hosts->name(i) << ") exec " << hosts->enter(i) << " sh -c \"$*\";;\n";
+    agent << "esac\necho \"agent: unknown host $host\" >&2; exit 1\n";
+  }
+  ASSERT_EQ(::chmod((dir + "/agent").c_str(), 0755), 0);
+  const std::string mlp = braid_bin() + " train mlp --steps 8 --batch 60 --threads 1 --quiet";
+  std::string out;
+  ASSERT_EQ(hosts->run(0, mlp + " --dp 4 --json-log " + dir + "/one.jsonl --checkpoint " + dir +
+                              "/one.ck",
+                       &out),
+            0)
+      << out;
+  const std::string mpirun =
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe -H node0:2,node1:2 -np 4 "
+      "--mca plm_rsh_agent " + dir + "/agent --mca btl tcp,self,vader --mca btl_tcp_if_include "
+      "eth0 --mca oob_tcp_if_include eth0 -x MASTER_ADDR=" + hosts->address(0) +
+      " -x MASTER_PORT=29600 -x BRAID_SECRET=mpirun-hosts -x PATH ";
+  const auto t0 = Clock::now();
+  const int status = hosts->run(
+      0, mpirun + "sh -c 'echo \"rank $OMPI_COMM_WORLD_RANK on $(uname -n)\"; exec " + mlp +
+             " --json-log " + dir + "/mpi.jsonl --checkpoint " + dir + "/mpi.ck'",
+      &out);
+  std::printf("mpirun, 2 hosts x 2 ranks, train mlp: %.1f s\n",
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  ASSERT_EQ(status, 0) << out;
+  for (const char* line : {"rank 0 on node0", "rank 1 on node0", "rank 2 on node1", "rank 3 on node1"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  const auto a = braid::testing::read_json_lines(dir + "/one.jsonl");
+  const auto b = braid::testing::read_json_lines(dir + "/mpi.jsonl");
+  ASSERT_FALSE(a.empty());
+  braid::testing::expect_same_losses(a, b, "mpirun across hosts");
+  const auto diffs = braid::testing::weight_diffs(dir + "/one.ck", dir + "/mpi.ck");
+  EXPECT_FALSE(diffs.empty());
+  for (const auto& [name, d] : diffs) EXPECT_LE(d, 1e-5) << name;
 }
 
 // node1's link to the bridge cut in the middle of training (BRAID_TIMEOUT

@@ -42,10 +42,7 @@ bool have(const char* program) {
 class SlurmCluster {
  public:
   explicit SlurmCluster(TestHosts& hosts) : hosts_(hosts), dir_(braid::testing::temp_dir("slurm")) {
-    std::ofstream etc(dir_ + "/hosts");
-    etc << "127.0.0.1 localhost\n";
-    for (int i = 0; i < hosts.size(); ++i) etc << hosts.address(i) << " " << hosts.name(i) << "\n";
-    etc.close();
+    hosts.name_hosts(dir_);
     std::ofstream c(conf());
     c << "ClusterName=braidtest\n"
       << "SlurmctldHost=node0(" << hosts.address(0) << ")\n"
@@ -66,11 +63,6 @@ class SlurmCluster {
         << " CPUs=2 State=UNKNOWN\n";
     c << "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE\n";
     c.close();
-    for (int i = 0; i < hosts.size(); ++i) {
-      std::string out;
-      if (hosts.run(i, "mount --bind " + dir_ + "/hosts /etc/hosts", &out) != 0)
-        throw std::runtime_error("bind-mounting /etc/hosts on " + hosts.name(i) + ": " + out);
-    }
     ::mkdir((dir_ + "/ctld").c_str(), 0755);
     daemons_.push_back(hosts.start(0, "exec slurmctld -D -i -f " + conf(), dir_ + "/ctld.out"));
     for (int i = 0; i < hosts.size(); ++i)
