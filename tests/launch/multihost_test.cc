@@ -294,7 +294,7 @@ TEST(MultiHost, MpirunAcrossHostsEqualsOneHost) {
   const std::string mpirun =
       "timeout 120 mpirun --allow-run-as-root --oversubscribe -H node0:2,node1:2 -np 4 "
       "--mca plm_rsh_agent " + dir + "/agent --mca btl tcp,self,vader --mca btl_tcp_if_include "
-      "eth0 --mca oob_tcp_if_include eth0 -x MASTER_ADDR=" + hosts->address(0) +
+      "eth0 --mca oob_tcp_if_include eth0 -x MASTER_ADDR=node0"
       " -x MASTER_PORT=29600 -x BRAID_SECRET=mpirun-hosts -x PATH ";
   const auto t0 = Clock::now();
   const int status = hosts->run(
