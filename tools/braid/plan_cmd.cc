@@ -75,7 +75,7 @@ json estimate_json(const plan::Estimate& e, int rank) {
 void print_text(const plan::Estimate& e, int rank) {
   std::printf("#%d %s  (%d micro-batches)\n", rank, plan::layout_text(e.layout).c_str(),
               e.micro_batches);
-  std::printf("   step %.4g s | %.1f TFLOP/s per device | MFU %.1f%% | memory %s "
+  std::printf("   step %.4g s | %.4g TFLOP/s per device | MFU %.1f%% | memory %s "
               "(weights %s, grads %s, optimizer %s, activations %s)\n",
               e.step_s, e.tflops_per_device, 100 * e.mfu, gib(e.memory.total()).c_str(),
               gib(e.memory.weights).c_str(), gib(e.memory.grads).c_str(),

@@ -36,7 +36,12 @@ class Group {
   Priced operator()(const std::string& op, double bytes) {
     if (p_.links.ranks <= 1 || bytes <= 0) return {};
     const comm::CollectivePrice r = comm::price_collective(op, size_t(bytes), p_.links);
-    e_.algorithms[role_ + " " + op] = r.algorithm;
+    // The algorithm reported for an op is that of its largest call.
+    double& largest = largest_[op];
+    if (bytes >= largest) {
+      largest = bytes;
+      e_.algorithms[role_ + " " + op] = r.algorithm;
+    }
     return {r.seconds, bus_bytes(op, bytes, p_.links.ranks)};
   }
   const std::string& link() const { return p_.link_class; }
@@ -46,6 +51,7 @@ class Group {
   Placement p_;
   std::string role_;
   Estimate& e_;
+  std::map<std::string, double> largest_;
 };
 
 // What one virtual stage does with one micro-batch.
@@ -56,7 +62,7 @@ struct Stage {
   double tp_bytes = 0;        // bus bytes of that communication
   double act = 0;             // bytes stored for backward
   double work = 0;            // transient bytes while it runs (full recomputation)
-  double hw_flops = 0;        // this rank's FLOPs, recomputation included
+  double re_flops = 0;        // FLOPs recomputation adds (this rank's share)
 };
 
 void validate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch) {
@@ -150,7 +156,13 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     const double block_gemm = 2 * tokens * h * r * h / tp;
     const double t_block = gemm_time(block_flops, block_gemm);
     const double t_attn = gemm_time(attn_flops, attn_flops);
-    Priced ag = tpg("all_gather", Na), rs = tpg("reduce_scatter", Na), ar = tpg("all_reduce", Na);
+    Priced ag, rs, ar;  // the activation's collectives, those the mode uses
+    if (sp) {
+      ag = tpg("all_gather", Na);
+      rs = tpg("reduce_scatter", Na);
+    } else {
+      ar = tpg("all_reduce", Na);
+    }
     const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
                               : Priced{2 * ar.s, 2 * ar.bytes};
     const double act_none = eb * tokens * h * (4 / shard_full + (4 + 2 * r) / tp) +
@@ -165,17 +177,16 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       x.tp_fwd += nb * two_fwd.s;
       x.tp_bwd += nb * two_fwd.s;
       x.tp_bytes += 2 * nb * two_fwd.bytes;
-      x.hw_flops += 3 * nb * block_flops;
       double recompute = 0;
       if (l.recompute == Recompute::kSelective) {
         recompute = nb * t_attn;
-        x.hw_flops += nb * attn_flops;
+        x.re_flops += nb * attn_flops;
         x.act += nb * act_sel;
       } else if (l.recompute == Recompute::kFull) {
         recompute = nb * t_block;
         x.tp_bwd += nb * two_fwd.s;
         x.tp_bytes += nb * two_fwd.bytes;
-        x.hw_flops += nb * block_flops;
+        x.re_flops += nb * block_flops;
         x.act += nb * eb * tokens * h / shard_full;
         x.work = nb > 0 ? act_none : 0;
       } else {
@@ -195,7 +206,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         elementwise += 3 * Na / dev.memory_bw;
         const double head_flops = 2 * tokens * h * V / tp;
         comp += gemm_time(head_flops, head_flops);
-        x.hw_flops += 3 * head_flops;
         const Priced loss = tpg("all_reduce", 3 * tokens * 4);  // max, Σexp, target logit
         x.tp_fwd += loss.s + (sp ? ag.s : 0);
         x.tp_bwd += sp ? rs.s : ar.s;
@@ -217,7 +227,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     x.fwd = comp;
     x.bwd = 2 * comp;
     x.act = act;
-    x.hw_flops = 3 * m.forward_flops_per_sample() * mbs;
   }
 
   // The pipeline, by the checker.
@@ -244,9 +253,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
 
   // Per pipeline rank: its chunks' parameters, activations, busy time.
   Group dpg(c, l.dp, tp * pp, "dp", e);
-  double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0;
+  double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0, recomputed = 0;
   for (int r = 0; r < pp; ++r) {
-    double params = 0, act = 0, work = 0, t_b = 0, t_fb = 0, tpc = 0, tpb = 0, hw = 0;
+    double params = 0, act = 0, work = 0, t_b = 0, t_fb = 0, tpc = 0, tpb = 0;
     for (int k = 0; k < chunks; ++k) {
       const Stage& x = st[size_t(k * pp + r)];
       params += x.params;
@@ -256,7 +265,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       t_fb += x.fwd + x.bwd;
       tpc += x.tp_fwd + x.tp_bwd;
       tpb += x.tp_bytes;
-      hw += x.hw_flops;
+      recomputed += x.re_flops;
     }
     Memory mem;
     const bool mixed = dev.dtype != "f32";
@@ -303,7 +312,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       busiest = run.busy[size_t(r)];
       e.tp_comm_s = M * tpc;
       tp_bytes = M * tpb;
-      e.hardware_flops = M * hw * tp * l.dp * pp;
     }
   }
   if (tp > 1) e.comm_bytes[tpg.link()] += tp_bytes;
@@ -314,7 +322,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   e.step_s = run.makespan + e.dp_exposed_s + e.optimizer_s;
   const double devices = double(tp) * pp * l.dp;
   e.model_flops = m.model_flops_per_sample() * double(batch);
-  if (m.kind != "gpt") e.hardware_flops = e.model_flops;
+  e.hardware_flops = e.model_flops + recomputed * M * tp * l.dp;
   e.tflops_per_device = e.model_flops / e.step_s / devices / 1e12;
   e.mfu = e.model_flops / (e.step_s * devices * peak);
   e.fits = e.memory.total() <= dev.memory_bytes;
