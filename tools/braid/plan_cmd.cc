@@ -72,7 +72,7 @@ json estimate_json(const plan::Estimate& e, int rank) {
           {"algorithms", e.algorithms}};
 }
 
-void print_text(const plan::Estimate& e, int rank) {
+void print_text(const plan::Estimate& e, int rank, const plan::Cluster& c) {
   std::printf("#%d %s  (%d micro-batches)\n", rank, plan::layout_text(e.layout).c_str(),
               e.micro_batches);
   std::printf("   step %.4g s | %.4g TFLOP/s per device | MFU %.1f%% | memory %s "
@@ -84,8 +84,18 @@ void print_text(const plan::Estimate& e, int rank) {
               "(%.1f%%), dp comm %.4g s (exposed %.4g s), optimizer %.4g s\n",
               e.compute_s, e.tp_comm_s, e.p2p_s, e.bubble_s, 100 * e.bubble, e.dp_comm_s,
               e.dp_exposed_s, e.optimizer_s);
+  // Each class's bytes at its line rate: a floor no algorithm beats.
   std::string links;
-  for (const auto& [k, v] : e.comm_bytes) links += (links.empty() ? "" : ", ") + k + " " + bytes_text(v);
+  for (const auto& [k, v] : e.comm_bytes) {
+    links += (links.empty() ? "" : ", ") + k + " " + bytes_text(v);
+    for (const plan::LinkClass* l : {&c.intra_host, &c.inter_host})
+      if (l->name == k) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, " (>= %.3g s at line rate)", v * l->cost.beta_s_per_b);
+        links += buf;
+        break;
+      }
+  }
   std::printf("   bytes per device per step: %s\n", links.empty() ? "none" : links.c_str());
 }
 
@@ -168,9 +178,12 @@ int plan_main(int argc, char** argv) {
               model.spec.c_str(), model.params() / 1e9, devices, cluster.device.name.c_str(),
               cluster.name.c_str(), static_cast<long long>(batch),
               double(batch) * model.tokens_per_sample / 1e6);
+  std::printf("gradients of all parameters: %s a step in %s\n",
+              bytes_text(model.params() * cluster.device.element_bytes()).c_str(),
+              cluster.device.dtype.c_str());
   std::printf("%zu layouts estimated in %.2f s; %zu fit in %s per device\n\n", r.considered, took,
               r.fits.size(), gib(cluster.device.memory_bytes).c_str());
-  for (int i = 0; i < shown; ++i) print_text(r.fits[size_t(i)], i + 1);
+  for (int i = 0; i < shown; ++i) print_text(r.fits[size_t(i)], i + 1, cluster);
   const plan::Estimate& best = r.fits[0];
   std::printf("\nwhy #1: its largest term is %s", plan::dominant_term(best).c_str());
   if (r.fits.size() > 1) std::printf("; it is %s", plan::why_wins(best, r.fits[1]).c_str());

@@ -137,8 +137,10 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   const bool sp = l.sequence_parallel;
 
   std::vector<Stage> st(static_cast<size_t>(S));
+  std::vector<double> blocks_on(static_cast<size_t>(pp), 1.0);  // non-GPT: one unit
   auto gemm_time = [&](double flops, double gemm) { return flops / (peak * dev.efficiency(gemm)); };
   if (m.kind == "gpt") {
+    std::fill(blocks_on.begin(), blocks_on.end(), 0.0);
     const GptShape& g = m.gpt;
     const double h = double(g.hidden), s = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
     const double tokens = mbs * s, Na = tokens * h * eb;  // one activation tensor, full
@@ -154,8 +156,16 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     const double block_flops = 2 * blocks[0]->macs * mbs / tp;
     const double attn_flops = 2 * 2 * mbs * s * s * h / tp;  // QKᵀ and AV
     const double block_gemm = 2 * tokens * h * r * h / tp;
-    const double t_block = gemm_time(block_flops, block_gemm);
-    const double t_attn = gemm_time(attn_flops, attn_flops);
+    // Element-wise passes of braid's block, per token, in elements moved:
+    // two layer norms (read, write: 4h), two residual adds (6h), the
+    // attention's bias and head reshapes (2h), GELU (2·R·h), softmax over
+    // the scores (read, write, and the causal mask: 3·A·S). Memory-bound:
+    // bytes ÷ memory bandwidth; backward moves twice as much.
+    const double elem = eb * tokens *
+                        (12 * h / shard_full + (2 * r * h + 3 * double(g.heads) * s) / tp);
+    const double t_block = gemm_time(block_flops, block_gemm) + elem / dev.memory_bw;
+    const double t_attn = gemm_time(attn_flops, attn_flops) +
+                          eb * tokens * 3 * double(g.heads) * s / tp / dev.memory_bw;
     Priced ag, rs, ar;  // the activation's collectives, those the mode uses
     if (sp) {
       ag = tpg("all_gather", Na);
@@ -171,6 +181,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     for (int v = 0; v < S; ++v) {
       Stage& x = st[size_t(v)];
       const int64_t nb = base + (v >= 1 && v <= extra ? 1 : 0);
+      blocks_on[size_t(v % pp)] += double(nb);
       double comp = 0;
       for (int64_t i = 0; i < nb; ++i) x.params += blocks[next++]->params / tp;
       comp += nb * t_block;
@@ -292,7 +303,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         bytes = rsd.bytes + agd.bytes;
       } else {
         dp_s = 2 * M * agd.s + rsd.s;
-        exposed = M * std::max(0.0, 2 * agd.s - t_fb) + std::max(0.0, rsd.s - t_b);
+        // The first block's gather of each pass has nothing to hide behind.
+        const double first = 2 * agd.s / std::max(1.0, blocks_on[size_t(r)]);
+        exposed = M * (std::max(0.0, 2 * agd.s - t_fb) + first) + std::max(0.0, rsd.s - t_b);
         bytes = 2 * M * agd.bytes + rsd.bytes;
       }
     }
