@@ -77,4 +77,22 @@ TEST(PlanTool, BadClusterFileNamesTheField) {
   std::remove(path.c_str());
 }
 
+TEST(PlanTool, ShowClusterWritesAFileThatPlansAlike) {
+  const std::string path = ::testing::TempDir() + "/h100_cluster.json";
+  const auto shown = run_command(braid_bin() + " plan --cluster dgx-h100 --show-cluster > " + path);
+  ASSERT_EQ(shown.status, 0) << shown.out;
+  const std::string args = " --model gpt-18b --gpus 16 --batch 64 --top 2 --json";
+  const auto a = run_command(braid_bin() + " plan --cluster dgx-h100" + args);
+  const auto b = run_command(braid_bin() + " plan --cluster " + path + args);
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  const auto ra = parse_json_lines(a.out), rb = parse_json_lines(b.out);
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i]["layout"], rb[i]["layout"]);
+    EXPECT_NEAR(ra[i]["step_s"].get<double>(), rb[i]["step_s"].get<double>(), 1e-9 * ra[i]["step_s"].get<double>());
+  }
+  std::remove(path.c_str());
+}
+
 }  // namespace

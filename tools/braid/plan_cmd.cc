@@ -110,12 +110,11 @@ int plan_main(int argc, char** argv) {
   bool json_out = false, show_cluster = false;
   app.add_option("--model", model_spec,
                  "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V[,mlp=R] | mlp:784,256,10 | "
-                 "dlrm:tables=..,rows=..,dim=.. | gpt-18b, gpt-175b, gpt-530b, gpt-1t")
-      ->required();
+                 "dlrm:tables=..,rows=..,dim=.. | gpt-18b, gpt-175b, gpt-530b, gpt-1t");
   app.add_option("--cluster", cluster_name,
                  "dgx-a100, dgx-h100, eth-cpu, this-machine, or a cluster file (JSON)");
-  app.add_option("--gpus,--devices", devices, "devices to plan for")->required();
-  app.add_option("--batch", batch, "global batch, in samples (sequences for a GPT)")->required();
+  app.add_option("--gpus,--devices", devices, "devices to plan for");
+  app.add_option("--batch", batch, "global batch, in samples (sequences for a GPT)");
   app.add_option("--tp", tp, "fix tensor-parallel size");
   app.add_option("--pp", pp, "fix pipeline-parallel size");
   app.add_option("--dp", dp, "fix data-parallel size");
@@ -137,6 +136,8 @@ int plan_main(int argc, char** argv) {
     std::printf("%s\n", plan::cluster_json(cluster).c_str());
     return 0;
   }
+  if (model_spec.empty() || devices < 1 || batch < 1)
+    throw Error(Errc::kInvalidArgument, "needs --model, --gpus N (>= 1) and --batch B (>= 1)");
   const plan::ModelDesc model = plan::parse_model(model_spec);
   plan::SearchSpec spec;
   spec.devices = devices;
