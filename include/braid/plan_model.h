@@ -55,6 +55,19 @@ struct ModelDesc {
 // Throws Error(kInvalidArgument) naming the field for a size < 1 or
 // hidden not a multiple of heads.
 ModelDesc describe_gpt(const GptShape& g);
+// What one block of the GPT keeps for backward, in elements per token
+// (multiply by the element size and the tokens of a micro-batch). tp
+// splits `sharded` and `scores`; sequence parallelism splits `replicated`
+// too. Selective recomputation drops `scores`; full recomputation keeps
+// only `input` (and one block's whole set while it recomputes).
+struct BlockActivations {
+  double replicated = 0;  // inputs of both layer norms, of qkv and of the MLP: 4·H
+  double sharded = 0;     // q, k, v, the attention's context, the MLP's two R·H tensors
+  double scores = 0;      // attention probabilities: heads × seq
+  double input = 0;       // the block's input: H
+};
+BlockActivations gpt_block_activations(const GptShape& g);
+
 // nn::make_mlp(sizes): Linear layers with biases between consecutive sizes.
 ModelDesc describe_mlp(const std::vector<int64_t>& sizes);
 
@@ -74,5 +87,8 @@ ModelDesc describe_dlrm(const DlrmShape& d);
 // (105 × 20480, 128 heads), "gpt-1t" (128 × 25600, 160 heads), all with seq
 // 2048 and vocab 51200. Throws Error(kInvalidArgument) naming the key.
 ModelDesc parse_model(const std::string& spec);
+// parse_model of `spec`, or, when `spec` names a readable file, of the
+// file's text (surrounding white space and lines starting '#' ignored).
+ModelDesc load_model(const std::string& spec_or_path);
 
 }  // namespace braid::plan

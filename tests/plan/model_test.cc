@@ -4,6 +4,9 @@
 // nn::make_mlp's; and the worked example of docs/PLAN.md.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "braid/error.h"
 #include "braid/models.h"
 #include "braid/plan_model.h"
@@ -94,6 +97,31 @@ TEST(PlanModel, BadSpecsNameTheKey) {
   EXPECT_NE(msg("gpt:layer=2,hidden=64,heads=4,seq=8,vocab=9").find("unknown key 'layer'"),
             std::string::npos);
   EXPECT_NE(msg("bert:layers=2").find("unknown model kind"), std::string::npos);
+}
+
+TEST(PlanModel, LoadsASpecFromAFile) {
+  const std::string path = ::testing::TempDir() + "/model.txt";
+  std::ofstream(path) << "# a small GPT\n  gpt:layers=2,hidden=64,heads=4,\nseq=16,vocab=50\n";
+  const plan::ModelDesc d = plan::load_model(path);
+  EXPECT_EQ(d.gpt.layers, 2);
+  EXPECT_EQ(d.gpt.seq, 16);
+  EXPECT_EQ(plan::load_model("gpt-175b").gpt.hidden, 12288);
+  std::ofstream(path) << "gpt:layers=2";
+  try {
+    plan::load_model(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(PlanModel, BlockActivationsCountBraidsStoredTensors) {
+  const plan::BlockActivations a = plan::gpt_block_activations({2, 64, 4, 16, 50, 4});
+  EXPECT_EQ(a.replicated, 4 * 64);
+  EXPECT_EQ(a.sharded, (4 + 2 * 4) * 64);
+  EXPECT_EQ(a.scores, 4 * 16);
+  EXPECT_EQ(a.input, 64);
 }
 
 }  // namespace

@@ -110,7 +110,8 @@ int plan_main(int argc, char** argv) {
   bool json_out = false, show_cluster = false;
   app.add_option("--model", model_spec,
                  "gpt:layers=L,hidden=H,heads=A,seq=S,vocab=V[,mlp=R] | mlp:784,256,10 | "
-                 "dlrm:tables=..,rows=..,dim=.. | gpt-18b, gpt-175b, gpt-530b, gpt-1t");
+                 "dlrm:tables=..,rows=..,dim=.. | gpt-18b, gpt-175b, gpt-530b, gpt-1t | a file "
+                 "holding one of these");
   app.add_option("--cluster", cluster_name,
                  "dgx-a100, dgx-h100, eth-cpu, this-machine, or a cluster file (JSON)");
   app.add_option("--gpus,--devices", devices, "devices to plan for");
@@ -138,7 +139,7 @@ int plan_main(int argc, char** argv) {
   }
   if (model_spec.empty() || devices < 1 || batch < 1)
     throw Error(Errc::kInvalidArgument, "needs --model, --gpus N (>= 1) and --batch B (>= 1)");
-  const plan::ModelDesc model = plan::parse_model(model_spec);
+  const plan::ModelDesc model = plan::load_model(model_spec);
   plan::SearchSpec spec;
   spec.devices = devices;
   spec.batch = batch;

@@ -175,9 +175,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
                               : Priced{2 * ar.s, 2 * ar.bytes};
-    const double act_none = eb * tokens * h * (4 / shard_full + (4 + 2 * r) / tp) +
-                            eb * mbs * double(g.heads) * s * s / tp;
-    const double act_sel = act_none - eb * mbs * double(g.heads) * s * s / tp;
+    const BlockActivations ba = gpt_block_activations(g);
+    const double act_sel = eb * tokens * (ba.replicated / shard_full + ba.sharded / tp);
+    const double act_none = act_sel + eb * tokens * ba.scores / tp;
     for (int v = 0; v < S; ++v) {
       Stage& x = st[size_t(v)];
       const int64_t nb = base + (v >= 1 && v <= extra ? 1 : 0);
@@ -198,7 +198,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         x.tp_bwd += nb * two_fwd.s;
         x.tp_bytes += nb * two_fwd.bytes;
         x.re_flops += nb * block_flops;
-        x.act += nb * eb * tokens * h / shard_full;
+        x.act += nb * eb * tokens * ba.input / shard_full;
         x.work = nb > 0 ? act_none : 0;
       } else {
         x.act += nb * act_none;

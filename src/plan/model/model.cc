@@ -2,6 +2,7 @@
 // counts follow nn::make_gpt module by module (src/nn/models.cc); the
 // multiply-adds per token are parallel::tp::gpt_module_costs' figures, so
 // the planner's pipeline cut and braid's weigh the modules alike.
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -111,6 +112,11 @@ ModelDesc describe_gpt(const GptShape& g) {
   return m;
 }
 
+BlockActivations gpt_block_activations(const GptShape& g) {
+  const double h = double(g.hidden), r = double(g.mlp_ratio);
+  return {4 * h, (4 + 2 * r) * h, double(g.heads) * double(g.seq), h};
+}
+
 ModelDesc describe_mlp(const std::vector<int64_t>& sizes) {
   if (sizes.size() < 2) throw Error(Errc::kInvalidArgument, "mlp: needs at least two sizes");
   ModelDesc m;
@@ -201,6 +207,22 @@ ModelDesc parse_model(const std::string& spec) {
   }
   m.spec = spec;
   return m;
+}
+
+ModelDesc load_model(const std::string& spec_or_path) {
+  std::ifstream f(spec_or_path);
+  if (!f) return parse_model(spec_or_path);
+  std::string text, line;
+  while (std::getline(f, line)) {
+    const size_t a = line.find_first_not_of(" \t\r");
+    if (a == std::string::npos || line[a] == '#') continue;
+    text += line.substr(a, line.find_last_not_of(" \t\r") + 1 - a);
+  }
+  try {
+    return parse_model(text);
+  } catch (const Error& e) {
+    throw Error(e.code(), spec_or_path + ": " + e.what());
+  }
 }
 
 }  // namespace braid::plan
