@@ -281,7 +281,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     Memory mem;
     const bool mixed = dev.dtype != "f32";
     const double w = params * eb, gr = params * eb, opt = params * (mixed ? 12 : 8);
-    mem.weights = l.zero >= 3 ? w / l.dp + 2 * w / std::max<int64_t>(1, m.gpt.layers) : w;
+    // ZeRO-3 holds two gathered units at a time (the one running, the next).
+    const double units = m.kind == "gpt" ? double(m.gpt.layers) : double(m.layers.size());
+    mem.weights = l.zero >= 3 ? w / l.dp + std::min(w, 2 * w / std::max(1.0, units)) : w;
     mem.grads = l.zero >= 2 ? gr / l.dp : gr;
     mem.optimizer = l.zero >= 1 ? opt / l.dp : opt;
     mem.activations = run.peak_live[size_t(r)] * act + work;
