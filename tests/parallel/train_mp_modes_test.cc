@@ -121,8 +121,8 @@ TEST(TrainMpModes, VirtualStagesRunTheirChunksAndMatchSingleProcess) {
   expect_refused("--pp 2 --schedule 1f1b --virtual-stages 2",
                  "--virtual-stages applies to --schedule interleaved only");
   expect_refused("--pp 2 --schedule interleaved --virtual-stages 3",
-                 "--pp 2 x --virtual-stages 3 makes 6 pipeline stages, but the GPT has only 5 "
-                 "modules to cut between them: the embedding, 2 blocks (--layers), the final "
+                 "--pp 2 x --virtual-stages 3 makes 6 pipeline stages, but model gpt has only 5 "
+                 "units to cut between them: the embedding, 2 blocks (--layers), the final "
                  "norm and the head");
 }
 

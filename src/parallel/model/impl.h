@@ -1,21 +1,20 @@
-// HybridGpt's state, shared by its step (hybrid_gpt.cc) and its
-// checkpoints (hybrid_checkpoint.cc).
+// ParallelModel's state, shared by its construction (parallel_model.cc),
+// its step (parallel_trainer.cc) and its checkpoints (model_checkpoint.cc).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "braid/data_parallel.h"
-#include "braid/hybrid.h"
+#include "braid/parallelize.h"
 
 namespace braid::parallel {
 
-struct HybridGpt::Impl {
-  nn::GptConfig cfg;
-  uint64_t seed = 0;
-  HybridOptions opts;
-  std::vector<size_t> bounds;  // the virtual stages' module bounds
-  std::unique_ptr<tp::TpGpt> model;
+struct ParallelModel::Impl {
+  std::shared_ptr<const ModelSpec> spec;
+  ParallelOptions opts;
+  std::vector<size_t> bounds;  // the virtual stages' unit bounds
+  std::unique_ptr<ShardedModel> model;
   // Over the mesh's dp group: the stage's gradient buckets (every
   // parameter's data and grad are views into them) and the ZeRO stage.
   // Built before the executor, whose slot copies view those buffers.

@@ -1,4 +1,4 @@
-// HybridGpt checkpoints in the serial format. Saving: DataParallel gathers
+// ParallelModel checkpoints in the serial format. Saving: DataParallel gathers
 // the optimizer state over dp (under ZeRO-1 from the chunks of its
 // buckets) onto pipeline copy 0; then there each
 // stage gathers its shards (and their optimizer state) over tp, then
@@ -10,7 +10,7 @@
 
 #include "braid/checkpoint.h"
 #include "braid/error.h"
-#include "parallel/hybrid/impl.h"
+#include "parallel/model/impl.h"
 
 namespace braid::parallel {
 
@@ -69,7 +69,8 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
   int64_t sizes[2];
   pp.recv(sizes, 2, DType::kI64, peer, kHeaderTag);
   // Lengths bounded before anything is allocated for them.
-  if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 30) || sizes[1] > (int64_t(1) << 40))
+  if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 30) ||
+      sizes[1] > (int64_t(1) << 40))
     throw Error(Errc::kCorrupt, "checkpoint: stage " + std::to_string(peer) + " announced " +
                                     std::to_string(sizes[0]) + " header bytes and " +
                                     std::to_string(sizes[1]) + " floats");
@@ -97,7 +98,8 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 
 }  // namespace
 
-void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t step) {
+void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int64_t step,
+                         uint64_t seed) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
   // Optimizer state per whole parameter of this rank, complete on dp rank 0
@@ -125,7 +127,7 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
         ck.tensors = std::move(full);
         ck.meta = local.meta;  // optim/kind, optim/steps
         ck.meta["step"] = std::to_string(step);
-        ck.meta["seed"] = std::to_string(m.seed);
+        ck.meta["seed"] = std::to_string(seed);
         ck.meta["rng"] = "counter-based: (seed, step)";
         save_checkpoint(path, ck);
       }
@@ -136,7 +138,7 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
   mesh_.world()->barrier();
 }
 
-void HybridGpt::load_weights(const std::string& path) {
+void ParallelModel::load_weights(const std::string& path) {
   const Checkpoint ck = load_checkpoint(path);
   const int r = mesh_.coord().tp, n = mesh_.tp_size();
   for (const tp::Sharded& s : impl_->model->shards()) {
@@ -145,14 +147,16 @@ void HybridGpt::load_weights(const std::string& path) {
   }
 }
 
-int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
+int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_t seed) {
   Impl& m = *impl_;
   const Checkpoint ck = load_checkpoint(path);
   const int r = mesh_.coord().tp, n = mesh_.tp_size();
   Checkpoint local;
   local.meta = ck.meta;
   for (const tp::Sharded& s : m.model->shards()) {
-    auto slice = [&](const std::string& key) { return rank_slice(ck, "checkpoint " + path, key, s, r, n); };
+    auto slice = [&](const std::string& key) {
+      return rank_slice(ck, "checkpoint " + path, key, s, r, n);
+    };
     local.tensors.insert_or_assign("model/" + s.param->name, slice("model/" + s.param->name));
     for (const std::string& key : optim_keys(ck, s.param->name))
       local.tensors.insert_or_assign(key, slice(key));
@@ -160,7 +164,7 @@ int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   // This rank's tensors at their full (tp-sliced) shapes: DataParallel
   // keeps what it holds of them.
   m.dp->load_state(local, opt);
-  return resume_step(ck, m.seed, path);
+  return resume_step(ck, seed, path);
 }
 
 }  // namespace braid::parallel
