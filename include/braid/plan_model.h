@@ -10,7 +10,7 @@
 // (QKᵀ and AV over the full sequence). Hardware FLOPs add what
 // recomputation runs again (plan_cost.h reports both).
 // For the GPT the multiply-adds per token per module equal
-// parallel::tp::gpt_module_costs (braid's pipeline cut) and the parameter
+// parallel::gpt_spec's unit_costs (braid's pipeline cut) and the parameter
 // count nn::make_gpt's; tests/plan/model_test.cc holds both.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The planner's model descriptions against braid's real models: the GPT's
 // parameter count equals nn::make_gpt's, its multiply-adds per token equal
-// parallel::tp::gpt_module_costs (the pipeline cut), the MLP's equal
+// parallel::gpt_spec's unit_costs (the pipeline cut), the MLP's equal
 // nn::make_mlp's; and the worked example of docs/PLAN.md.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "braid/error.h"
 #include "braid/models.h"
 #include "braid/plan_model.h"
-#include "braid/tp_gpt.h"
+#include "braid/model_spec.h"
 
 namespace {
 
@@ -47,7 +47,7 @@ TEST(PlanModel, GptMacsEqualTheModuleCostsPipelinesCutBy) {
   c.layers = 12;
   c.dim = 768;
   c.heads = 12;
-  const std::vector<double> costs = parallel::tp::gpt_module_costs(c);
+  const std::vector<double> costs = parallel::gpt_spec(c, 1)->unit_costs();
   const plan::ModelDesc d = plan::describe_gpt({c.layers, c.dim, c.heads, c.context, c.vocab, 4});
   ASSERT_EQ(d.layers.size(), costs.size());
   for (size_t i = 0; i < costs.size(); ++i)
@@ -74,6 +74,9 @@ TEST(PlanModel, MlpParametersEqualMakeMlp) {
   const plan::ModelDesc d = plan::parse_model("mlp:784,256,128,10");
   EXPECT_EQ(d.params(), count_params(*mlp));
   EXPECT_EQ(d.forward_flops_per_sample(), 2.0 * (784 * 256 + 256 * 128 + 128 * 10));
+  const std::vector<double> costs = parallel::mlp_spec({784, 256, 128, 10}, 1)->unit_costs();
+  ASSERT_EQ(costs.size(), d.layers.size());
+  for (size_t i = 0; i < costs.size(); ++i) EXPECT_EQ(d.layers[i].macs, costs[i]);
 }
 
 TEST(PlanModel, DlrmCountsTablesAndMlps) {

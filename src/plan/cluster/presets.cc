@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <unistd.h>
 
 #include "braid/env.h"
@@ -119,14 +120,31 @@ Cluster dgx_a100() {
              "nvswitch-a100", "ib-hdr");
 }
 
+// One H100's bf16 GEMM rate, measured: square products M = N = K of n,
+// TFLOP/s (bench/results/2026-11-27_h100-gemm.json, `python3
+// bench/gpu/gemm_curve.py`, cuBLAS through PyTorch, CUDA-graph replays).
+// The dip at 3072 is in the data (one run); it is kept as measured.
+std::vector<EfficiencyPoint> measured_h100_bf16_curve(double peak) {
+  const std::pair<double, double> square[] = {
+      {256, 13.1},   {512, 84.0},   {768, 228.9},  {1024, 373.9}, {1536, 603.4},
+      {2048, 686.2}, {3072, 592.1}, {4096, 688.3}, {8192, 712.8}, {16384, 692.2}};
+  std::vector<EfficiencyPoint> v;
+  for (auto [n, tflops] : square) v.push_back({2 * n * n * n, tflops * 1e12 / peak});
+  return v;
+}
+
 Cluster dgx_h100() {
-  return dgx("dgx-h100", "H100-SXM5-80GB",
-             {{"bf16", 989.4e12}, {"f16", 989.4e12}, {"fp8", 1978.9e12}, {"tf32", 494.7e12},
-              {"f32", 66.9e12}},
-             3350e9,
-             "NVIDIA H100 datasheet (SXM5): bf16/f16 dense 989.4 TFLOP/s, fp8 1978.9, tf32 494.7, "
-             "f32 66.9; HBM3 3.35 TB/s; GEMM curve generic (src/plan/cluster/presets.cc)",
-             "nvswitch-h100", "ib-ndr");
+  Cluster c = dgx("dgx-h100", "H100-SXM5-80GB",
+                  {{"bf16", 989.4e12}, {"f16", 989.4e12}, {"fp8", 1978.9e12}, {"tf32", 494.7e12},
+                   {"f32", 66.9e12}},
+                  3.01e12,
+                  "NVIDIA H100 datasheet (SXM5): bf16/f16 dense 989.4 TFLOP/s, fp8 1978.9, tf32 "
+                  "494.7, f32 66.9. Measured on one H100 (bench/results/2026-11-27_h100-gemm.md): "
+                  "bf16 GEMM curve, 85017493504 bytes of memory, 3.01 TB/s device copy",
+                  "nvswitch-h100", "ib-ndr");
+  c.device.gemm_efficiency = measured_h100_bf16_curve(c.device.peak("bf16"));
+  c.device.memory_bytes = 85017493504.0;
+  return c;
 }
 
 // A commodity CPU cluster: two-socket servers, one rank per socket, one

@@ -80,6 +80,7 @@ void validate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t bat
   if (m.kind == "gpt") {
     if (m.gpt.heads % l.tp != 0) refuse("tp", "heads " + std::to_string(m.gpt.heads) + " not a multiple of tp");
     if (m.gpt.hidden % l.tp != 0) refuse("tp", "hidden not a multiple of tp");
+    if (m.gpt.vocab % l.tp != 0) refuse("tp", "vocab not a multiple of tp (braid splits the head by it)");
   }
   if (l.sequence_parallel && l.tp == 1) refuse("sequence_parallel", "needs tp > 1");
   if (l.zero >= 2 && l.pp > 1) refuse("zero", "stages 2 and 3 with pp > 1 are not planned");

@@ -1,6 +1,6 @@
 // Model descriptions: parameters and multiply-adds per layer. The GPT's
 // counts follow nn::make_gpt module by module (src/nn/models.cc); the
-// multiply-adds per token are parallel::tp::gpt_module_costs' figures, so
+// multiply-adds per token are parallel::gpt_spec's unit_costs, so
 // the planner's pipeline cut and braid's weigh the modules alike.
 #include <fstream>
 #include <map>
@@ -99,7 +99,7 @@ ModelDesc describe_gpt(const GptShape& g) {
   m.tokens_per_sample = double(g.seq);
   const double h = double(g.hidden), S = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
   // Per sample = per token × S. Embedding and layer norms are element-wise
-  // (gpt_module_costs weighs them 2h and 5h per token).
+  // (unit_costs weighs them 2h and 5h per token).
   m.layers.push_back({"emb", V * h + S * h, S * 2 * h, false});
   for (int64_t i = 0; i < g.layers; ++i) {
     // qkv (3h² + 3h), proj (h² + h), fc (r·h² + r·h), fc2 (r·h² + h),
