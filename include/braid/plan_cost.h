@@ -70,7 +70,12 @@ struct Estimate {
 // not a multiple of tp, tp spanning hosts, fewer blocks than pipeline
 // stages, an interleaved schedule whose micro-batches are not a multiple of
 // pp, ZeRO-2/3 with pp > 1, model parallelism of a non-GPT model.
-Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch);
+// stop_if_unfit: when the memory with one micro-batch live per rank (a
+// floor for every schedule) already exceeds the device, return at once
+// with fits false, that floor as `memory` and step_s infinite, without
+// playing the pipeline (what the search does).
+Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch,
+                  bool stop_if_unfit = false);
 
 // The group of `size` ranks whose members stride by `stride` world ranks,
 // placed on `c`: its GroupLinks (contention folded into the inter-host

@@ -33,7 +33,8 @@ struct SearchResult {
   size_t considered = 0;       // layouts estimated
   size_t too_big = 0;          // estimated but over the device's memory
   // The smallest memory among those that did not fit (0 if none), to say
-  // how far off the nearest was when nothing fits.
+  // how far off the nearest was when nothing fits (for a layout whose floor
+  // already overflowed, that floor: plan_cost.h's stop_if_unfit).
   double smallest_overflow_bytes = 0;
 };
 

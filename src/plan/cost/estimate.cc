@@ -2,6 +2,7 @@
 // and what they leave out are in docs/PLAN.md).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "braid/error.h"
@@ -124,7 +125,8 @@ std::string layout_text(const Layout& l) {
   return s;
 }
 
-Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch) {
+Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch,
+                  bool stop_if_unfit) {
   validate(m, c, l, batch);
   Estimate e;
   e.layout = l;
@@ -258,26 +260,14 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     p2p_bytes = 2.0 * M * chunks * N;
     e.comm_bytes[pair.link()] += p2p_bytes;
   }
-  const std::string sched = pp > 1 ? l.schedule : "1f1b";
-  const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
-  const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
-  e.bubble = run.bubble;
-
-  // Per pipeline rank: its chunks' parameters, activations, busy time.
-  Group dpg(c, l.dp, tp * pp, "dp", e);
-  double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0, recomputed = 0;
-  for (int r = 0; r < pp; ++r) {
-    double params = 0, act = 0, work = 0, t_b = 0, t_fb = 0, tpc = 0, tpb = 0;
+  // A rank's memory with `live` micro-batches in flight.
+  auto memory_of = [&](int r, double live) {
+    double params = 0, act = 0, work = 0;
     for (int k = 0; k < chunks; ++k) {
       const Stage& x = st[size_t(k * pp + r)];
       params += x.params;
       act = std::max(act, x.act);
       work = std::max(work, x.work);
-      t_b += x.bwd;
-      t_fb += x.fwd + x.bwd;
-      tpc += x.tp_fwd + x.tp_bwd;
-      tpb += x.tp_bytes;
-      recomputed += x.re_flops;
     }
     Memory mem;
     const bool mixed = dev.dtype != "f32";
@@ -287,7 +277,41 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     mem.weights = l.zero >= 3 ? w / l.dp + std::min(w, 2 * w / std::max(1.0, units)) : w;
     mem.grads = l.zero >= 2 ? gr / l.dp : gr;
     mem.optimizer = l.zero >= 1 ? opt / l.dp : opt;
-    mem.activations = run.peak_live[size_t(r)] * act + work;
+    mem.activations = live * act + work;
+    return mem;
+  };
+  if (stop_if_unfit) {
+    // Every schedule keeps at least one micro-batch live on every rank.
+    for (int r = 0; r < pp; ++r) {
+      const Memory floor = memory_of(r, 1);
+      if (floor.total() > e.memory.total()) e.memory = floor;
+    }
+    if (e.memory.total() > dev.memory_bytes) {
+      e.step_s = std::numeric_limits<double>::infinity();
+      return e;
+    }
+    e.memory = {};
+  }
+  const std::string sched = pp > 1 ? l.schedule : "1f1b";
+  const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
+  const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
+  e.bubble = run.bubble;
+
+  // Per pipeline rank: its chunks' parameters, activations, busy time.
+  Group dpg(c, l.dp, tp * pp, "dp", e);
+  double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0, recomputed = 0;
+  for (int r = 0; r < pp; ++r) {
+    double params = 0, t_b = 0, t_fb = 0, tpc = 0, tpb = 0;
+    for (int k = 0; k < chunks; ++k) {
+      const Stage& x = st[size_t(k * pp + r)];
+      params += x.params;
+      t_b += x.bwd;
+      t_fb += x.fwd + x.bwd;
+      tpc += x.tp_fwd + x.tp_bwd;
+      tpb += x.tp_bytes;
+      recomputed += x.re_flops;
+    }
+    const Memory mem = memory_of(r, run.peak_live[size_t(r)]);
     // Data parallel: the gradients' reduction overlaps this rank's last
     // backward; ZeRO-1/2 gather the updated weights after the step; ZeRO-3
     // gathers each micro-batch's weights twice, overlapping its compute.

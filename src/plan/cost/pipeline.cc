@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 
@@ -15,9 +16,21 @@ namespace {
 // One play of the checker. The checker weighs a stage's forward and
 // backward alike (ScheduleCosts::stage_weight), so a stage's weight is its
 // forward plus backward and the ratio backward / forward is the mean one.
+// The schedules played so far: one is played with many stage times.
+const parallel::Schedule& schedule_of(const std::string& name, int pp, int m, int chunks) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<parallel::Schedule>> made;
+  const std::string key =
+      name + "/" + std::to_string(pp) + "/" + std::to_string(m) + "/" + std::to_string(chunks);
+  std::lock_guard<std::mutex> l(mu);
+  std::unique_ptr<parallel::Schedule>& s = made[key];
+  if (!s) s = std::make_unique<parallel::Schedule>(parallel::make_schedule(name, pp, m, chunks));
+  return *s;
+}
+
 PipelineRun play(const std::string& schedule, int pp, int m, int chunks,
                  const std::vector<double>& fwd, const std::vector<double>& bwd, double transfer) {
-  const parallel::Schedule s = parallel::make_schedule(schedule, pp, m, chunks);
+  const parallel::Schedule& s = schedule_of(schedule, pp, m, chunks);
   parallel::CheckOptions o;
   const double F = std::accumulate(fwd.begin(), fwd.end(), 0.0);
   const double B = std::accumulate(bwd.begin(), bwd.end(), 0.0);

@@ -94,7 +94,7 @@ SearchResult search(const ModelDesc& m, const Cluster& c, const SearchSpec& s) {
                 Layout l{tp, pp, dp, mbs, sc.name, v, rc, sp, zero};
                 Estimate e;
                 try {
-                  e = estimate(m, c, l, s.batch);
+                  e = estimate(m, c, l, s.batch, true);
                 } catch (const Error&) {
                   continue;
                 }
