@@ -3,6 +3,8 @@
 // and the seeds' worked example holds on the catalogue's InfiniBand HDR.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "braid/error.h"
@@ -67,6 +69,14 @@ TEST(PlanCluster, BadFilesNameTheField) {
             std::string::npos);
   EXPECT_NE(error_of("{not json").find("c.json: not JSON"), std::string::npos);
   EXPECT_THROW(plan::load_cluster("/nonexistent/cluster.json"), Error);
+  // This machine's links are read from the tuning file only when named.
+  const char* was = std::getenv("BRAID_TUNING");
+  const std::string saved = was ? was : "";
+  ::setenv("BRAID_TUNING", "/nonexistent/tuning.json", 1);
+  EXPECT_NO_THROW(plan::cluster_preset("dgx-h100"));
+  EXPECT_THROW(plan::link_class("shm"), Error);
+  if (was) ::setenv("BRAID_TUNING", saved.c_str(), 1);
+  else ::unsetenv("BRAID_TUNING");
 }
 
 TEST(PlanCluster, EfficiencyIsLogLinearBetweenPointsAndFlatBeyond) {

@@ -47,6 +47,14 @@ TEST(PlanSearch, RespectsFixedChoicesAndMemory) {
   s.batch = 256;
   s.tp = 3;
   EXPECT_THROW(plan::search(m, c, s), Error);
+  s.tp = {};
+  s.schedule = "zigzag";
+  EXPECT_THROW(plan::search(m, c, s), Error);
+  // One stage runs every schedule alike: the name asked for is kept.
+  s.schedule = "gpipe";
+  s.pp = 1;
+  const plan::SearchResult one = plan::search(m, c, s);
+  for (const plan::Estimate& e : one.fits) EXPECT_EQ(e.layout.schedule, "gpipe");
 }
 
 TEST(PlanSearch, NothingFitsSaysHowMuchTheSmallestNeeds) {

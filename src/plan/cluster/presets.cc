@@ -59,19 +59,23 @@ std::vector<LinkClass> catalogue() {
   v.push_back(make_link("eth-100g", 20, 12.5, eth));
   v.push_back(make_link("eth-200g", 20, 25, eth));
   v.push_back(make_link("eth-400g", 20, 50, eth));
-  // This machine's links as braid's own probe calibrated them: the tuning
-  // file `braid bench -n 2 --probe` writes (BRAID_TUNING or
-  // ~/.cache/braid/tuning.json), else the built-in defaults.
-  const comm::CostParams p = comm::parse_cost_params(comm::read_tuning(), "tuning file");
-  LinkClass shm{"shm", p.shm, true,
-                "this machine's shared memory: braid's calibrated CostParams "
-                "(braid bench -n 2 --probe)"};
-  LinkClass tcp{"tcp-loopback", p.tcp, false,
-                "this machine's loopback TCP: braid's calibrated CostParams "
-                "(braid bench -n 2 --probe)"};
-  v.push_back(shm);
-  v.push_back(tcp);
   return v;
+}
+
+// This machine's links as braid's own probe calibrated them: the tuning
+// file `braid bench -n 2 --probe` writes (BRAID_TUNING or
+// ~/.cache/braid/tuning.json), else the built-in defaults. Read only when
+// named, so a bad BRAID_TUNING concerns only the clusters that use them.
+const char* const kThisMachine[] = {"shm", "tcp-loopback"};
+
+LinkClass this_machine_link(const std::string& name) {
+  const comm::CostParams p = comm::parse_cost_params(comm::read_tuning(), "tuning file");
+  if (name == "shm")
+    return {"shm", p.shm, true,
+            "this machine's shared memory: braid's calibrated CostParams (braid bench -n 2 "
+            "--probe)"};
+  return {"tcp-loopback", p.tcp, false,
+          "this machine's loopback TCP: braid's calibrated CostParams (braid bench -n 2 --probe)"};
 }
 
 // A GPU's dense GEMM efficiency against the GEMM's FLOPs. Not measured: a
@@ -215,15 +219,19 @@ Cluster this_machine() {
 std::vector<std::string> link_class_names() {
   std::vector<std::string> v;
   for (const LinkClass& l : catalogue()) v.push_back(l.name);
+  for (const char* n : kThisMachine) v.push_back(n);
   return v;
 }
 
 LinkClass link_class(const std::string& name) {
+  for (const char* n : kThisMachine)
+    if (name == n) return this_machine_link(name);
   std::string list;
   for (const LinkClass& l : catalogue()) {
     if (l.name == name) return l;
     list += (list.empty() ? "" : ", ") + l.name;
   }
+  for (const char* n : kThisMachine) list += std::string(", ") + n;
   throw Error(Errc::kInvalidArgument, "unknown link class '" + name + "' (known: " + list + ")");
 }
 

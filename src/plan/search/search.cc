@@ -49,6 +49,9 @@ SearchResult search(const ModelDesc& m, const Cluster& c, const SearchSpec& s) {
       throw Error(Errc::kInvalidArgument, std::string("plan: --") + name + " " +
                                               std::to_string(*v) + " does not divide " +
                                               std::to_string(s.devices) + " devices");
+  if (s.schedule && *s.schedule != "gpipe" && *s.schedule != "1f1b" && *s.schedule != "interleaved")
+    throw Error(Errc::kInvalidArgument,
+                "plan: --schedule '" + *s.schedule + "' (gpipe, 1f1b, interleaved)");
   const bool gpt = m.kind == "gpt";
   SearchResult out;
   std::vector<int> tps = gpt ? powers_of_two_upto(c.devices_per_host) : std::vector<int>{1};
@@ -70,8 +73,11 @@ SearchResult search(const ModelDesc& m, const Cluster& c, const SearchSpec& s) {
           int v;
         };
         std::vector<Sched> scheds;
-        if (pp == 1 && s.schedule && *s.schedule == "interleaved") continue;
-        if (pp == 1) scheds = {{"1f1b", 1}};
+        if (pp == 1 && ((s.schedule && *s.schedule == "interleaved") ||
+                        (s.virtual_stages && *s.virtual_stages > 1)))
+          continue;
+        // One stage: every schedule is the same; keep the name asked for.
+        if (pp == 1) scheds = {{s.schedule.value_or("1f1b"), 1}};
         else scheds = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved", 2}, {"interleaved", 4}};
         if (pp > 1 && s.virtual_stages) {
           if (*s.virtual_stages >= 2) scheds = {{"interleaved", *s.virtual_stages}};
