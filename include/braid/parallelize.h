@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/data_parallel.h"
 #include "braid/mesh.h"
 #include "braid/model_spec.h"
 #include "braid/optim.h"
@@ -57,10 +58,18 @@ struct ParallelOptions {
   int micro_batches = 1;          // per pipeline copy per step
   int chunks = 1;                 // virtual stages per pp rank (interleaved: ≥ 2)
   bool sequence_parallel = false;
-  int zero = 0;  // 0, or 1: optimizer state sharded over dp
+  // Data parallelism over the mesh's dp group: the ZeRO stage (any with
+  // tp = pp = 1; 0 or 1 beside tp or pp), buckets, overlap, bf16 gradients.
+  DpOptions dp;
   // Cost of each of the spec's units for cutting the stages (unit_count()
   // entries); empty: ModelSpec::unit_costs(), each unit's multiply-adds.
   std::vector<double> unit_costs;
+  // Not empty: every parameter starts as this rank's slice of the file's
+  // "model/<name>" tensor (full shapes, as a checkpoint or --save-init
+  // writes them), loaded before data parallelism shares it out; optimizer
+  // state and step are not read. Errors: checkpoint.h's (kIo, kCorrupt
+  // naming the missing tensor).
+  std::string init_from;
 };
 
 // One rank's record of its last step. The split of step_s:
@@ -79,7 +88,7 @@ struct ParallelStepRecord {
   double loss = 0;       // mean over the global batch
   double grad_norm = 0;  // before clipping (0 unless clipping)
   double step_s = 0, compute_s = 0, comm_s = 0, bubble_s = 0;
-  int64_t peak_activation_bytes = 0;  // PipelineExecutor::peak_held_bytes
+  int64_t peak_activation_bytes = 0;  // PipelineExecutor::peak_held_bytes; 0 unless pipelined
 };
 
 class ParallelModel {
@@ -90,6 +99,12 @@ class ParallelModel {
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
 
+  // Whether the model runs through a pipeline executor: tp or pp above 1.
+  // At tp = pp = 1 it is the spec's whole model under DataParallel and
+  // nn::Trainer's own loop (every ZeRO stage; micro-batches become
+  // accumulation rounds), and the four pipeline calls below throw
+  // Error(kInvalidArgument).
+  bool pipelined() const;
   // Start and end of each of this rank's schedule actions in the last step
   // (for write_pipeline_trace over the mesh's pp group).
   const std::vector<ActionTiming>& timings() const;
@@ -100,14 +115,19 @@ class ParallelModel {
   const ModelSpec& spec() const;
   const ParallelOptions& options() const;
   const Schedule& schedule() const;
-  // The virtual stages as unit bounds (partition_layers over
+  // The virtual stages as unit bounds (at tp = pp = 1: {0, unit_count()}) (partition_layers over
   // ParallelOptions::unit_costs): stage v holds units [b[v], b[v + 1]).
   const std::vector<size_t>& stage_bounds() const;
   // This rank's parameters (its stages' shards) with their splits.
   const std::vector<tp::Sharded>& shards() const;
   std::vector<nn::Parameter*> parameters() const;
-  // Bytes of parameters this rank holds.
+  // Bytes of parameters this rank holds between steps (under ZeRO-3 its
+  // shard).
   int64_t parameter_bytes() const;
+  // The data parallelism over the mesh's dp group that owns this rank's
+  // gradient buckets: its memory, its time split, and (ZeRO-3)
+  // gather_all_params() for reading every parameter whole between steps.
+  DataParallel& data_parallel() const;
   // Bytes of optimizer state this rank holds (what the optimizer has
   // allocated: 0 before its first step).
   int64_t optimizer_bytes(const nn::Optimizer& opt) const;
@@ -125,10 +145,6 @@ class ParallelModel {
   // ParallelTrainer::save / load call these with its own step and seed.
   void save(const std::string& path, const nn::Optimizer& opt, int64_t step, uint64_t seed);
   int64_t load(const std::string& path, nn::Optimizer& opt, uint64_t seed);
-  // --init-from: this rank's slices of the file's "model/<name>" tensors
-  // (full shapes, as save or a serial --save-init writes them); optimizer
-  // state and step are not read. Errors as load's.
-  void load_weights(const std::string& path);
 
  private:
   friend class ParallelTrainer;
@@ -170,9 +186,9 @@ class ParallelTrainer {
   ParallelModel& model_;
   nn::Optimizer& opt_;
   // Declared before trainer_, which holds them by reference.
-  std::unique_ptr<Hooks> hooks_;
+  std::unique_ptr<Hooks> hooks_;  // null unless pipelined
   std::unique_ptr<nn::Loss> loss_;
-  std::unique_ptr<PipelineTrainer> trainer_;
+  std::unique_ptr<nn::Trainer> trainer_;  // a PipelineTrainer when pipelined
   ParallelStepRecord record_;
 };
 
@@ -193,7 +209,8 @@ std::vector<double> measure_unit_costs(const Mesh& mesh, std::shared_ptr<const M
 // The model of `spec` over `mesh` with `opts`' schedule, micro-batches,
 // chunks ("interleaved" with chunks left at 1 runs 2), sequence
 // parallelism, ZeRO stage and unit costs. Throws Error(kInvalidArgument)
-// for a bad schedule name, chunks, ZeRO stage (0 or 1) or unit_costs,
+// for a bad schedule name, chunks, ZeRO stage (2 and 3 need tp = pp = 1)
+// or unit_costs,
 // sizes that do not split over tp (the spec's messages), or fewer units
 // than virtual stages (naming the spec's units).
 std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<const ModelSpec> spec, const Mesh& mesh,

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "braid/layers.h"
 #include "braid/model_spec.h"
 
 namespace braid::parallel {
@@ -30,15 +31,17 @@ struct ShardedOptions {
   bool initialise = true;
 };
 
-// The spec's model over `tp`. Forward and backward over the whole model
-// need every unit built here; a pipeline runs the units of its stages one
-// by one (unit()). Parameters equal the serial model's for the spec's seed,
+// The spec's model over `tp`: a Sequential whose children are the units
+// built here, in order (so nn::Trainer and DataParallel see them as the
+// model's units, ZeRO-3's gathers included). Forward and backward over the
+// whole model need every unit built here; a pipeline runs the units of its
+// stages one by one (unit()). Parameters equal the serial model's for the spec's seed,
 // sliced: the constructor builds the serial model once, keeps this rank's
 // shards of the units it builds and frees it (memory: one full model,
 // briefly; none with initialise false). Throws Error(kInvalidArgument)
 // naming the size that does not split over the group (ModelSpec::
 // check_split), or a unit range outside the model.
-class ShardedModel : public nn::Module {
+class ShardedModel : public nn::Sequential {
  public:
   ShardedModel(std::shared_ptr<const ModelSpec> spec, std::shared_ptr<Communicator> tp,
                ShardedOptions opts = {});
@@ -49,11 +52,12 @@ class ShardedModel : public nn::Module {
   const Tensor& forward(const Tensor& x, nn::Context& ctx) override;
   const Tensor& backward(const Tensor& dy, nn::Context& ctx) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
-  void release_activations() override;
 
   // Unit i, or Error(kInvalidArgument) when it was not built here.
   nn::Module& unit(size_t i) const;
   bool has_unit(size_t i) const { return i < units_.size() && units_[i] != nullptr; }
+  // Whether every unit is built here.
+  bool whole() const;
   size_t unit_count() const { return units_.size(); }
   // Every parameter this rank holds with its split, in parameters() order.
   const std::vector<tp::Sharded>& shards() const { return shards_; }
@@ -69,7 +73,7 @@ class ShardedModel : public nn::Module {
   std::shared_ptr<const ModelSpec> spec_;
   std::shared_ptr<Communicator> tp_;
   ShardedOptions opts_;
-  std::vector<std::unique_ptr<nn::Module>> units_;  // [unit]; null: not built here
+  std::vector<nn::Module*> units_;  // [unit], owned as children; null: not built here
   std::vector<tp::Sharded> shards_;
 };
 

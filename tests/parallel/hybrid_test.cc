@@ -259,7 +259,7 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   ParallelOptions o;
   o.chunks = c.chunks;
   o.sequence_parallel = c.sp;
-  o.zero = c.zero;
+  o.dp.zero = c.zero;
   o.unit_costs = c.costs;
   if (c.balance) {
     o.unit_costs = measure_unit_costs(mesh, spec(), kBatch / (c.dp * c.micro_batches), c.sp);
@@ -358,7 +358,7 @@ void resume(const std::shared_ptr<Communicator>& world, const Resume& l, const s
                            " zero=" + std::to_string(l.zero);
   Mesh mesh(world, l.dp, l.tp, l.pp);
   ParallelOptions o;
-  o.zero = l.zero;
+  o.dp.zero = l.zero;
   auto model = gpt_model(mesh, kSeed, l.schedule, l.micro_batches, o);
   nn::AdamW opt = optimizer();
   nn::ByteText data = text();
@@ -462,9 +462,9 @@ TEST(Hybrid, BadInputIsRefusedByName) {
     auto world = testing::make_comm(rank, n, store, 60);
     Mesh mesh(world, 2, 1, 1);
     testing::expect_refused([&] { gpt_model(mesh, 1, "zigzag", 2); }, "zigzag");
-    ParallelOptions zero2;
-    zero2.zero = 2;
-    testing::expect_refused([&] { gpt_model(mesh, 1, "1f1b", 2, zero2); }, "ZeRO stage 2");
+    ParallelOptions zero4;
+    zero4.dp.zero = 4;
+    testing::expect_refused([&] { gpt_model(mesh, 1, "1f1b", 2, zero4); }, "ZeRO stage 4 (0 to 3)");
     ParallelOptions costs;
     costs.unit_costs = {1, 2};
     testing::expect_refused([&] { gpt_model(mesh, 1, "1f1b", 2, costs); },

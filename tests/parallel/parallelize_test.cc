@@ -5,7 +5,9 @@
 // nn::Trainer on the spec's serial model with the same global batches:
 //   * a 4-layer MLP (fc1 column, fc2 row, fc3 column, fc4 row under tp) at
 //     (dp, tp, pp) = (1,2,1), (2,2,1) with ZeRO-1, (1,4,1), (1,1,4) 1F1B,
-//     (2,1,2) GPipe and (1,2,2) 1F1B; a 3-layer MLP, whose unpaired last layer is
+//     (2,1,2) GPipe and (1,2,2) 1F1B, and at (4,1,1) (no pipeline:
+//     nn::Trainer's loop) with ZeRO 0, 2 (two micro-batches) and 3, whose
+//     checkpoint resumes at (1,2,2); a 3-layer MLP, whose unpaired last layer is
 //     replicated over tp, at (1,2,1) and (2,2,1);
 //   * the DLRM at dp = 2 and 4 (binary cross-entropy, the spec's loss);
 // a checkpoint saved by the MLP at (1,2,2) resumes in nn::Trainer with the
@@ -115,6 +117,7 @@ void expect_close(double got, double want, const std::string& what) {
 // the pipeline's stages every parameter is checked once.
 void expect_params(const ParallelModel& model, const Params& want, const std::string& what) {
   const Mesh& mesh = model.mesh();
+  model.data_parallel().gather_all_params();  // ZeRO-3 keeps a shard between steps
   int64_t checked = 0;
   for (const tp::Sharded& s : model.shards()) {
     Tensor full = tp::gather_shards(s.param->data, s.spec, s.full, *mesh.tp());
@@ -150,7 +153,7 @@ std::unique_ptr<ParallelModel> build(std::shared_ptr<const ModelSpec> spec, cons
   ParallelOptions o;
   o.schedule = l.schedule;
   o.micro_batches = l.micro_batches;
-  o.zero = l.zero;
+  o.dp.zero = l.zero;
   return parallelize(std::move(spec), mesh, o);
 }
 
@@ -171,11 +174,29 @@ void run_case(const std::shared_ptr<Communicator>& world, std::shared_ptr<const 
   if (!save_to.empty()) tr.save(save_to);
 }
 
+// Resumes the checkpoint of step kSteps in layout `l`: the next kMoreSteps
+// losses and then the parameters equal the uninterrupted serial run's.
+void resume(const std::shared_ptr<Communicator>& world, std::shared_ptr<const ModelSpec> spec,
+            nn::Dataset& data, const Trace& ref, const Layout& l, const std::string& path) {
+  set_num_threads(1);
+  const std::string what = "resumed " + describe(spec->name(), l);
+  Mesh mesh(world, l.dp, l.tp, l.pp);
+  auto model = build(spec, mesh, l);
+  nn::Sgd opt = optimizer();
+  ParallelTrainer tr(*model, data, opt, schedule(), options());
+  tr.load(path);
+  ASSERT_EQ(tr.next_step(), kSteps) << what;
+  for (int s = kSteps; s < kSteps + kMoreSteps; ++s)
+    expect_close(tr.step().loss, ref.losses[size_t(s)], what + " step " + std::to_string(s));
+  expect_params(*model, ref.params_end, what);
+}
+
 TEST(Parallelize, TheMlpTrainsAsOneProcessInEveryLayout) {
   Blobs data;
   std::shared_ptr<const ModelSpec> mlp4 = mlp_spec(kMlp4, kSeed), mlp3 = mlp_spec(kMlp3, kSeed);
   const Trace ref4 = serial(*mlp4, data), ref3 = serial(*mlp3, data);
   const std::string path = testing::temp_dir("parallelize") + "/mlp.ck";
+  const std::string zero3_path = testing::temp_dir("parallelize") + "/mlp_zero3.ck";
   testing::expect_all_pass(
       2,
       [&](int rank, int n, std::shared_ptr<Store> store) {
@@ -215,6 +236,13 @@ TEST(Parallelize, TheMlpTrainsAsOneProcessInEveryLayout) {
         run_case(world, mlp4, data, ref4, {2, 1, 2, "gpipe", 2});
         run_case(world, mlp4, data, ref4, {1, 2, 2, "1f1b", 2}, path);
         run_case(world, mlp3, data, ref3, {2, 2, 1});
+        // tp = pp = 1: nn::Trainer's loop under DataParallel, every ZeRO
+        // stage (micro-batches as accumulation rounds); ZeRO-3's checkpoint
+        // resumes in a pipeline split over tp.
+        run_case(world, mlp4, data, ref4, {4, 1, 1});
+        run_case(world, mlp4, data, ref4, {4, 1, 1, "1f1b", 2, 2});
+        run_case(world, mlp4, data, ref4, {4, 1, 1, "1f1b", 1, 3}, zero3_path);
+        resume(world, mlp4, data, ref4, {1, 2, 2, "1f1b", 2}, zero3_path);
       },
       std::chrono::seconds(300));
   // The checkpoint is nn::Trainer's format: one process resumes it.
@@ -267,6 +295,10 @@ TEST(Parallelize, WhatASpecCannotSplitIsRefusedByName) {
           build(mlp_spec({12, 15, 4}, 1), tp2, {1, 2, 1});
         },
         "MLP hidden size of fc1 15 is not divisible by the tensor-parallel size 2");
+    ParallelOptions zero2;
+    zero2.dp.zero = 2;
+    testing::expect_refused([&] { parallelize(mlp_spec(kMlp4, 1), tp2, zero2); },
+                            "ZeRO stage 2 beside tp or pp");
     ParallelOptions sp;
     sp.sequence_parallel = true;
     testing::expect_refused([&] { parallelize(mlp_spec(kMlp4, 1), tp2, sp); },

@@ -127,6 +127,12 @@ TEST(TrainMp, LayoutsMatchSingleProcessAndReportThePipeline) {
     } else {
       EXPECT_GT(bubble, 0) << l.flags;
     }
+    // Measured by the pipeline executor; --tp 1 --pp 1 runs none (nn::
+    // Trainer's own loop under data parallelism) and reports null.
+    if (l.tp == 1 && l.pp == 1) {
+      EXPECT_TRUE(done["peak_activation_bytes"].is_null()) << l.flags;
+      continue;
+    }
     ASSERT_EQ(done["peak_activation_bytes"].size(), size_t(l.pp)) << l.flags;
     for (const auto& b : done["peak_activation_bytes"]) EXPECT_GT(int64_t(b), 0) << l.flags;
   }

@@ -87,6 +87,12 @@ void settle(MpFlags& f) {
   if (f.micro_batches == 0) f.micro_batches = f.pp;
   if (f.pp_balance && f.pp * f.virtual_stages < 2)
     reject("--pp-balance needs more than one pipeline stage (--pp 2 or more)");
+  const bool pipelined = f.tp > 1 || f.pp > 1;
+  if (!f.trace.empty() && !pipelined)
+    reject("--trace writes a pipeline's timeline, and --tp 1 --pp 1 runs none");
+  if (f.zero > 1 && pipelined)
+    reject("--zero " + std::to_string(f.zero) + " with " + f.layout() +
+           ": beside --tp or --pp ZeRO 0 or 1 (stages 2 and 3 need --tp 1 --pp 1)");
   apply_model_defaults(f);
   // Each virtual stage holds at least one of the model's units; sizes split
   // over --tp (the spec's messages).
@@ -178,7 +184,8 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   po.micro_batches = f.micro_batches;
   po.chunks = f.virtual_stages;
   po.sequence_parallel = f.sequence_parallel;
-  po.zero = f.zero;
+  po.dp.zero = f.zero;
+  po.init_from = f.init_from;  // as build_setup in one process
   if (f.pp_balance)
     po.unit_costs = parallel::measure_unit_costs(
         mesh, setup.spec, f.batch / (int64_t(f.dp) * f.micro_batches), f.sequence_parallel);
@@ -190,7 +197,6 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   }
   nn::Optimizer& opt = *setup.opt;
   // As build_setup in one process: the loaded weights are the ones saved.
-  if (!f.init_from.empty()) model->load_weights(f.init_from);
   if (!f.save_init.empty()) model->save(f.save_init, opt, 0, f.seed);
   parallel::ParallelTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
   if (!f.resume.empty()) trainer.load(f.resume);
@@ -220,11 +226,14 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
     const nn::StepStats st = trainer.step();
     const parallel::ParallelStepRecord& r = trainer.last();
     last_loss = st.loss;
-    const parallel::PipelineExecutor& ex = model->executor();
-    RankSplit mine{r.compute_s,          r.comm_s,           r.bubble_s,
-                   r.step_s,             double(r.peak_activation_bytes),
-                   ex.step_span().start, ex.step_span().end, ex.step_comm_s(),
-                   pipe_one_host};
+    RankSplit mine{r.compute_s, r.comm_s, r.bubble_s, r.step_s, double(r.peak_activation_bytes),
+                   0,           0,        0,          pipe_one_host};
+    if (model->pipelined()) {
+      const parallel::PipelineExecutor& ex = model->executor();
+      mine.span_start = ex.step_span().start;
+      mine.span_end = ex.step_span().end;
+      mine.pipe_comm_s = ex.step_comm_s();
+    }
     comm->all_gather(&mine, split.data(), sizeof(RankSplit) / sizeof(double), DType::kF64);
     for (int w = 0; w < world; ++w) {
       const RankSplit& q = split[size_t(w)];
@@ -243,7 +252,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
   // The trace of the last step: the pipeline of dp copy 0, tp rank 0.
-  if (!f.trace.empty() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
+  if (!f.trace.empty() && model->pipelined() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
     parallel::write_pipeline_trace(*mesh.pp(), model->schedule(), model->timings(), f.trace);
 
   const double bubble_frac = bubble_acc[1] > 0 ? bubble_acc[0] / bubble_acc[1] : 0;
@@ -260,7 +269,9 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                // "span": idle share of the pipelines' spans, check_schedule's
                // bubble measured; "waits": communication waits over step time
                {"bubble_method", bubble_spans ? "span" : "waits"},
-               {"peak_activation_bytes", stage_peak},
+               // per stage; null without a pipeline (not measured there)
+               {"peak_activation_bytes",
+                model->pipelined() ? nlohmann::json(stage_peak) : nlohmann::json(nullptr)},
                // world rank 0's share: stage 0, tp rank 0
                {"rank0_param_bytes", model->parameter_bytes()},
                {"rank0_optim_bytes", model->optimizer_bytes(opt)},
@@ -309,8 +320,10 @@ int train_mp_main(int argc, char** argv) {
                "cut the stages by each layer's measured forward+backward time, not by its "
                "estimated multiply-adds");
   app.add_option("--trace", f.trace, "write the last step's pipeline as a Chrome trace to FILE");
-  app.add_option("--zero", f.zero, "ZeRO stage over dp: 0 none, 1 optimizer state sharded")
-      ->check(CLI::Range(0, 1));
+  app.add_option("--zero", f.zero,
+                 "ZeRO stage over dp: 0 none, 1 optimizer state sharded (2 +gradients, 3 "
+                 "+parameters: --tp 1 --pp 1 only)")
+      ->check(CLI::Range(0, 3));
   app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
   try {
     app.parse(argc, argv);

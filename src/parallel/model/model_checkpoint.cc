@@ -1,6 +1,7 @@
 // ParallelModel checkpoints in the serial format. Saving: DataParallel gathers
-// the optimizer state over dp (under ZeRO-1 from the chunks of its
-// buckets) onto pipeline copy 0; then there each
+// the parameters and optimizer state over dp (under ZeRO-1 from the chunks
+// of its buckets, under ZeRO-3 the parameters too) onto pipeline copy 0;
+// then there each
 // stage gathers its shards (and their optimizer state) over tp, then
 // tp rank 0 of every stage sends its full tensors to world rank 0 over the
 // pp group of (dp 0, tp 0), which writes the file. Loading: every rank
@@ -111,8 +112,11 @@ void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int6
     // tp rank, so the gathers pair up.
     std::map<std::string, Tensor> full;
     for (const tp::Sharded& s : m.model->shards()) {
-      full.insert_or_assign("model/" + s.param->name,
-                            tp::gather_shards(s.param->data, s.spec, s.full, *mesh_.tp()));
+      // add_state's copy of the parameter: whole on dp rank 0 at every
+      // ZeRO stage (ZeRO-3 gathers it for the occasion).
+      const std::string key = "model/" + s.param->name;
+      full.insert_or_assign(
+          key, tp::gather_shards(local.tensors.at(key), s.spec, s.full, *mesh_.tp()));
       for (const std::string& key : optim_keys(local, s.param->name))
         full.insert_or_assign(
             key, tp::gather_shards(local.tensors.at(key), s.spec, s.full, *mesh_.tp()));
@@ -138,10 +142,10 @@ void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int6
   mesh_.world()->barrier();
 }
 
-void ParallelModel::load_weights(const std::string& path) {
+void load_model_slices(const std::string& path, const std::vector<tp::Sharded>& shards, int r,
+                       int n) {
   const Checkpoint ck = load_checkpoint(path);
-  const int r = mesh_.coord().tp, n = mesh_.tp_size();
-  for (const tp::Sharded& s : impl_->model->shards()) {
+  for (const tp::Sharded& s : shards) {
     const std::string key = "model/" + s.param->name;
     s.param->data.copy_from(rank_slice(ck, "--init-from " + path, key, s, r, n));
   }

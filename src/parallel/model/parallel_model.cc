@@ -20,8 +20,12 @@ ParallelModel::ParallelModel(std::shared_ptr<const ModelSpec> spec, const Mesh& 
   m.opts = std::move(opts);
   const ParallelOptions& o = m.opts;
   const std::string what = "parallelize " + m.spec->name();
-  BRAID_CHECK_ARG(o.zero == 0 || o.zero == 1,
-                  what + ": ZeRO stage " + std::to_string(o.zero) + " (0 or 1 are supported)");
+  m.pipelined = mesh_.tp_size() > 1 || mesh_.pp_size() > 1;
+  BRAID_CHECK_ARG(o.dp.zero >= 0 && o.dp.zero <= 3,
+                  what + ": ZeRO stage " + std::to_string(o.dp.zero) + " (0 to 3)");
+  BRAID_CHECK_ARG(!m.pipelined || o.dp.zero <= 1,
+                  what + ": ZeRO stage " + std::to_string(o.dp.zero) +
+                      " beside tp or pp (0 or 1 are supported there; 2 and 3 at tp = pp = 1)");
   BRAID_CHECK_ARG(o.micro_batches >= 1,
                   what + ": micro_batches " + std::to_string(o.micro_batches) + " (at least 1)");
   // make_schedule names the valid schedules and checks chunks.
@@ -48,6 +52,14 @@ ParallelModel::ParallelModel(std::shared_ptr<const ModelSpec> spec, const Mesh& 
     sopts.units.push_back({bounds[v], bounds[v + 1]});
   }
   m.model = std::make_unique<ShardedModel>(m.spec, mesh_.tp(), sopts);
+  if (!o.init_from.empty())
+    load_model_slices(o.init_from, m.model->shards(), mesh_.coord().tp, mesh_.tp_size());
+  m.params = m.model->parameters();
+  // Before the executor: its slot copies view the buckets' buffers. At
+  // tp = pp = 1 it owns the whole model (ZeRO-3 gathers unit by unit).
+  m.dp = std::make_unique<DataParallel>(mesh_.dp(), *m.model, o.dp);
+  if (!m.pipelined) return;
+
   auto chunks_of = [ranges = sopts.units](const ShardedModel& model) {
     std::vector<std::vector<nn::Module*>> chunks;
     for (const UnitRange& r : ranges) {
@@ -65,12 +77,6 @@ ParallelModel::ParallelModel(std::shared_ptr<const ModelSpec> spec, const Mesh& 
     auto model = std::make_shared<ShardedModel>(spec, tp, copy_opts);
     return ChunkCopy{chunks_of(*model), model};
   };
-  m.params = m.model->parameters();
-  // Before the executor: its slot copies view the buckets' buffers.
-  DpOptions dopts;
-  dopts.zero = o.zero;
-  m.dp = std::make_unique<DataParallel>(mesh_.dp(), *m.model, dopts);
-
   m.exec = std::make_unique<PipelineExecutor>(mesh_.pp(), chunks_of(*m.model), std::move(copy),
                                               std::move(sched));
 }
@@ -79,21 +85,29 @@ ParallelModel::~ParallelModel() = default;
 
 const ModelSpec& ParallelModel::spec() const { return *impl_->spec; }
 const ParallelOptions& ParallelModel::options() const { return impl_->opts; }
-const Schedule& ParallelModel::schedule() const { return impl_->exec->schedule(); }
+bool ParallelModel::pipelined() const { return impl_->pipelined; }
+
+const PipelineExecutor& ParallelModel::executor() const {
+  BRAID_CHECK_ARG(impl_->pipelined, "parallelize " + impl_->spec->name() +
+                                        ": no pipeline at tp = pp = 1 (data parallel only)");
+  return *impl_->exec;
+}
+const Schedule& ParallelModel::schedule() const { return executor().schedule(); }
+const std::vector<ActionTiming>& ParallelModel::timings() const { return executor().timings(); }
 const std::vector<size_t>& ParallelModel::stage_bounds() const { return impl_->bounds; }
 const std::vector<tp::Sharded>& ParallelModel::shards() const { return impl_->model->shards(); }
 std::vector<nn::Parameter*> ParallelModel::parameters() const { return impl_->params; }
 
 int64_t ParallelModel::parameter_bytes() const {
+  if (impl_->dp->options().zero == 3) return impl_->dp->memory(nn::Sgd()).param_bytes;
   return nn::count_parameters(impl_->params) * int64_t(sizeof(float));
 }
+
+DataParallel& ParallelModel::data_parallel() const { return *impl_->dp; }
 
 int64_t ParallelModel::optimizer_bytes(const nn::Optimizer& opt) const {
   return impl_->dp->memory(opt).optim_bytes;
 }
-
-const std::vector<ActionTiming>& ParallelModel::timings() const { return impl_->exec->timings(); }
-const PipelineExecutor& ParallelModel::executor() const { return *impl_->exec; }
 
 std::unique_ptr<ParallelModel> parallelize(std::shared_ptr<const ModelSpec> spec, const Mesh& mesh,
                                            ParallelOptions opts) {

@@ -4,7 +4,9 @@
 // as the last backward makes them final, ZeRO-1's sharded update and
 // gathers), the sequence-parallel gradient sums over tp, and a clipping
 // norm that counts every element of the model once whichever ranks hold
-// it. The loss is the spec's (the GPT's vocabulary-parallel).
+// it. The loss is the spec's (the GPT's vocabulary-parallel). At
+// tp = pp = 1 there is no schedule: nn::Trainer's loop with the model's
+// DataParallel attached, every ZeRO stage.
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
@@ -106,12 +108,20 @@ ParallelTrainer::ParallelTrainer(ParallelModel& model, nn::Dataset& data, nn::Op
                                  nn::LrSchedule schedule, nn::TrainOptions opts)
     : model_(model), opt_(opt) {
   ParallelModel::Impl& m = *model.impl_;
-  const nn::TrainOptions o = placed(opts, model.mesh(), m.opts.micro_batches);
-  hooks_ = std::make_unique<Hooks>(m, model.mesh());
-  trainer_ = std::make_unique<PipelineTrainer>(*m.exec, *m.model, data, opt, schedule, o);
+  nn::TrainOptions o = placed(opts, model.mesh(), m.opts.micro_batches);
   loss_ = m.spec->make_loss(model.mesh().tp());
+  if (m.pipelined) {
+    hooks_ = std::make_unique<Hooks>(m, model.mesh());
+    trainer_ = std::make_unique<PipelineTrainer>(*m.exec, *m.model, data, opt, schedule, o);
+    trainer_->set_hooks(*hooks_);
+  } else {
+    // No pipeline: nn::Trainer's own loop with DataParallel as its hooks;
+    // the micro-batches are accumulation rounds (the same sums).
+    o.accum *= m.opts.micro_batches;
+    trainer_ = std::make_unique<nn::Trainer>(*m.model, data, opt, schedule, o);
+    m.dp->attach(*trainer_);
+  }
   trainer_->set_loss(*loss_);
-  trainer_->set_hooks(*hooks_);
 }
 
 ParallelTrainer::~ParallelTrainer() = default;
@@ -119,7 +129,7 @@ ParallelTrainer::~ParallelTrainer() = default;
 int64_t ParallelTrainer::next_step() const { return trainer_->next_step(); }
 
 nn::StepStats ParallelTrainer::step() {
-  PipelineExecutor& exec = *model_.impl_->exec;
+  ParallelModel::Impl& m = *model_.impl_;
   const double t0 = now_s();
   const nn::StepStats st = trainer_->step();
   record_ = {};
@@ -127,6 +137,13 @@ nn::StepStats ParallelTrainer::step() {
   record_.loss = st.loss;
   record_.grad_norm = st.grad_norm;
   record_.step_s = now_s() - t0;
+  if (!m.pipelined) {
+    const DpStepTimes& t = m.dp->rank_times()[size_t(m.dp->rank())];
+    record_.compute_s = t.compute_s;
+    record_.comm_s = t.exposed_comm_s;
+    return st;
+  }
+  PipelineExecutor& exec = *m.exec;
   record_.peak_activation_bytes = exec.peak_held_bytes();
   const auto& list = exec.schedule().actions[size_t(model_.mesh().coord().pp)];
   const auto& times = exec.timings();

@@ -37,7 +37,7 @@ void init_from_serial(const ModelSpec& spec, std::vector<tp::Sharded>& shards, i
 
 ShardedModel::ShardedModel(std::shared_ptr<const ModelSpec> spec, std::shared_ptr<Communicator> tp,
                            ShardedOptions opts)
-    : Module(spec ? spec->name() : "model"),
+    : Sequential(spec ? spec->name() : "model"),
       spec_(std::move(spec)),
       tp_(std::move(tp)),
       opts_(std::move(opts)) {
@@ -54,15 +54,21 @@ ShardedModel::ShardedModel(std::shared_ptr<const ModelSpec> spec, std::shared_pt
                         std::to_string(count) + " units");
     for (size_t i = r.begin; i < r.end; ++i) wanted[i] = true;
   }
-  units_.resize(count);
+  units_.assign(count, nullptr);
   for (size_t i = 0; i < count; ++i)
-    if (wanted[i]) units_[i] = spec_->build_unit(i, tp_, opts_.sequence_parallel, shards_);
+    if (wanted[i]) units_[i] = &add(spec_->build_unit(i, tp_, opts_.sequence_parallel, shards_));
   if (opts_.initialise) init_from_serial(*spec_, shards_, tp_->rank(), n);
 }
 
 int64_t ShardedModel::serial_builds() { return g_serial_builds.load(std::memory_order_relaxed); }
 
 ShardedModel::~ShardedModel() = default;
+
+bool ShardedModel::whole() const {
+  for (nn::Module* u : units_)
+    if (u == nullptr) return false;
+  return true;
+}
 
 nn::Module& ShardedModel::unit(size_t i) const {
   BRAID_CHECK_ARG(has_unit(i), spec_->name() + ": unit " + std::to_string(i) + " of " +
@@ -73,25 +79,16 @@ nn::Module& ShardedModel::unit(size_t i) const {
 const Tensor& ShardedModel::forward(const Tensor& x, nn::Context& ctx) {
   for (size_t i = 0; i < units_.size(); ++i) unit(i);  // all present, or a clear error
   spec_->check_input(x, tp_->size(), opts_.sequence_parallel);
-  const Tensor* h = &x;
-  for (auto& u : units_) h = &u->forward(*h, ctx);
-  return *h;
+  return Sequential::forward(x, ctx);
 }
 
 const Tensor& ShardedModel::backward(const Tensor& dy, nn::Context& ctx) {
   for (size_t i = 0; i < units_.size(); ++i) unit(i);
-  const Tensor* d = &dy;
-  for (size_t i = units_.size(); i-- > 0;) d = &units_[i]->backward(*d, ctx);
-  return *d;
+  return Sequential::backward(dy, ctx);
 }
 
 void ShardedModel::collect_parameters(std::vector<nn::Parameter*>& out) {
   for (const tp::Sharded& s : shards_) out.push_back(s.param);
-}
-
-void ShardedModel::release_activations() {
-  for (auto& u : units_)
-    if (u) u->release_activations();
 }
 
 }  // namespace braid::parallel
