@@ -136,6 +136,24 @@ TEST(PlanCost, RecomputationTradesMemoryForFlops) {
   EXPECT_NEAR(x.mfu, x.model_flops / (x.step_s * 8 * 989.4e12), 1e-12);
 }
 
+TEST(PlanCost, BytesPerLinkClassFollowTheGroups) {
+  const plan::Cluster c = plan::cluster_preset("dgx-h100");
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000");
+  plan::Layout l;
+  l.tp = 8;
+  l.dp = 2;  // tp inside a host, dp across two hosts
+  const plan::Estimate e = plan::estimate(m, c, l, 8);
+  ASSERT_EQ(e.comm_bytes.size(), 2u);
+  // The dp all_reduce of a rank's gradients (bf16): 2(n−1)/n of them.
+  EXPECT_NEAR(e.comm_bytes.at("ib-ndr"), 2.0 * (2 - 1) / 2 * (m.params() / 8 * 2), 1);
+  // tp: two all_reduces forward and two backward per block and micro-batch,
+  // each 2(n−1)/n of the activation, plus the embedding's, the head's and
+  // the loss's.
+  const double act = 1 * 512 * 1024 * 2.0, bus = 2.0 * 7 / 8;
+  const double blocks = 4 * 4 * bus * act, ends = 2 * bus * act + bus * 3 * 512 * 4;
+  EXPECT_NEAR(e.comm_bytes.at("nvswitch-h100"), e.micro_batches * (blocks + ends), 1);
+}
+
 TEST(PlanCost, BubbleIsTheCheckersAndLongSchedulesExtendExactly) {
   const plan::PipelineRun r = plan::run_pipeline("1f1b", 4, 8, 1, {1, 1, 1, 1}, {2, 2, 2, 2}, 0);
   EXPECT_NEAR(r.bubble, 3.0 / 11, 1e-12);
