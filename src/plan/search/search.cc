@@ -97,6 +97,7 @@ SearchResult search(const ModelDesc& m, const Cluster& c, const SearchSpec& s) {
               if (!allowed(s.sequence_parallel, sp) || (sp && tp == 1)) continue;
               for (int zero = 0; zero <= 3; ++zero) {
                 if (!allowed(s.zero, zero) || (pp > 1 && zero >= 2)) continue;
+                if (dp == 1 && zero > 0 && !s.zero) continue;  // nothing to shard over
                 Layout l{tp, pp, dp, mbs, sc.name, v, rc, sp, zero};
                 Estimate e;
                 try {
