@@ -102,8 +102,9 @@ SearchResult search(const ModelDesc& m, const Cluster& c, const SearchSpec& s) {
                 Estimate e;
                 try {
                   e = estimate(m, c, l, s.batch, true);
-                } catch (const Error&) {
-                  continue;
+                } catch (const Error& err) {
+                  if (err.code() != Errc::kInvalidArgument) throw;
+                  continue;  // a layout the cost model refuses
                 }
                 ++out.considered;
                 if (e.fits) {
