@@ -173,6 +173,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool logger = rank == 0;
   apply_threads(f, comm->host_size(), logger);
+  resume_after_restart(f, logger);
 
   parallel::Mesh mesh(comm, f.dp, f.tp, f.pp);
   if (logger && !f.quiet) std::fprintf(stderr, "%s\n", mesh.describe().c_str());

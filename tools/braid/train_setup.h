@@ -57,6 +57,7 @@ struct TrainFlags {
   int64_t log_every = 0;
   bool quiet = false;
   DlrmFlags dlrm;
+  int64_t restart = 0;  // BRAID_RESTART_COUNT (resume_after_restart)
 };
 
 // Registers the shared flags; `dp` words the help for a multi-rank job.
@@ -356,12 +357,37 @@ class StepReporter {
 
 // The --json-log stream of the logging rank: open when `logger` and the
 // flag is set, else closed (writes are skipped by checking is_open()).
+// After a restart (resume_after_restart) the log goes on: the records of
+// the runs before stay, a {"event": "restart"} record says where this run
+// starts, and the steps it repeats are logged again.
 inline std::ofstream open_json_log(const TrainFlags& f, bool logger) {
   std::ofstream log;
   if (!logger || f.json_log.empty()) return log;
-  log.open(f.json_log);
+  log.open(f.json_log, f.restart > 0 ? std::ios::app : std::ios::trunc);
   if (!log) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
+  if (f.restart > 0)
+    log << nlohmann::json{{"event", "restart"},
+                          {"restart", f.restart},
+                          {"resume_from", f.resume.empty() ? nlohmann::json(nullptr)
+                                                           : nlohmann::json(f.resume)}}
+               .dump()
+        << '\n';
   return log;
+}
+
+// Under `braid run --max-restarts` (BRAID_RESTART_COUNT above 0), as
+// torchrun's restarted scripts do: resume from --checkpoint when it holds
+// one (checkpoints are written whole, then renamed into place, so it is the
+// newest complete one), else from --resume, else from the start; and
+// append to --json-log. Says which on `speaker`.
+inline void resume_after_restart(TrainFlags& f, bool speaker) {
+  f.restart = env_int("BRAID_RESTART_COUNT", 0);
+  if (f.restart <= 0) return;
+  if (!f.checkpoint.empty() && ::access(f.checkpoint.c_str(), R_OK) == 0) f.resume = f.checkpoint;
+  if (speaker)
+    std::fprintf(stderr, "braid train: restart %lld: %s\n", (long long)f.restart,
+                 f.resume.empty() ? "no checkpoint written yet, training from the start"
+                                  : ("resuming from " + f.resume).c_str());
 }
 
 // The fields every step record carries; `--dp` adds the ranks' time split.
@@ -380,7 +406,7 @@ void log_step_per_rank(std::ofstream& log, const nn::StepStats& st, const std::v
     for (const Rank& r : ranks) column.push_back(r.*field);
     rec[name] = std::move(column);
   }
-  log << rec.dump() << '\n';
+  log << rec.dump() << std::endl;  // whole records survive a rank killed mid-run
 }
 
 // Whether --checkpoint-every asks for a checkpoint after step s (0-based).
