@@ -71,8 +71,10 @@ struct CollectivePrice {
 // BRAID_ALGO takes, or "send") moving `bytes` of f32 (the collective's
 // natural size, as predict_one_host), and that entry's predicted seconds:
 // the runtime selector itself, built from `g`, so the planner and the
-// runtime share one formula per algorithm. Throws Error(kInvalidArgument)
-// for an unknown collective or a group of no ranks.
+// runtime share one formula per algorithm. BRAID_DETERMINISTIC applies as
+// it does at run time; BRAID_ALGO overrides do not (the price is the cost
+// model's choice). Throws Error(kInvalidArgument) for an unknown
+// collective or a group of no ranks.
 CollectivePrice price_collective(const std::string& collective, size_t bytes, const GroupLinks& g);
 
 // What one probe measured on a link (raw, one way).
