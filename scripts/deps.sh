@@ -13,6 +13,8 @@ if [[ ${1:-} == --list ]]; then list=1; shift; fi
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
 # openmpi-bin: the tests that launch braid's ranks and servers with mpirun.
+# slurmctld, slurmd, slurm-client: the tests that start a Slurm cluster on
+# namespaced test hosts and run srun and sbatch on it.
 # Every program a test runs must come from this list or the base system: CI
 # runs `make test` with scripts/fresh_path.sh's PATH, which holds nothing else.
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
@@ -20,7 +22,7 @@ want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3
       python3-torch libtorch-dev pybind11-dev python3-dev
-      openmpi-bin)
+      openmpi-bin slurmctld slurmd slurm-client)
 if [[ "${1:-build}" == bench ]]; then
   want+=(libopenmpi-dev libopenblas0-openmp)
 fi

@@ -38,6 +38,11 @@
 //     one line ending "; the job goes on (<its reason>)" and the others
 //     run on.
 //
+//  6. With max_restarts, a failed job is started again (LaunchOptions), one
+//     line to stderr per restart:
+//       braid run: restarting the job (restart 1 of 2); its ranks see
+//       BRAID_RESTART_COUNT=1
+//
 // Returns the job's status: 0 when every rank exited 0; else the failed
 // rank's exit status (128 + signal number for a signal); 128 + signal when
 // the launcher itself was interrupted; 124 when max_time passed; 127 when
@@ -72,6 +77,14 @@ struct LaunchOptions {
   std::string secret;                  // "" : $BRAID_SECRET or a fresh one
   std::vector<std::string> extra_env;  // "K=V", set in every rank
   std::string tool_name = "braid run"; // how the launcher names itself in messages
+  // Restarts of the whole job (torchrun's --max-restarts) when a rank
+  // fails: every rank is stopped and all are started again with a fresh
+  // store and BRAID_RESTART_COUNT (and TORCHELASTIC_RESTART_COUNT) = the
+  // restart's number, so a program resumes from its newest checkpoint
+  // (`braid train --checkpoint` does). Not after the launcher is
+  // interrupted or max_time passes. One node only (nnodes > 1 throws
+  // Error(kInvalidArgument)).
+  int max_restarts = 0;
 };
 
 // Starts n ranks of argv (argv[0] is looked up in PATH unless it has a '/')

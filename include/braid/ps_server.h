@@ -29,7 +29,12 @@ struct ServerOptions {
   nn::LrSchedule lr;            // round r (ASP: update u) uses lr.at(r)
   std::string secret;           // the job secret every connection proves
   int replicas = 1;             // R: chain length of every shard (chain.h)
-  std::string bind_host = "127.0.0.1";  // address to listen on and publish
+  // Address to listen on and publish for workers and other servers. "":
+  // the address the job's TCP transport announces to other hosts
+  // (comm::tcp_local_endpoint: BRAID_TCP_ADDR, else the first interface
+  // that is up and not loopback, else loopback), so workers on any host
+  // of the job reach it; workers on this host connect there too.
+  std::string bind_host;
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};  // every wait
   bool hot_keys = false;        // read replicas of hot rows (top comment)
   int hot_max_rows = 32;        // the most rows a server makes hot

@@ -7,10 +7,10 @@
 //   tp_layers.h    column- and row-parallel linears, the parallel MLP and
 //                  attention, the vocab-parallel embedding and cross-entropy,
 //                  the transformer block
-//   tp_gpt.h       the GPT split across a tp group
+// A whole model over a tp group is a ModelSpec's ShardedModel
+// (model_spec.h, sharded_model.h); parallelize.h lays it over a mesh.
 #pragma once
 
-#include "braid/tp_gpt.h"
 #include "braid/tp_layers.h"
 #include "braid/tp_mappings.h"
 #include "braid/tp_shard.h"

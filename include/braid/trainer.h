@@ -1,7 +1,7 @@
 // nn::Trainer — the one training step loop. Single-process training runs it as
 // is; data parallelism (parallel::DataParallel) extends it through
 // StepHooks; pipeline parallelism (parallel::PipelineTrainer, and the
-// dp × tp × pp HybridTrainer over it) derives from it and overrides its
+// dp × tp × pp ParallelTrainer over it) derives from it and overrides its
 // forward_backward stage with a schedule's actions over micro-batches,
 // keeping every other stage — zeroing, reduction, clipping, the lr
 // schedule, the update, the statistics, the step count — the loop's.

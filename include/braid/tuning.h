@@ -48,6 +48,35 @@ std::string default_tuning_path();
 double predict_one_host(const CostParams& p, const std::string& collective,
                         const std::string& algo, size_t bytes, int ranks, int cores);
 
+// A group of ranks as the planner (include/braid/plan_cost.h) prices it:
+// `ranks` over `hosts` hosts, at most `max_local` on one, `inner` the link
+// between ranks of a host and `outer` the link between hosts (read only
+// when hosts > 1), γ the reduction time per byte. inner_is_shm: the inner
+// link is braid's shared memory (the chain all-reduce may run); cores: of
+// a host (ranks beyond them take turns, as the selector prices it).
+struct GroupLinks {
+  int ranks = 1;
+  int hosts = 1;
+  int max_local = 1;
+  LinkCost inner, outer;
+  double gamma_s_per_b = 1.0 / 10e9;
+  bool inner_is_shm = false;
+  int cores = 1 << 20;
+};
+struct CollectivePrice {
+  std::string algorithm;  // the registry entry the runtime would run
+  double seconds = 0;     // its cost formula's prediction (0 for one rank)
+};
+// What a communicator shaped like `g` would run for `collective` (a name
+// BRAID_ALGO takes, or "send") moving `bytes` of f32 (the collective's
+// natural size, as predict_one_host), and that entry's predicted seconds:
+// the runtime selector itself, built from `g`, so the planner and the
+// runtime share one formula per algorithm. BRAID_DETERMINISTIC applies as
+// it does at run time; BRAID_ALGO overrides do not (the price is the cost
+// model's choice). Throws Error(kInvalidArgument) for an unknown
+// collective or a group of no ranks.
+CollectivePrice price_collective(const std::string& collective, size_t bytes, const GroupLinks& g);
+
 // What one probe measured on a link (raw, one way).
 struct ProbeSample {
   double alpha_s = 0;      // 8-byte message

@@ -32,7 +32,8 @@ constexpr Setting kSettings[] = {
      "reductions, with a warning)",
      "src/comm/algo/select.cc"},
     {"BRAID_DP_KILL", K::kTest, "unset",
-     "`rank:step`: that rank of data-parallel training exits at that step (fault tests)",
+     "`rank:step`: that rank of data-parallel training exits at that step (fault tests; "
+     "once: not after a restart)",
      "src/parallel/dp/data_parallel.cc"},
     {"BRAID_FASHION_MNIST_DIR", K::kUser, "Debian's dataset-fashion-mnist directory",
      "directory holding the Fashion-MNIST idx files for `braid train mlp`", "src/nn/fashion_mnist.cc"},
@@ -57,6 +58,10 @@ constexpr Setting kSettings[] = {
     {"BRAID_PROBE", K::kUser, "1",
      "`0`: never probe the links at communicator creation (without a cache, the built-in figures)",
      "src/comm/setup/probe.cc"},
+    {"BRAID_RESTART_COUNT", K::kLauncher, "0",
+     "which restart of the job this is (braid run --max-restarts); `braid train --checkpoint` "
+     "resumes from its checkpoint when above 0, and the fault hooks fire in run 0 only",
+     "tools/braid/train_setup.h"},
     {"BRAID_RANK", K::kLauncher, "unset", "this rank (set by braid run for each rank it starts)",
      "src/comm/setup/bootstrap_env.h"},
     {"BRAID_RUN_TEST_CHILD", K::kTest, "unset",

@@ -1,4 +1,5 @@
-// dp × tp × pp training of the GPT equals single-process training: a small
+// dp × tp × pp training of the GPT (parallelize over gpt_spec) equals
+// single-process training: a small
 // GPT with dropout, 10 AdamW steps with warm-up and clipping, real
 // processes (one job per world size, many cases inside). Every step's loss
 // and the final parameters (shards gathered over tp, each stage its own)
@@ -6,7 +7,7 @@
 // (dp, tp, pp) = (2,2,1) (also sequence parallel), (2,1,2), (1,2,2) (also
 // interleaved, 2 chunks) and (2,2,2), with GPipe and 1F1B, and ZeRO-1 over
 // dp; stages cut by count, by hand-made costs and by measured costs
-// (measure_gpt_module_costs, the same on every rank; also sequence
+// (measure_unit_costs, the same on every rank; also sequence
 // parallel); every cut is the best one for its costs (against every
 // possible cut; hand-made costs: written out) and each rank holds exactly
 // its stages' modules. Each rank holds only its stage's shards (parameter
@@ -31,12 +32,13 @@
 #include "braid/comm.h"
 #include "braid/data.h"
 #include "braid/data_parallel.h"
-#include "braid/hybrid.h"
 #include "braid/kernels.h"
 #include "braid/mesh.h"
 #include "braid/models.h"
+#include "braid/parallelize.h"
 #include "braid/trainer.h"
 #include "support/multiproc.h"
+#include "support/refused.h"
 
 namespace braid::parallel {
 namespace {
@@ -53,6 +55,16 @@ nn::GptConfig config() {
   c.heads = 4;
   c.dropout = 0.1f;
   return c;
+}
+
+std::shared_ptr<const ModelSpec> spec(uint64_t seed = kSeed) { return gpt_spec(config(), seed); }
+
+// parallelize with the schedule and its micro-batches.
+std::unique_ptr<ParallelModel> gpt_model(const Mesh& mesh, uint64_t seed, const std::string& sched,
+                                         int micro_batches, ParallelOptions o = {}) {
+  o.schedule = sched;
+  o.micro_batches = micro_batches;
+  return parallelize(spec(seed), mesh, o);
 }
 
 nn::ByteText text() {
@@ -121,7 +133,7 @@ struct Case {
   int chunks = 1;
   bool sp = false;
   int zero = 0;
-  std::vector<double> costs = {};  // HybridOptions::module_costs
+  std::vector<double> costs = {};  // ParallelOptions::unit_costs
   bool balance = false;       // costs measured (--pp-balance)
   std::vector<size_t> bounds = {};  // the stage bounds these costs must give, written out
 };
@@ -186,12 +198,14 @@ size_t module_of(const std::string& name) {
 // with the smallest largest stage (checked against every possible cut),
 // equal `want` when it is given, and this rank holds exactly the modules
 // of its stages.
-void expect_stages(const HybridGpt& model, const std::vector<double>& costs, int stages,
+void expect_stages(const ParallelModel& model, const std::vector<double>& costs, int stages,
                    const std::vector<size_t>& want, const std::string& what) {
   const std::vector<size_t>& b = model.stage_bounds();
-  if (!want.empty()) EXPECT_EQ(b, want) << what;
+  if (!want.empty()) {
+    EXPECT_EQ(b, want) << what;
+  }
   ASSERT_EQ(b.size(), size_t(stages) + 1) << what;
-  ASSERT_EQ(costs.size(), tp::gpt_module_count(config())) << what;
+  ASSERT_EQ(costs.size(), spec()->unit_count()) << what;
   EXPECT_EQ(b.front(), 0u) << what;
   EXPECT_EQ(b.back(), costs.size()) << what;
   double largest = 0;
@@ -215,7 +229,7 @@ void expect_stages(const HybridGpt& model, const std::vector<double>& costs, int
 // Each parameter this rank holds, gathered over tp, against `want`; the
 // stages between them hold every parameter once. Returns the serial bytes
 // of this rank's stage.
-int64_t expect_params(const HybridGpt& model, const Params& want, const std::string& what) {
+int64_t expect_params(const ParallelModel& model, const Params& want, const std::string& what) {
   const Mesh& mesh = model.mesh();
   int64_t checked = 0, serial_bytes_here = 0;
   for (const tp::Sharded& s : model.shards()) {
@@ -242,35 +256,34 @@ void run_case(const std::shared_ptr<Communicator>& world, const Case& c,
   const std::string what = describe(c);
   const Trace& ref = serial();
   Mesh mesh(world, c.dp, c.tp, c.pp);
-  HybridOptions o;
+  ParallelOptions o;
   o.chunks = c.chunks;
   o.sequence_parallel = c.sp;
-  o.zero = c.zero;
-  o.module_costs = c.costs;
+  o.dp.zero = c.zero;
+  o.unit_costs = c.costs;
   if (c.balance) {
-    o.module_costs = measure_gpt_module_costs(mesh, config(), kSeed,
-                                              kBatch / (c.dp * c.micro_batches), c.sp);
-    ASSERT_EQ(o.module_costs.size(), tp::gpt_module_count(config())) << what;
+    o.unit_costs = measure_unit_costs(mesh, spec(), kBatch / (c.dp * c.micro_batches), c.sp);
+    ASSERT_EQ(o.unit_costs.size(), spec()->unit_count()) << what;
     // Every rank got world rank 0's numbers, so every rank cuts the same
     // stages; each module took some time.
-    std::vector<double> lo = o.module_costs, hi = o.module_costs;
+    std::vector<double> lo = o.unit_costs, hi = o.unit_costs;
     world->all_reduce(lo.data(), lo.data(), lo.size(), DType::kF64, ReduceOp::kMin);
     world->all_reduce(hi.data(), hi.data(), hi.size(), DType::kF64, ReduceOp::kMax);
     EXPECT_EQ(lo, hi) << what;
-    for (double t : o.module_costs) EXPECT_GT(t, 0.0) << what;
+    for (double t : o.unit_costs) EXPECT_GT(t, 0.0) << what;
   }
-  auto model = make_hybrid_gpt(mesh, config(), kSeed, c.schedule, c.micro_batches, o);
+  auto model = gpt_model(mesh, kSeed, c.schedule, c.micro_batches, o);
   // Cut by the costs given, measured, or else each module's estimated
   // multiply-adds.
-  expect_stages(*model, o.module_costs.empty() ? tp::gpt_module_costs(config()) : o.module_costs,
+  expect_stages(*model, o.unit_costs.empty() ? spec()->unit_costs() : o.unit_costs,
                 c.pp * c.chunks, c.bounds, what);
   nn::AdamW opt = optimizer();
   nn::ByteText data = text();
-  HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+  ParallelTrainer tr(*model, data, opt, schedule(), serial_options());
   for (int step = 0; step < kSteps; ++step) {
     const double loss = tr.step().loss;
     expect_loss(loss, ref.losses[size_t(step)], what + " step " + std::to_string(step));
-    const HybridStepRecord& r = tr.last();
+    const ParallelStepRecord& r = tr.last();
     EXPECT_EQ(r.step, step) << what;
     EXPECT_EQ(r.loss, loss) << what;
     EXPECT_GT(r.compute_s, 0.0) << what;
@@ -344,12 +357,12 @@ void resume(const std::shared_ptr<Communicator>& world, const Resume& l, const s
                            std::to_string(l.tp) + "," + std::to_string(l.pp) + ") " + l.schedule +
                            " zero=" + std::to_string(l.zero);
   Mesh mesh(world, l.dp, l.tp, l.pp);
-  HybridOptions o;
-  o.zero = l.zero;
-  auto model = make_hybrid_gpt(mesh, config(), kSeed, l.schedule, l.micro_batches, o);
+  ParallelOptions o;
+  o.dp.zero = l.zero;
+  auto model = gpt_model(mesh, kSeed, l.schedule, l.micro_batches, o);
   nn::AdamW opt = optimizer();
   nn::ByteText data = text();
-  HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+  ParallelTrainer tr(*model, data, opt, schedule(), serial_options());
   tr.load(path);
   ASSERT_EQ(tr.next_step(), kSteps) << what;
   EXPECT_EQ(opt.steps(), kSteps) << what;
@@ -369,9 +382,9 @@ TEST(Hybrid, MatchesSingleProcessOnFourRanks) {
     // Hand-made costs cut stage 0 down to the embedding alone.
     {
       Mesh mesh(world, 2, 1, 2);
-      HybridOptions o;
-      o.module_costs = {4, 1, 1, 1, 1};
-      EXPECT_EQ(make_hybrid_gpt(mesh, config(), kSeed, "1f1b", 2, o)->stage_bounds(),
+      ParallelOptions o;
+      o.unit_costs = {4, 1, 1, 1, 1};
+      EXPECT_EQ(gpt_model(mesh, kSeed, "1f1b", 2, o)->stage_bounds(),
                 (std::vector<size_t>{0, 1, 5}));
     }
     run_case(world, {2, 1, 2, "gpipe", 2});
@@ -434,12 +447,12 @@ TEST(Hybrid, SlotCopiesDoNotBuildTheSerialModel) {
     // GPipe keeps all 4 micro-batches live on each stage: 3 slot copies
     // of its modules per rank, yet only the model itself is initialised
     // from the serial GPT.
-    const int64_t before = tp::TpGpt::serial_builds();
-    auto model = make_hybrid_gpt(mesh, config(), kSeed, "gpipe", 4);
-    EXPECT_EQ(tp::TpGpt::serial_builds() - before, 1);
+    const int64_t before = ShardedModel::serial_builds();
+    auto model = gpt_model(mesh, kSeed, "gpipe", 4);
+    EXPECT_EQ(ShardedModel::serial_builds() - before, 1);
     nn::AdamW opt = optimizer();
     nn::ByteText data = text();
-    HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+    ParallelTrainer tr(*model, data, opt, schedule(), serial_options());
     EXPECT_TRUE(std::isfinite(tr.step().loss));
   });
 }
@@ -448,39 +461,30 @@ TEST(Hybrid, BadInputIsRefusedByName) {
   testing::expect_all_pass(2, [&](int rank, int n, std::shared_ptr<Store> store) {
     auto world = testing::make_comm(rank, n, store, 60);
     Mesh mesh(world, 2, 1, 1);
-    auto refused = [&](auto&& call, const std::string& needle) {
-      try {
-        call();
-        ADD_FAILURE() << "accepted; expected '" << needle << "'";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), Errc::kInvalidArgument) << e.what();
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-      }
-    };
-    refused([&] { make_hybrid_gpt(mesh, config(), 1, "zigzag", 2); }, "zigzag");
-    HybridOptions zero2;
-    zero2.zero = 2;
-    refused([&] { make_hybrid_gpt(mesh, config(), 1, "1f1b", 2, zero2); }, "ZeRO stage 2");
-    HybridOptions costs;
-    costs.module_costs = {1, 2};
-    refused([&] { make_hybrid_gpt(mesh, config(), 1, "1f1b", 2, costs); },
-            "2 module costs for the GPT's 5 top-level modules");
-    auto model = make_hybrid_gpt(mesh, config(), 1, "1f1b", 2);
+    testing::expect_refused([&] { gpt_model(mesh, 1, "zigzag", 2); }, "zigzag");
+    ParallelOptions zero4;
+    zero4.dp.zero = 4;
+    testing::expect_refused([&] { gpt_model(mesh, 1, "1f1b", 2, zero4); }, "ZeRO stage 4 (0 to 3)");
+    ParallelOptions costs;
+    costs.unit_costs = {1, 2};
+    testing::expect_refused([&] { gpt_model(mesh, 1, "1f1b", 2, costs); },
+            "2 unit costs for the model's 5 units");
+    auto model = gpt_model(mesh, 1, "1f1b", 2);
     nn::AdamW opt = optimizer();
     nn::ByteText data = text();
     nn::TrainOptions six = serial_options();
     six.global_batch = 6;
-    refused([&] { HybridTrainer(*model, data, opt, schedule(), six); },
+    testing::expect_refused([&] { ParallelTrainer(*model, data, opt, schedule(), six); },
             "global batch 6 does not split into dp=2 copies of 1 accumulation rounds of 2 "
             "micro-batches");
     nn::TrainOptions accum = serial_options();
     accum.accum = 3;
-    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); },
+    testing::expect_refused([&] { ParallelTrainer(*model, data, opt, schedule(), accum); },
             "copies of 3 accumulation rounds");
     accum.accum = 0;
-    refused([&] { HybridTrainer(*model, data, opt, schedule(), accum); }, "accum 0 (at least 1)");
+    testing::expect_refused([&] { ParallelTrainer(*model, data, opt, schedule(), accum); }, "accum 0 (at least 1)");
     // The refusals came before any collective: the model still trains.
-    HybridTrainer tr(*model, data, opt, schedule(), serial_options());
+    ParallelTrainer tr(*model, data, opt, schedule(), serial_options());
     EXPECT_TRUE(std::isfinite(tr.step().loss));
   });
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "braid/error.h"
+#include "braid/model_spec.h"
 #include "braid/models.h"
 #include "braid/pipeline.h"
 #include "braid/tensor_parallel.h"
@@ -98,8 +99,8 @@ TEST(PipelineSchedule, InterleavedNeedsChunksCutByCostNotByCount) {
   cfg.heads = 4;
   cfg.layers = 8;
   cfg.context = 64;
-  const std::vector<double> cost = tp::gpt_module_costs(cfg);
-  ASSERT_EQ(cost.size(), tp::gpt_module_count(cfg));
+  const std::vector<double> cost = gpt_spec(cfg, 0)->unit_costs();
+  ASSERT_EQ(cost.size(), gpt_spec(cfg, 0)->unit_count());
   for (size_t i = 1; i <= 8; ++i) {
     EXPECT_EQ(cost[i], cost[1]);
     EXPECT_GT(cost[i], 10 * cost.back()) << "a block against lm_head";

@@ -1,5 +1,5 @@
-// The tensor-parallel GPT trains as the serial GPT does (HybridTrainer at
-// one pipeline stage): 10 AdamW steps
+// The tensor-parallel GPT trains as the serial GPT does (parallelize over
+// gpt_spec at one pipeline stage, ParallelTrainer): 10 AdamW steps
 // with dropout and clipping, every step's loss and the final parameters
 // (shards gathered) within 1e-5 relative of nn::Trainer on nn::make_gpt
 // with the same seed and batches. tp = 2 (plain and sequence parallel) in
@@ -16,10 +16,10 @@
 
 #include "braid/comm.h"
 #include "braid/data.h"
-#include "braid/hybrid.h"
 #include "braid/kernels.h"
 #include "braid/mesh.h"
 #include "braid/models.h"
+#include "braid/parallelize.h"
 #include "braid/tensor_parallel.h"
 #include "braid/trainer.h"
 #include "support/multiproc.h"
@@ -107,19 +107,19 @@ void expect_tensor(const float* a, const std::vector<float>& b, const std::strin
 }
 
 // Runs 10 steps of the dp x tp layout (one pipeline stage: the GPT's
-// tensor-parallel layers under HybridTrainer, the one trainer of every
+// tensor-parallel layers under ParallelTrainer, the one trainer of every
 // layout) and compares with the serial trace.
 void train_and_compare(std::shared_ptr<Communicator> world, int dp, int tp, bool sp,
                        const std::string& what) {
   set_num_threads(1);
   const Trace& ref = serial();
   Mesh mesh(world, dp, tp, 1);
-  HybridOptions ho;
-  ho.sequence_parallel = sp;
-  HybridGpt model(mesh, config(), 5, ho);
+  ParallelOptions po;
+  po.sequence_parallel = sp;
+  ParallelModel model(gpt_spec(config(), 5), mesh, po);
   nn::ByteText data(text_bytes(), 8, "tp test text");
   nn::AdamW opt = optimizer();
-  HybridTrainer tr(model, data, opt, schedule(), train_options());
+  ParallelTrainer tr(model, data, opt, schedule(), train_options());
   std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) losses.push_back(tr.step().loss);
   expect_losses(losses, ref.losses, what + " loss");
@@ -142,7 +142,7 @@ TEST(TpGpt, InitialShardsAreSlicesOfTheSerialModel) {
     auto serial = nn::make_gpt(c, 9);
     std::map<std::string, nn::Parameter*> by_name;
     for (nn::Parameter* p : serial->parameters()) by_name[p->name] = p;
-    TpGpt model(c, 9, comm);
+    ShardedModel model(gpt_spec(c, 9), comm);
     ASSERT_EQ(model.parameters().size(), by_name.size());
     // Order and names as the serial model's: optimizer state lines up.
     auto sp = serial->parameters();
@@ -186,7 +186,7 @@ TEST(TpGpt, SizesThatDoNotDivideAreRefusedByName) {
     auto comm = testing::make_comm(rank, n, store);
     auto refused = [&](nn::GptConfig c, const std::string& needle) {
       try {
-        TpGpt m(c, 1, comm);
+        ShardedModel m(gpt_spec(c, 1), comm);
         ADD_FAILURE() << "accepted a config that should fail with '" << needle << "'";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), Errc::kInvalidArgument);
@@ -202,7 +202,7 @@ TEST(TpGpt, SizesThatDoNotDivideAreRefusedByName) {
     refused(c, "vocabulary 255 is not divisible by the tensor-parallel size 2");
     // Sequence parallelism needs T to divide: refused at forward, before
     // any collective (so the group stays usable).
-    TpGpt m(config(), 1, comm, TpGptOptions{true, {}});
+    ShardedModel m(gpt_spec(config(), 1), comm, ShardedOptions{true, {}});
     Tensor tokens({2, 7}, DType::kI32);
     nn::Context ctx;
     try {

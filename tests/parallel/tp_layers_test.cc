@@ -21,6 +21,7 @@
 #include "braid/rng.h"
 #include "braid/tensor_parallel.h"
 #include "support/multiproc.h"
+#include "support/refused.h"
 
 namespace braid::parallel::tp {
 namespace {
@@ -338,28 +339,28 @@ void mlp_gradcheck(const Comm& c) {
 
 void bad_sizes(const Comm& c) {
   const int n = c->size();
-  auto refused = [&](const std::function<void()>& make, const std::string& needle) {
-    try {
-      make();
-      ADD_FAILURE() << "accepted; expected an error naming '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Errc::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const std::string by = " is not divisible by the tensor-parallel size " + std::to_string(n);
   const int64_t odd = 6 * n + 1;
-  refused([&] { ParallelAttention("a", 4 * (n + 1), n + 1, c); },
-          "heads " + std::to_string(n + 1) + by);
-  refused([&] { ParallelMlp("m", 8, odd, c); }, "m.fc: output features " + std::to_string(odd) + by);
-  refused([&] { RowParallelLinear("r", odd, 4, c, {}); }, "input features " + std::to_string(odd) + by);
-  refused([&] { ColumnParallelLinear("q", 4, 3 * odd, c, {true, 3, false, SeqMode::kReplicated}); },
-          "q: output features per part " + std::to_string(odd) + by);
-  refused([&] { VocabParallelEmbedding("e", odd, 4, 8, c); },
-          "vocabulary " + std::to_string(odd) + by);
+  testing::expect_refused([&] { ParallelAttention("a", 4 * (n + 1), n + 1, c); },
+                          "heads " + std::to_string(n + 1) + by);
+  testing::expect_refused([&] { ParallelMlp("m", 8, odd, c); },
+                          "m.fc: output features " + std::to_string(odd) + by);
+  testing::expect_refused([&] { RowParallelLinear("r", odd, 4, c, {}); },
+                          "input features " + std::to_string(odd) + by);
+  testing::expect_refused(
+      [&] {
+        ColumnParallelLinear("q", 4, 3 * odd, c, {true, 3, false, SeqMode::kReplicated});
+      },
+      "q: output features per part " + std::to_string(odd) + by);
+  testing::expect_refused([&] { VocabParallelEmbedding("e", odd, 4, 8, c); },
+                          "vocabulary " + std::to_string(odd) + by);
   ScatterToSequenceRegion s("s", c);
   nn::Context ctx;
-  refused([&] { s.forward(Tensor({2, odd, 3}), ctx); }, "sequence length " + std::to_string(odd) + by);
+  testing::expect_refused(
+      [&] {
+        s.forward(Tensor({2, odd, 3}), ctx);
+      },
+      "sequence length " + std::to_string(odd) + by);
 }
 
 void all_layers(int world) {

@@ -121,8 +121,8 @@ TEST(TrainMpModes, VirtualStagesRunTheirChunksAndMatchSingleProcess) {
   expect_refused("--pp 2 --schedule 1f1b --virtual-stages 2",
                  "--virtual-stages applies to --schedule interleaved only");
   expect_refused("--pp 2 --schedule interleaved --virtual-stages 3",
-                 "--pp 2 x --virtual-stages 3 makes 6 pipeline stages, but the GPT has only 5 "
-                 "modules to cut between them: the embedding, 2 blocks (--layers), the final "
+                 "--pp 2 x --virtual-stages 3 makes 6 pipeline stages, but model gpt has only 5 "
+                 "units to cut between them: the embedding, 2 blocks (--layers), the final "
                  "norm and the head");
 }
 
@@ -150,8 +150,19 @@ TEST(TrainMpModes, ZeroOneShardsTheOptimizerBesideTpAndPp) {
     EXPECT_EQ(int64_t(d0["rank0_optim_bytes"]), 2 * 4 * n) << layout;
     EXPECT_EQ(int64_t(d1["rank0_optim_bytes"]), 2 * 4 * ((n + 1) / 2)) << layout << " --zero 1";
   }
+  // At --tp 1 --pp 1 (no pipeline: nn::Trainer's loop) every ZeRO stage
+  // runs and equals the serial run; ZeRO-3 holds half the parameters.
+  const TrainRun zero3 = train("--dp 2 --tp 1 --pp 1 --zero 3", "zero3");
+  expect_same_losses(serial().log, zero3.log, "--dp 2 --tp 1 --pp 1 --zero 3");
+  expect_same_weights(ck("serial"), ck("zero3"), kWeightTol, "--dp 2 --tp 1 --pp 1 --zero 3");
+  ASSERT_FALSE(zero3.log.empty());
+  EXPECT_EQ(zero3.log.back()["zero"], 3);
   // ZeRO-2 and -3 shard what tensor and pipeline parallelism already split.
-  expect_refused("--tp 2 --zero 2", "--zero: Value 2 not in range 0 to 1");
+  expect_refused("--tp 2 --zero 2",
+                 "--zero 2 with --dp 1 --tp 2 --pp 1: beside --tp or --pp ZeRO 0 or 1");
+  expect_refused("--tp 1 --zero 4", "--zero: Value 4 not in range 0 to 3");
+  expect_refused("--tp 1 --pp 1 --dp 2 --trace t.json",
+                 "--trace writes a pipeline's timeline, and --tp 1 --pp 1 runs none");
 }
 
 TEST(TrainMpModes, BraidRunStartsTheJobAsTheToolDoesItself) {

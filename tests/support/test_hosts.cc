@@ -225,6 +225,21 @@ void TestHosts::set_link(int i, bool up) const {
   if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
 }
 
+void TestHosts::name_hosts(const std::string& dir) const {
+  const std::string path = dir + "/hosts";
+  {
+    std::ofstream etc(path);
+    etc << "127.0.0.1 localhost\n";
+    for (int i = 0; i < size(); ++i) etc << address(i) << " " << name(i) << "\n";
+    if (!etc) throw std::runtime_error("test hosts: cannot write " + path);
+  }
+  for (int i = 0; i < size(); ++i) {
+    std::string out;
+    if (run(i, "mount --bind " + path + " /etc/hosts", &out) != 0)
+      throw std::runtime_error("test hosts: bind-mounting /etc/hosts on " + name(i) + ": " + out);
+  }
+}
+
 TestHosts::~TestHosts() { teardown(); }
 
 void TestHosts::teardown() {

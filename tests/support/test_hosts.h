@@ -68,6 +68,10 @@ class TestHosts {
   uint64_t rx_bytes(int i) const;
   // Takes host i's link to the bridge down (or up), at the bridge's end.
   void set_link(int i, bool up) const;
+  // Gives every host an /etc/hosts (bind-mounted in its own mount
+  // namespace) naming every host at its address, as a cluster's DNS would;
+  // the machine's own /etc/hosts is untouched. Throws std::runtime_error.
+  void name_hosts(const std::string& dir) const;
 
  private:
   TestHosts() = default;

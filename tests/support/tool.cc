@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "braid/env.h"
 
@@ -23,10 +24,17 @@ CommandResult run_command(const std::string& cmd) {
   return r;
 }
 std::vector<nlohmann::json> read_json_lines(const std::string& path) {
-  std::vector<nlohmann::json> v;
   std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse_json_lines(text.str());
+}
+
+std::vector<nlohmann::json> parse_json_lines(const std::string& text) {
+  std::vector<nlohmann::json> v;
+  std::istringstream is(text);
   std::string line;
-  while (std::getline(f, line))
+  while (std::getline(is, line))
     if (!line.empty()) v.push_back(nlohmann::json::parse(line));
   return v;
 }

@@ -20,6 +20,8 @@ CommandResult run_command(const std::string& cmd);
 
 // The JSON objects of a JSON-lines file (a --json-log), blank lines skipped.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
+// The same, of text (a command's --json output).
+std::vector<nlohmann::json> parse_json_lines(const std::string& text);
 
 // gtest expectations that two `braid train` JSON logs (step records, then
 // the done record) hold the same number of records, every step's loss

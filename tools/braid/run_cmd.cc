@@ -43,6 +43,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--env", env, "K=V to set in every rank (repeatable)");
+  app.add_option("--max-restarts", opt.max_restarts,
+                 "when a rank fails, restart the whole job up to N times (one node); the ranks "
+                 "see BRAID_RESTART_COUNT, and `braid train --checkpoint` resumes from it")
+      ->check(CLI::NonNegativeNumber);
   app.prefix_command();
   app.footer("Usage: braid run -n N [options] -- PROGRAM [ARGS...]");
   try {

@@ -44,6 +44,7 @@ int train_main(int argc, char** argv) {
 
   const bool mlp = f.model == "mlp";
   apply_threads(f, 1, true);
+  resume_after_restart(f, true);
   apply_model_defaults(f);
 
   // Data and model.
@@ -75,7 +76,7 @@ int train_main(int argc, char** argv) {
     nn::StepStats st = trainer.step();
     last_loss = st.loss;
     report.after_step(s, st);
-    if (jlog.is_open()) jlog << step_record(st).dump() << '\n';
+    if (jlog.is_open()) jlog << step_record(st).dump() << std::endl;  // flushed: see log_step_per_rank
     if (checkpoint_due(f, s)) trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();

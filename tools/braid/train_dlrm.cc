@@ -25,7 +25,8 @@ void add_dlrm_options(CLI::App& app, DlrmFlags& f) {
       ->check(CLI::IsMember({"dot", "cat"}));
 }
 
-DlrmSetup build_dlrm(const DlrmFlags& f, uint64_t seed) {
+namespace {
+nn::ClickConfig click_config(const DlrmFlags& f) {
   nn::ClickConfig c;
   c.features = f.features;
   c.rows = f.rows;
@@ -35,13 +36,22 @@ DlrmSetup build_dlrm(const DlrmFlags& f, uint64_t seed) {
   c.samples = f.samples;
   c.test_samples = f.test_samples;
   c.seed = f.data_seed;
+  return c;
+}
+}  // namespace
+
+nn::DlrmConfig dlrm_model_config(const DlrmFlags& f) {
+  nn::DlrmConfig m = nn::dlrm_config_for(click_config(f), f.dim);
+  using Interaction = nn::DlrmConfig::Interaction;
+  m.interaction = f.interaction == "cat" ? Interaction::kCat : Interaction::kDot;
+  return m;
+}
+
+DlrmSetup build_dlrm(const DlrmFlags& f) {
+  const nn::ClickConfig c = click_config(f);
   DlrmSetup s;
   s.train = std::make_unique<nn::ClickData>(c, "train");
   s.test = std::make_unique<nn::ClickData>(c, "test");
-  nn::DlrmConfig m = nn::dlrm_config_for(c, f.dim);
-  using Interaction = nn::DlrmConfig::Interaction;
-  m.interaction = f.interaction == "cat" ? Interaction::kCat : Interaction::kDot;
-  s.model = nn::make_dlrm(m, seed);
   s.loss = std::make_unique<nn::BinaryCrossEntropyWithLogits>();
   return s;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "braid/data.h"
+#include "braid/dlrm.h"
 #include "braid/loss.h"
 #include "braid/module.h"
 #include "braid/trainer.h"
@@ -26,14 +27,15 @@ struct DlrmFlags {
 
 void add_dlrm_options(CLI::App& app, DlrmFlags& f);
 
-// The train and test click data, the model (initialised from `seed`) and
-// its loss, binary cross-entropy with logits.
+// The train and test click data and the loss, binary cross-entropy with
+// logits.
 struct DlrmSetup {
   std::unique_ptr<nn::Dataset> train, test;
-  std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<nn::Loss> loss;
 };
-DlrmSetup build_dlrm(const DlrmFlags& f, uint64_t seed);
+DlrmSetup build_dlrm(const DlrmFlags& f);
+// The model the flags describe (its tables sized by the click data's).
+nn::DlrmConfig dlrm_model_config(const DlrmFlags& f);
 
 // Adds test_log_loss, best_log_loss (the test split's entropy floor),
 // gap_to_floor, base_log_loss and test_accuracy to `done`; returns the

@@ -53,6 +53,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool mlp = f.model == "mlp";
   apply_threads(f, comm->host_size(), rank == 0);
+  resume_after_restart(f, rank == 0);
   apply_model_defaults(f);
 
   TrainSetup setup = build_setup(f, rank == 0);

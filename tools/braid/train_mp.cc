@@ -1,13 +1,15 @@
-// braid train gpt --dp A --tp B --pp C — model-parallel training.
+// braid train gpt|mlp|dlrm --dp A --tp B --pp C — model-parallel training.
 //
 // train_cmd.cc hands over here when a model-parallel flag is given (--tp,
 // --pp, --micro-batches, --schedule, --virtual-stages, --sequence-parallel,
-// --print-schedule, --trace, --pp-balance). The model is parallel::HybridGpt over an
-// A × B × C Mesh. Started plainly, A·B·C ranks are forked under
+// --print-schedule, --trace, --pp-balance). The model is the flags' model
+// spec (train_setup.h: model_spec) laid over an A × B × C Mesh by
+// parallel::parallelize, and trained by parallel::ParallelTrainer: what a
+// library user writes for any model and layout. Started plainly, A·B·C ranks are forked under
 // launch::run_forked (as --dp does); under a launcher the job's size must be
 // A·B·C.
 //
-// The step loop is nn::Trainer's (parallel::HybridTrainer): each pipeline
+// The step loop is nn::Trainer's (parallel::ParallelTrainer): each pipeline
 // copy reads its shard of the global batch (--batch samples, drawn by the
 // same Sampler as `braid train`), so every layout trains on the same
 // samples and its losses equal the single-process run's within rounding.
@@ -32,8 +34,8 @@
 #include "braid/checkpoint.h"
 #include "braid/comm.h"
 #include "braid/error.h"
-#include "braid/hybrid.h"
 #include "braid/mesh.h"
+#include "braid/parallelize.h"
 #include "braid/pipeline.h"
 #include "braid/supervisor.h"
 #include "subcommands.h"
@@ -77,8 +79,6 @@ struct MpFlags : TrainFlags {
 // model-parallel path does not do, naming the flag.
 void settle(MpFlags& f) {
   auto reject = [](const std::string& why) { throw Error(Errc::kInvalidArgument, why); };
-  if (f.model != "gpt")
-    reject("--tp/--pp/--schedule train the gpt model only, not model " + f.model);
   if (f.virtual_stages == 0) f.virtual_stages = f.schedule == "interleaved" ? 2 : 1;
   if (f.schedule == "interleaved" && f.virtual_stages < 2)
     reject("--schedule interleaved needs --virtual-stages >= 2");
@@ -87,17 +87,25 @@ void settle(MpFlags& f) {
   if (f.micro_batches == 0) f.micro_batches = f.pp;
   if (f.pp_balance && f.pp * f.virtual_stages < 2)
     reject("--pp-balance needs more than one pipeline stage (--pp 2 or more)");
+  const bool pipelined = f.tp > 1 || f.pp > 1;
+  if (!f.trace.empty() && !pipelined)
+    reject("--trace writes a pipeline's timeline, and --tp 1 --pp 1 runs none");
+  if (f.zero > 1 && pipelined)
+    reject("--zero " + std::to_string(f.zero) + " with " + f.layout() +
+           ": beside --tp or --pp ZeRO 0 or 1 (stages 2 and 3 need --tp 1 --pp 1)");
   apply_model_defaults(f);
-  // Each virtual stage holds at least one of the GPT's top-level modules.
-  const size_t modules = parallel::tp::gpt_module_count(gpt_config(f));
-  if (size_t(f.pp) * size_t(f.virtual_stages) > modules)
+  // Each virtual stage holds at least one of the model's units; sizes split
+  // over --tp (the spec's messages).
+  const auto spec = model_spec(f);
+  const size_t units = spec->unit_count();
+  if (size_t(f.pp) * size_t(f.virtual_stages) > units)
     reject("--pp " + std::to_string(f.pp) +
            (f.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(f.virtual_stages)
                                  : std::string()) +
            " makes " + std::to_string(f.pp * f.virtual_stages) +
-           " pipeline stages, but the GPT has only " + std::to_string(modules) +
-           " modules to cut between them: the embedding, " + std::to_string(f.layers) +
-           " blocks (--layers), the final norm and the head");
+           " pipeline stages, but model " + f.model + " has only " + std::to_string(units) +
+           " units to cut between them: " + spec->describe_units());
+  spec->check_split(f.tp, f.sequence_parallel);
   if (f.batch % (int64_t(f.dp) * f.accum * f.micro_batches) != 0)
     reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
            std::to_string(f.dp) + " copies of --accum " + std::to_string(f.accum) +
@@ -165,43 +173,42 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   const int rank = comm->rank(), world = comm->size();
   const bool logger = rank == 0;
   apply_threads(f, comm->host_size(), logger);
+  resume_after_restart(f, logger);
 
   parallel::Mesh mesh(comm, f.dp, f.tp, f.pp);
   if (logger && !f.quiet) std::fprintf(stderr, "%s\n", mesh.describe().c_str());
 
-  TrainSetup setup;
-  setup.train = gpt_text(f);
-  set_recipe(f, setup);
+  TrainSetup setup = data_setup(f);
   const int64_t steps = setup.steps;
-  parallel::HybridOptions ho;
-  ho.chunks = f.virtual_stages;
-  ho.sequence_parallel = f.sequence_parallel;
-  ho.zero = f.zero;
+  parallel::ParallelOptions po;
+  po.schedule = f.schedule;
+  po.micro_batches = f.micro_batches;
+  po.chunks = f.virtual_stages;
+  po.sequence_parallel = f.sequence_parallel;
+  po.dp.zero = f.zero;
+  po.init_from = f.init_from;  // as build_setup in one process
   if (f.pp_balance)
-    ho.module_costs = parallel::measure_gpt_module_costs(
-        mesh, gpt_config(f), f.seed, f.batch / (int64_t(f.dp) * f.micro_batches),
-        f.sequence_parallel);
-  auto model =
-      parallel::make_hybrid_gpt(mesh, gpt_config(f), f.seed, f.schedule, f.micro_batches, ho);
+    po.unit_costs = parallel::measure_unit_costs(
+        mesh, setup.spec, f.batch / (int64_t(f.dp) * f.micro_batches), f.sequence_parallel);
+  auto model = parallel::parallelize(setup.spec, mesh, po);
   if (f.pp_balance && logger) {
-    std::printf("pp balance: GPT modules (emb, blocks, ln_f, lm_head) by measured time\n%s",
-                parallel::format_partition(ho.module_costs, model->stage_bounds()).c_str());
+    std::printf("pp balance: the %s's units by measured time\n%s", f.model.c_str(),
+                parallel::format_partition(po.unit_costs, model->stage_bounds()).c_str());
     std::fflush(stdout);
   }
   nn::Optimizer& opt = *setup.opt;
   // As build_setup in one process: the loaded weights are the ones saved.
-  if (!f.init_from.empty()) model->load_weights(f.init_from);
-  if (!f.save_init.empty()) model->save(f.save_init, opt, 0);
-  parallel::HybridTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
+  if (!f.save_init.empty()) model->save(f.save_init, opt, 0, f.seed);
+  parallel::ParallelTrainer trainer(*model, *setup.train, opt, setup.sched, setup.opts);
   if (!f.resume.empty()) trainer.load(f.resume);
   const double pipe_one_host = mesh.pp()->host_size() == mesh.pp()->size() ? 1 : 0;
 
   std::ofstream jlog = open_json_log(f, logger);
   if (logger && !f.quiet)
     std::fprintf(stderr,
-                 "braid train gpt: %lld steps, global batch %lld, %s lr %g, dp %d x tp %d x "
+                 "braid train %s: %lld steps, global batch %lld, %s lr %g, dp %d x tp %d x "
                  "pp %d, %s schedule, %d micro-batches%s%s, %d thread%s per rank\n",
-                 (long long)steps, (long long)f.batch, f.optimizer.c_str(), f.lr, f.dp, f.tp,
+                 f.model.c_str(), (long long)steps, (long long)f.batch, f.optimizer.c_str(), f.lr, f.dp, f.tp,
                  f.pp, f.schedule.c_str(), f.micro_batches,
                  f.virtual_stages > 1
                      ? (", " + std::to_string(f.virtual_stages) + " virtual stages").c_str()
@@ -218,13 +225,16 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   std::vector<int64_t> stage_peak(size_t(f.pp), 0);
   for (int64_t s = first; s < steps; ++s) {
     const nn::StepStats st = trainer.step();
-    const parallel::HybridStepRecord& r = trainer.last();
+    const parallel::ParallelStepRecord& r = trainer.last();
     last_loss = st.loss;
-    const parallel::PipelineExecutor& ex = model->executor();
-    RankSplit mine{r.compute_s,          r.comm_s,           r.bubble_s,
-                   r.step_s,             double(r.peak_activation_bytes),
-                   ex.step_span().start, ex.step_span().end, ex.step_comm_s(),
-                   pipe_one_host};
+    RankSplit mine{r.compute_s, r.comm_s, r.bubble_s, r.step_s, double(r.peak_activation_bytes),
+                   0,           0,        0,          pipe_one_host};
+    if (model->pipelined()) {
+      const parallel::PipelineExecutor& ex = model->executor();
+      mine.span_start = ex.step_span().start;
+      mine.span_end = ex.step_span().end;
+      mine.pipe_comm_s = ex.step_comm_s();
+    }
     comm->all_gather(&mine, split.data(), sizeof(RankSplit) / sizeof(double), DType::kF64);
     for (int w = 0; w < world; ++w) {
       const RankSplit& q = split[size_t(w)];
@@ -243,7 +253,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   const double throughput = report.finish();
   if (!f.checkpoint.empty()) trainer.save(f.checkpoint);
   // The trace of the last step: the pipeline of dp copy 0, tp rank 0.
-  if (!f.trace.empty() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
+  if (!f.trace.empty() && model->pipelined() && mesh.coord().dp == 0 && mesh.coord().tp == 0)
     parallel::write_pipeline_trace(*mesh.pp(), model->schedule(), model->timings(), f.trace);
 
   const double bubble_frac = bubble_acc[1] > 0 ? bubble_acc[0] / bubble_acc[1] : 0;
@@ -260,16 +270,18 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                // "span": idle share of the pipelines' spans, check_schedule's
                // bubble measured; "waits": communication waits over step time
                {"bubble_method", bubble_spans ? "span" : "waits"},
-               {"peak_activation_bytes", stage_peak},
+               // per stage; null without a pipeline (not measured there)
+               {"peak_activation_bytes",
+                model->pipelined() ? nlohmann::json(stage_peak) : nlohmann::json(nullptr)},
                // world rank 0's share: stage 0, tp rank 0
                {"rank0_param_bytes", model->parameter_bytes()},
                {"rank0_optim_bytes", model->optimizer_bytes(opt)},
                {"peak_rss_bytes", peak_rss_bytes()}});
   if (logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
-    std::printf("done: gpt %lld steps on dp %d x tp %d x pp %d, final loss %.4f, %s %s, "
+    std::printf("done: %s %lld steps on dp %d x tp %d x pp %d, final loss %.4f, %s %s, "
                 "bubble %.1f%%, %.1fs\n",
-                (long long)steps, f.dp, f.tp, f.pp, last_loss, human(throughput).c_str(),
+                f.model.c_str(), (long long)steps, f.dp, f.tp, f.pp, last_loss, human(throughput).c_str(),
                 report.unit(), 100.0 * bubble_frac, report.seconds());
     std::fflush(stdout);
   }
@@ -286,7 +298,7 @@ bool mp_requested(int argc, char** argv) {
 }
 
 int train_mp_main(int argc, char** argv) {
-  CLI::App app{"braid train: train gpt over a dp x tp x pp mesh", "braid train"};
+  CLI::App app{"braid train: train a model over a dp x tp x pp mesh", "braid train"};
   MpFlags f;
   add_train_options(app, f, true);
   app.add_option("--dp", f.dp, "data-parallel copies of the pipeline (1)")
@@ -309,8 +321,10 @@ int train_mp_main(int argc, char** argv) {
                "cut the stages by each layer's measured forward+backward time, not by its "
                "estimated multiply-adds");
   app.add_option("--trace", f.trace, "write the last step's pipeline as a Chrome trace to FILE");
-  app.add_option("--zero", f.zero, "ZeRO stage over dp: 0 none, 1 optimizer state sharded")
-      ->check(CLI::Range(0, 1));
+  app.add_option("--zero", f.zero,
+                 "ZeRO stage over dp: 0 none, 1 optimizer state sharded (2 +gradients, 3 "
+                 "+parameters: --tp 1 --pp 1 only)")
+      ->check(CLI::Range(0, 3));
   app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
   try {
     app.parse(argc, argv);

@@ -25,6 +25,7 @@
 #include "braid/error.h"
 #include "braid/job.h"
 #include "braid/kernels.h"
+#include "braid/model_spec.h"
 #include "braid/models.h"
 #include "braid/module.h"
 #include "braid/optim.h"
@@ -56,6 +57,7 @@ struct TrainFlags {
   int64_t log_every = 0;
   bool quiet = false;
   DlrmFlags dlrm;
+  int64_t restart = 0;  // BRAID_RESTART_COUNT (resume_after_restart)
 };
 
 // Registers the shared flags; `dp` words the help for a multi-rank job.
@@ -151,7 +153,10 @@ void apply_model_defaults(Flags& f) {
 }
 
 struct TrainSetup {
-  std::unique_ptr<nn::Dataset> train, test;  // test: mlp only
+  std::unique_ptr<nn::Dataset> train, test;  // test: mlp and dlrm
+  // The model as parallelize takes it (model_spec.h), and as one process
+  // trains it (build_setup only).
+  std::shared_ptr<const parallel::ModelSpec> spec;
   std::unique_ptr<nn::Sequential> model;
   // The recipe: trainer options, step count (--steps, else --epochs, else
   // 2 epochs for mlp and 200 steps for gpt), schedule and optimizer.
@@ -206,27 +211,43 @@ std::unique_ptr<nn::Dataset> gpt_text(const Flags& f) {
   return std::make_unique<nn::ByteText>(path, f.context);
 }
 
-// Data sets and a freshly initialised model (seeded), then --init-from
-// loads weights and --save-init writes them (when `write_init`); and the
-// training recipe from the flags.
+// The model the flags name, as parallelize takes it (model_spec.h).
 template <class Flags>
-TrainSetup build_setup(const Flags& f, bool write_init) {
+std::shared_ptr<const parallel::ModelSpec> model_spec(const Flags& f) {
+  if (f.model == "mlp") return parallel::mlp_spec({784, 512, 512, 10}, f.seed);
+  if (f.model == "dlrm") return parallel::dlrm_spec(dlrm_model_config(f.dlrm), f.seed);
+  return parallel::gpt_spec(gpt_config(f), f.seed);
+}
+
+// The data sets and the model's spec the flags name, the loss one
+// process trains with (null: the trainer's softmax cross-entropy) and the
+// training recipe: no model is built.
+template <class Flags>
+TrainSetup data_setup(const Flags& f) {
   TrainSetup s;
   if (f.model == "mlp") {
     std::string dir = f.data_dir.empty() ? nn::FashionMnist::default_dir() : f.data_dir;
     s.train = std::make_unique<nn::FashionMnist>("train", dir);
     s.test = std::make_unique<nn::FashionMnist>("test", dir);
-    s.model = nn::make_mlp({784, 512, 512, 10}, f.seed);
   } else if (f.model == "dlrm") {
-    DlrmSetup d = build_dlrm(f.dlrm, f.seed);
+    DlrmSetup d = build_dlrm(f.dlrm);
     s.train = std::move(d.train);
     s.test = std::move(d.test);
-    s.model = std::move(d.model);
     s.loss = std::move(d.loss);
   } else {
     s.train = gpt_text(f);
-    s.model = nn::make_gpt(gpt_config(f), f.seed);
   }
+  s.spec = model_spec(f);
+  set_recipe(f, s);
+  return s;
+}
+
+// data_setup and a freshly initialised model (seeded); then --init-from
+// loads weights and --save-init writes them (when `write_init`).
+template <class Flags>
+TrainSetup build_setup(const Flags& f, bool write_init) {
+  TrainSetup s = data_setup(f);
+  s.model = s.spec->build_serial();
   auto params = s.model->parameters();
   if (!f.init_from.empty()) load_parameters(load_checkpoint(f.init_from), params);
   if (!f.save_init.empty() && write_init) {
@@ -235,7 +256,6 @@ TrainSetup build_setup(const Flags& f, bool write_init) {
     ck.meta["seed"] = std::to_string(f.seed);
     save_checkpoint(f.save_init, ck);
   }
-  set_recipe(f, s);
   return s;
 }
 
@@ -337,12 +357,37 @@ class StepReporter {
 
 // The --json-log stream of the logging rank: open when `logger` and the
 // flag is set, else closed (writes are skipped by checking is_open()).
+// After a restart (resume_after_restart) the log goes on: the records of
+// the runs before stay, a {"event": "restart"} record says where this run
+// starts, and the steps it repeats are logged again.
 inline std::ofstream open_json_log(const TrainFlags& f, bool logger) {
   std::ofstream log;
   if (!logger || f.json_log.empty()) return log;
-  log.open(f.json_log);
+  log.open(f.json_log, f.restart > 0 ? std::ios::app : std::ios::trunc);
   if (!log) throw Error(Errc::kIo, "cannot open --json-log " + f.json_log);
+  if (f.restart > 0)
+    log << nlohmann::json{{"event", "restart"},
+                          {"restart", f.restart},
+                          {"resume_from", f.resume.empty() ? nlohmann::json(nullptr)
+                                                           : nlohmann::json(f.resume)}}
+               .dump()
+        << '\n';
   return log;
+}
+
+// Under `braid run --max-restarts` (BRAID_RESTART_COUNT above 0), as
+// torchrun's restarted scripts do: resume from --checkpoint when it holds
+// one (checkpoints are written whole, then renamed into place, so it is the
+// newest complete one), else from --resume, else from the start; and
+// append to --json-log. Says which on `speaker`.
+inline void resume_after_restart(TrainFlags& f, bool speaker) {
+  f.restart = env_int("BRAID_RESTART_COUNT", 0);
+  if (f.restart <= 0) return;
+  if (!f.checkpoint.empty() && ::access(f.checkpoint.c_str(), R_OK) == 0) f.resume = f.checkpoint;
+  if (speaker)
+    std::fprintf(stderr, "braid train: restart %lld: %s\n", (long long)f.restart,
+                 f.resume.empty() ? "no checkpoint written yet, training from the start"
+                                  : ("resuming from " + f.resume).c_str());
 }
 
 // The fields every step record carries; `--dp` adds the ranks' time split.
@@ -361,7 +406,7 @@ void log_step_per_rank(std::ofstream& log, const nn::StepStats& st, const std::v
     for (const Rank& r : ranks) column.push_back(r.*field);
     rec[name] = std::move(column);
   }
-  log << rec.dump() << '\n';
+  log << rec.dump() << std::endl;  // whole records survive a rank killed mid-run
 }
 
 // Whether --checkpoint-every asks for a checkpoint after step s (0-based).

@@ -35,7 +35,10 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, nn::Module& model
                     usable_cores() > s_->comm->host_size() * num_threads());
   dp::lay_out(*s_, *policy_, model);
   times_.resize(size_t(s_->world));
-  if (auto k = env_str("BRAID_DP_KILL")) {
+  // The fault fires once: not again when braid run --max-restarts has
+  // restarted the job.
+  auto k = env_str("BRAID_DP_KILL");
+  if (k && env_int("BRAID_RESTART_COUNT", 0) == 0) {
     auto colon = k->find(':');
     if (colon != std::string::npos) {
       kill_rank_ = std::atoi(k->substr(0, colon).c_str());

@@ -1,6 +1,8 @@
 // Where each rank's piece of a split tensor lives: the block moves shared
 // by the communication operators, and the slicing and gathering of
-// parameter shards.
+// parameter shards, and the sum of sequence parallelism's partial
+// gradients.
+#include <algorithm>
 #include <cstring>
 
 #include "braid/error.h"
@@ -95,6 +97,28 @@ Tensor gather_shards(const Tensor& shard, const ShardSpec& spec, const Shape& fu
   Tensor out(full);
   blocks_to_interleaved(blocks.f32(), out.f32(), n, s.outer * s.blocks, s.inner);
   return out;
+}
+
+void reduce_partial_grads(const std::vector<Sharded>& params, Communicator& tp, Tensor& scratch) {
+  int64_t total = 0;
+  for (const Sharded& s : params)
+    if (s.spec.partial_grad) total += s.param->size();
+  if (total == 0) return;
+  scratch.resize({total}, DType::kF32);
+  float* buf = scratch.f32();
+  int64_t at = 0;
+  for (const Sharded& s : params)
+    if (s.spec.partial_grad) {
+      std::copy_n(s.param->grad.f32(), s.param->size(), buf + at);
+      at += s.param->size();
+    }
+  tp.all_reduce(buf, buf, size_t(total), DType::kF32, ReduceOp::kSum);
+  at = 0;
+  for (const Sharded& s : params)
+    if (s.spec.partial_grad) {
+      std::copy_n(buf + at, s.param->size(), s.param->grad.f32());
+      at += s.param->size();
+    }
 }
 
 }  // namespace braid::parallel::tp

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "braid/host.h"
 #include "braid/log.h"
 #include "comm/store/auth.h"
 #include "comm/transport/peer_info.h"
@@ -211,13 +212,14 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
                const std::vector<std::vector<float>>& init,
                std::function<void(KeyId, int64_t, float*)> init_sparse)
     : impl_(std::make_unique<Impl>(layout, opt, store, init, std::move(init_sparse))) {
-  impl_->listen_fd = listen_tcp(opt.bind_host, &impl_->port);
+  const std::string host =
+      opt.bind_host.empty() ? comm::tcp_local_endpoint(false).address : opt.bind_host;
+  impl_->listen_fd = listen_tcp(host, &impl_->port);
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
   // Before the address, which workers wait for: with it they tell whether
   // they share this host (link.h).
   store->set_str("ps/host/" + std::to_string(opt.rank), comm::host_identity());
-  store->set_str("ps/server/" + std::to_string(opt.rank),
-                 opt.bind_host + ":" + std::to_string(impl_->port));
+  store->set_str("ps/server/" + std::to_string(opt.rank), host + ":" + std::to_string(impl_->port));
   try {
     // Listening first: a shard's old tail forwards writes here once it
     // has recorded the join.

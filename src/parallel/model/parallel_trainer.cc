@@ -1,22 +1,24 @@
-// HybridTrainer: nn::Trainer's step loop over a HybridGpt. The schedule is
-// the loop's forward/backward stage (PipelineTrainer); what makes it hybrid
-// lives in its hooks: DataParallel over the dp group (its buckets reduced
+// ParallelTrainer: nn::Trainer's step loop over a ParallelModel. The
+// schedule is the loop's forward/backward stage (PipelineTrainer); what
+// makes it parallel lives in its hooks: DataParallel over the dp group (its buckets reduced
 // as the last backward makes them final, ZeRO-1's sharded update and
 // gathers), the sequence-parallel gradient sums over tp, and a clipping
 // norm that counts every element of the model once whichever ranks hold
-// it. The loss is the vocabulary-parallel cross-entropy.
+// it. The loss is the spec's (the GPT's vocabulary-parallel). At
+// tp = pp = 1 there is no schedule: nn::Trainer's loop with the model's
+// DataParallel attached, every ZeRO stage.
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
-#include "parallel/hybrid/impl.h"
+#include "parallel/model/impl.h"
 
 namespace braid::parallel {
 
 // PipelineHooks over the model's DataParallel, timing the communication
 // that the step record reports as comm_s.
-class HybridTrainer::Hooks : public PipelineHooks {
+class ParallelTrainer::Hooks : public PipelineHooks {
  public:
-  Hooks(HybridGpt::Impl& m, const Mesh& mesh)
+  Hooks(ParallelModel::Impl& m, const Mesh& mesh)
       : PipelineHooks(*m.exec, *m.dp), m_(m), mesh_(mesh) {}
 
   void begin_step(int64_t step, const std::vector<nn::Parameter*>& params) override {
@@ -65,8 +67,8 @@ class HybridTrainer::Hooks : public PipelineHooks {
     // parameters, so the pp sum counts each once.
     std::vector<nn::GradPiece> pieces;
     for (const tp::Sharded& sh : m_.model->shards())
-      pieces.push_back({sh.param->grad.f32(), sh.param->size(),
-                        sh.spec.dim >= 0 || mesh_.coord().tp == 0});
+      pieces.push_back(
+          {sh.param->grad.f32(), sh.param->size(), sh.spec.dim >= 0 || mesh_.coord().tp == 0});
     return pieces;
   }
 
@@ -78,7 +80,7 @@ class HybridTrainer::Hooks : public PipelineHooks {
   }
 
  private:
-  HybridGpt::Impl& m_;
+  ParallelModel::Impl& m_;
   const Mesh& mesh_;
 };
 
@@ -87,13 +89,14 @@ namespace {
 // The serial run's options at this rank's place among the pipeline copies.
 nn::TrainOptions placed(nn::TrainOptions o, const Mesh& mesh, int micro_batches) {
   const int dp = mesh.dp_size();
-  BRAID_CHECK_ARG(o.accum >= 1, "hybrid: accum " + std::to_string(o.accum) + " (at least 1)");
-  BRAID_CHECK_ARG(o.global_batch > 0 &&
-                      o.global_batch % (int64_t(dp) * micro_batches * o.accum) == 0,
-                  "hybrid: global batch " + std::to_string(o.global_batch) +
-                      " does not split into dp=" + std::to_string(dp) + " copies of " +
-                      std::to_string(o.accum) + " accumulation rounds of " +
-                      std::to_string(micro_batches) + " micro-batches");
+  BRAID_CHECK_ARG(o.accum >= 1,
+                  "parallel trainer: accum " + std::to_string(o.accum) + " (at least 1)");
+  BRAID_CHECK_ARG(
+      o.global_batch > 0 && o.global_batch % (int64_t(dp) * micro_batches * o.accum) == 0,
+      "parallel trainer: global batch " + std::to_string(o.global_batch) +
+          " does not split into dp=" + std::to_string(dp) + " copies of " +
+          std::to_string(o.accum) + " accumulation rounds of " + std::to_string(micro_batches) +
+          " micro-batches");
   o.rank = mesh.coord().dp;
   o.world = dp;
   return o;
@@ -101,25 +104,32 @@ nn::TrainOptions placed(nn::TrainOptions o, const Mesh& mesh, int micro_batches)
 
 }  // namespace
 
-HybridTrainer::HybridTrainer(HybridGpt& model, nn::Dataset& data, nn::Optimizer& opt,
-                             nn::LrSchedule schedule, nn::TrainOptions opts)
+ParallelTrainer::ParallelTrainer(ParallelModel& model, nn::Dataset& data, nn::Optimizer& opt,
+                                 nn::LrSchedule schedule, nn::TrainOptions opts)
     : model_(model), opt_(opt) {
-  HybridGpt::Impl& m = *model.impl_;
-  const nn::TrainOptions o = placed(opts, model.mesh(), m.opts.micro_batches);
-  hooks_ = std::make_unique<Hooks>(m, model.mesh());
-  trainer_ =
-      std::make_unique<PipelineTrainer>(*m.exec, *m.model, data, opt, schedule, o);
-  loss_ = std::make_unique<tp::VocabParallelCrossEntropy>(model.mesh().tp());
+  ParallelModel::Impl& m = *model.impl_;
+  nn::TrainOptions o = placed(opts, model.mesh(), m.opts.micro_batches);
+  loss_ = m.spec->make_loss(model.mesh().tp());
+  if (m.pipelined) {
+    hooks_ = std::make_unique<Hooks>(m, model.mesh());
+    trainer_ = std::make_unique<PipelineTrainer>(*m.exec, *m.model, data, opt, schedule, o);
+    trainer_->set_hooks(*hooks_);
+  } else {
+    // No pipeline: nn::Trainer's own loop with DataParallel as its hooks;
+    // the micro-batches are accumulation rounds (the same sums).
+    o.accum *= m.opts.micro_batches;
+    trainer_ = std::make_unique<nn::Trainer>(*m.model, data, opt, schedule, o);
+    m.dp->attach(*trainer_);
+  }
   trainer_->set_loss(*loss_);
-  trainer_->set_hooks(*hooks_);
 }
 
-HybridTrainer::~HybridTrainer() = default;
+ParallelTrainer::~ParallelTrainer() = default;
 
-int64_t HybridTrainer::next_step() const { return trainer_->next_step(); }
+int64_t ParallelTrainer::next_step() const { return trainer_->next_step(); }
 
-nn::StepStats HybridTrainer::step() {
-  PipelineExecutor& exec = *model_.impl_->exec;
+nn::StepStats ParallelTrainer::step() {
+  ParallelModel::Impl& m = *model_.impl_;
   const double t0 = now_s();
   const nn::StepStats st = trainer_->step();
   record_ = {};
@@ -127,6 +137,13 @@ nn::StepStats HybridTrainer::step() {
   record_.loss = st.loss;
   record_.grad_norm = st.grad_norm;
   record_.step_s = now_s() - t0;
+  if (!m.pipelined) {
+    const DpStepTimes& t = m.dp->rank_times()[size_t(m.dp->rank())];
+    record_.compute_s = t.compute_s;
+    record_.comm_s = t.exposed_comm_s;
+    return st;
+  }
+  PipelineExecutor& exec = *m.exec;
   record_.peak_activation_bytes = exec.peak_held_bytes();
   const auto& list = exec.schedule().actions[size_t(model_.mesh().coord().pp)];
   const auto& times = exec.timings();
@@ -135,21 +152,26 @@ nn::StepStats HybridTrainer::step() {
     switch (list[i].kind) {
       case ActionKind::kForward:
       case ActionKind::kBackward:
-      case ActionKind::kStep: record_.compute_s += d; break;
-      case ActionKind::kComm: record_.bubble_s += d; break;
-      case ActionKind::kReduceGrads: break;  // all of it is in the hooks' comm_s
+      case ActionKind::kStep:
+        record_.compute_s += d;
+        break;
+      case ActionKind::kComm:
+        record_.bubble_s += d;
+        break;
+      case ActionKind::kReduceGrads:
+        break;  // all of it is in the hooks' comm_s
     }
   }
   record_.comm_s = hooks_->comm_s;
   return st;
 }
 
-void HybridTrainer::save(const std::string& path) {
-  model_.save(path, opt_, trainer_->next_step());
+void ParallelTrainer::save(const std::string& path) {
+  model_.save(path, opt_, trainer_->next_step(), trainer_->options().seed);
 }
 
-void HybridTrainer::load(const std::string& path) {
-  trainer_->set_next_step(model_.load(path, opt_));
+void ParallelTrainer::load(const std::string& path) {
+  trainer_->set_next_step(model_.load(path, opt_, trainer_->options().seed));
 }
 
 }  // namespace braid::parallel

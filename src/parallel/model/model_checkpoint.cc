@@ -1,6 +1,7 @@
-// HybridGpt checkpoints in the serial format. Saving: DataParallel gathers
-// the optimizer state over dp (under ZeRO-1 from the chunks of its
-// buckets) onto pipeline copy 0; then there each
+// ParallelModel checkpoints in the serial format. Saving: DataParallel gathers
+// the parameters and optimizer state over dp (under ZeRO-1 from the chunks
+// of its buckets, under ZeRO-3 the parameters too) onto pipeline copy 0;
+// then there each
 // stage gathers its shards (and their optimizer state) over tp, then
 // tp rank 0 of every stage sends its full tensors to world rank 0 over the
 // pp group of (dp 0, tp 0), which writes the file. Loading: every rank
@@ -10,7 +11,7 @@
 
 #include "braid/checkpoint.h"
 #include "braid/error.h"
-#include "parallel/hybrid/impl.h"
+#include "parallel/model/impl.h"
 
 namespace braid::parallel {
 
@@ -69,7 +70,8 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
   int64_t sizes[2];
   pp.recv(sizes, 2, DType::kI64, peer, kHeaderTag);
   // Lengths bounded before anything is allocated for them.
-  if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 30) || sizes[1] > (int64_t(1) << 40))
+  if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 30) ||
+      sizes[1] > (int64_t(1) << 40))
     throw Error(Errc::kCorrupt, "checkpoint: stage " + std::to_string(peer) + " announced " +
                                     std::to_string(sizes[0]) + " header bytes and " +
                                     std::to_string(sizes[1]) + " floats");
@@ -97,7 +99,8 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 
 }  // namespace
 
-void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t step) {
+void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int64_t step,
+                         uint64_t seed) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
   // Optimizer state per whole parameter of this rank, complete on dp rank 0
@@ -109,8 +112,11 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
     // tp rank, so the gathers pair up.
     std::map<std::string, Tensor> full;
     for (const tp::Sharded& s : m.model->shards()) {
-      full.insert_or_assign("model/" + s.param->name,
-                            tp::gather_shards(s.param->data, s.spec, s.full, *mesh_.tp()));
+      // add_state's copy of the parameter: whole on dp rank 0 at every
+      // ZeRO stage (ZeRO-3 gathers it for the occasion).
+      const std::string key = "model/" + s.param->name;
+      full.insert_or_assign(
+          key, tp::gather_shards(local.tensors.at(key), s.spec, s.full, *mesh_.tp()));
       for (const std::string& key : optim_keys(local, s.param->name))
         full.insert_or_assign(
             key, tp::gather_shards(local.tensors.at(key), s.spec, s.full, *mesh_.tp()));
@@ -125,7 +131,7 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
         ck.tensors = std::move(full);
         ck.meta = local.meta;  // optim/kind, optim/steps
         ck.meta["step"] = std::to_string(step);
-        ck.meta["seed"] = std::to_string(m.seed);
+        ck.meta["seed"] = std::to_string(seed);
         ck.meta["rng"] = "counter-based: (seed, step)";
         save_checkpoint(path, ck);
       }
@@ -136,23 +142,25 @@ void HybridGpt::save(const std::string& path, const nn::Optimizer& opt, int64_t 
   mesh_.world()->barrier();
 }
 
-void HybridGpt::load_weights(const std::string& path) {
+void load_model_slices(const std::string& path, const std::vector<tp::Sharded>& shards, int r,
+                       int n) {
   const Checkpoint ck = load_checkpoint(path);
-  const int r = mesh_.coord().tp, n = mesh_.tp_size();
-  for (const tp::Sharded& s : impl_->model->shards()) {
+  for (const tp::Sharded& s : shards) {
     const std::string key = "model/" + s.param->name;
     s.param->data.copy_from(rank_slice(ck, "--init-from " + path, key, s, r, n));
   }
 }
 
-int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
+int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_t seed) {
   Impl& m = *impl_;
   const Checkpoint ck = load_checkpoint(path);
   const int r = mesh_.coord().tp, n = mesh_.tp_size();
   Checkpoint local;
   local.meta = ck.meta;
   for (const tp::Sharded& s : m.model->shards()) {
-    auto slice = [&](const std::string& key) { return rank_slice(ck, "checkpoint " + path, key, s, r, n); };
+    auto slice = [&](const std::string& key) {
+      return rank_slice(ck, "checkpoint " + path, key, s, r, n);
+    };
     local.tensors.insert_or_assign("model/" + s.param->name, slice("model/" + s.param->name));
     for (const std::string& key : optim_keys(ck, s.param->name))
       local.tensors.insert_or_assign(key, slice(key));
@@ -160,7 +168,7 @@ int64_t HybridGpt::load(const std::string& path, nn::Optimizer& opt) {
   // This rank's tensors at their full (tp-sliced) shapes: DataParallel
   // keeps what it holds of them.
   m.dp->load_state(local, opt);
-  return resume_step(ck, m.seed, path);
+  return resume_step(ck, seed, path);
 }
 
 }  // namespace braid::parallel

@@ -1,0 +1,253 @@
+// across_hosts: all_reduce between namespaced test hosts (the hosts of
+// tests/support/test_hosts.h: own network, host name, IPC and /dev/shm,
+// joined by a bridge over veth pairs), braid beside Open MPI over the same
+// wire, in one run.
+//
+//   build/across_hosts [ROUNDS] [CONFIGS...]      e.g. 3 2x1 2x2 3x2
+//
+// For each HOSTSxRANKS configuration and round (the order of the runs
+// reversed every other round), 4 KiB to 64 MiB (x4):
+//   * braid bench under one `braid run --nnodes H` launcher per host, with
+//     the selector's own choice ("auto") and with each algorithm forced
+//     (BRAID_ALGO=all_reduce:X: ring, hd, rd, direct, hier where it
+//     applies);
+//   * bench/mpi_bench.c under mpirun across the same hosts (a launch agent
+//     enters the other hosts' namespaces in place of ssh; --mca btl
+//     tcp,self,vader on eth0; yielding when idle where the hosts' ranks
+//     outnumber this machine's cores, which the hosts share), built with
+//     mpicc into BUILD/bench-mpi;
+//   * one TCP stream from node0 to node1 (python3 sockets, 256 MiB), the
+//     wire's own figure.
+// Prints, per configuration and size, the medians of busbw (GB/s): auto,
+// the best forced algorithm and auto / best, Open MPI and braid / MPI; then
+// the stream. Needs root (namespaces), mpicc and mpirun (scripts/deps.sh
+// bench). Measure on a quiet machine.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/multiproc.h"
+#include "support/test_hosts.h"
+#include "support/tool.h"
+
+using braid::testing::TestHosts;
+
+namespace {
+
+constexpr int kPort = 29700;
+const std::vector<std::string> kForced = {"ring", "hd", "rd", "direct", "hier"};
+
+struct Config {
+  int hosts = 2, per_host = 1;
+  std::string name() const { return std::to_string(hosts) + "x" + std::to_string(per_host); }
+};
+
+// bytes -> busbw of one run (empty when the run failed or was refused).
+using Row = std::map<int64_t, double>;
+// bytes -> the algorithm braid's rows name (what auto picked).
+std::map<int64_t, std::string> g_picked;
+
+Row parse_rows(const std::string& out, bool record_algo = false) {
+  Row r;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t brace = line.find('{');
+    if (brace == std::string::npos) continue;
+    try {
+      auto j = nlohmann::json::parse(line.substr(brace));
+      if (j.contains("bytes") && j.contains("busbw_gbs") && j.value("wrong", 0) == 0)
+        r[j["bytes"].get<int64_t>()] = j["busbw_gbs"].get<double>();
+      if (record_algo && j.contains("algo"))
+        g_picked[j["bytes"].get<int64_t>()] = j["algo"].get<std::string>();
+    } catch (const std::exception&) {
+    }
+  }
+  return r;
+}
+
+// braid bench across the hosts, `algo` forced unless "auto".
+Row run_braid(const TestHosts& hosts, const Config& c, const std::string& algo,
+              const std::string& dir) {
+  const std::string bench = braid::testing::braid_bin() +
+                            " bench --op all_reduce -b 4K -e 64M -f 4 --iters 10 --warmup 3 --json";
+  std::vector<braid::testing::HostJob> jobs;
+  for (int r = 0; r < c.hosts; ++r) {
+    std::string cmd = "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120";
+    if (algo != "auto") cmd += " BRAID_ALGO=all_reduce:" + algo;
+    cmd += "; exec " + braid::testing::braid_bin() + " run -n " + std::to_string(c.per_host) +
+           " --nnodes " + std::to_string(c.hosts) + " --node-rank " + std::to_string(r) +
+           " --master " + hosts.address(0) + ":" + std::to_string(kPort) + " -- " + bench;
+    jobs.push_back(hosts.start(r, cmd, dir + "/braid" + std::to_string(r) + ".out"));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  int status = 0;
+  for (auto& j : jobs) status |= j.wait(deadline);
+  if (status != 0) return {};
+  return parse_rows(jobs[0].output(), algo == "auto");
+}
+
+Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_bench,
+            const std::string& dir) {
+  // The test hosts share this machine's cores: where their ranks outnumber
+  // them Open MPI must yield when idle, as --oversubscribe makes it on one
+  // host (RIVALS.md: busy-polling is thousands of times slower there).
+  const bool shared = c.hosts * c.per_host > int(::sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string yield = shared ? "--mca mpi_yield_when_idle 1 " : "";
+  std::string list;
+  for (int i = 0; i < c.hosts; ++i)
+    list += (i ? "," : "") + hosts.name(i) + ":" + std::to_string(c.per_host);
+  const std::string cmd =
+      "timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -H " + list +
+      " -np " + std::to_string(c.hosts * c.per_host) + " --mca plm_rsh_agent " + dir +
+      "/agent --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include "
+      "eth0 " + yield + mpi_bench + " --op all_reduce --min-bytes 4K --max-bytes 64M --iters 10 "
+      "--warmup 3";
+  std::string out;
+  if (hosts.run(0, cmd, &out) != 0) {
+    std::fprintf(stderr, "mpirun failed:\n%s\n", out.c_str());
+    return {};
+  }
+  return parse_rows(out);
+}
+
+// GB/s of one TCP stream node0 -> node1.
+double tcp_stream(const TestHosts& hosts, const std::string& dir) {
+  const std::string recv =
+      "import socket,time\n"
+      "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+      "s.bind(('0.0.0.0',29800));s.listen(1);c,_=s.accept()\n"
+      "n=0;b=bytearray(1<<22);v=memoryview(b)\n"
+      "t=time.time()\n"
+      "while True:\n"
+      "  k=c.recv_into(v)\n"
+      "  if not k: break\n"
+      "  n+=k\n"
+      "print(n/(time.time()-t)/1e9)\n";
+  const std::string send =
+      "import socket,time\n"
+      "for i in range(100):\n"
+      "  try:\n"
+      "    s=socket.create_connection(('" + hosts.address(1) + "',29800));break\n"
+      "  except OSError: time.sleep(0.05)\n"
+      "b=bytes(1<<22)\n"
+      "for i in range(64): s.sendall(b)\n"
+      "s.close()\n";
+  std::ofstream(dir + "/recv.py") << recv;
+  std::ofstream(dir + "/send.py") << send;
+  auto rx = hosts.start(1, "exec python3 " + dir + "/recv.py", dir + "/recv.out");
+  std::string out;
+  hosts.run(0, "python3 " + dir + "/send.py", &out);
+  rx.wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  try {
+    return std::stod(rx.output());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+std::string human(int64_t b) {
+  if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
+  return std::to_string(b >> 10) + " KiB";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  std::vector<Config> configs;
+  for (int i = 2; i < argc; ++i) {
+    Config c;
+    if (std::sscanf(argv[i], "%dx%d", &c.hosts, &c.per_host) == 2) configs.push_back(c);
+  }
+  if (configs.empty()) configs = {{2, 1}, {2, 2}, {3, 2}};
+  int most = 0;
+  for (const Config& c : configs) most = std::max(most, c.hosts);
+
+  const std::string dir = braid::testing::temp_dir("across_hosts");
+  const std::string bin = braid::testing::braid_bin();
+  const std::string build = bin.substr(0, bin.rfind('/'));
+  const std::string mpi_bench = build + "/bench-mpi/mpi_bench";
+  ::mkdir((build + "/bench-mpi").c_str(), 0755);
+  const std::string src = std::string(BRAID_SOURCE_DIR) + "/bench/mpi_bench.c";
+  if (braid::testing::run_command("mpicc -O2 " + src + " -o " + mpi_bench).status != 0) {
+    std::fprintf(stderr, "across_hosts: mpicc failed (scripts/deps.sh bench installs it)\n");
+    return 1;
+  }
+  std::string why;
+  auto hosts = TestHosts::make(most, &why);
+  if (!hosts) {
+    std::fprintf(stderr, "across_hosts: no test hosts: %s\n", why.c_str());
+    return 1;
+  }
+  hosts->name_hosts(dir);
+  {
+    std::ofstream agent(dir + "/agent");
+    agent << "#!/bin/sh\nhost=$1; shift\ncase $host in\n";
+    for (int i = 0; i < hosts->size(); ++i)
+      agent << "  " << hosts->name(i) << ") exec " << hosts->enter(i) << " sh -c \"$*\";;\n";
+    agent << "esac\nexit 1\n";
+  }
+  ::chmod((dir + "/agent").c_str(), 0755);
+
+  std::printf("# all_reduce across %d namespaced hosts (veth + bridge), busbw GB/s, medians of %d "
+              "rounds\n\n", most, rounds);
+  for (const Config& c : configs) {
+    // Each run's name -> per-size busbw samples.
+    std::map<std::string, std::map<int64_t, std::vector<double>>> got;
+    g_picked.clear();
+    std::vector<std::string> runs = {"auto"};
+    for (const std::string& a : kForced)
+      if (a != "hier" || c.per_host > 1) runs.push_back(a);
+    runs.push_back("mpi");
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::string> order = runs;
+      if (r % 2) std::reverse(order.begin(), order.end());
+      for (const std::string& run : order) {
+        const Row row = run == "mpi" ? run_mpi(*hosts, c, mpi_bench, dir)
+                                     : run_braid(*hosts, c, run, dir);
+        for (const auto& [bytes, bw] : row) got[run][bytes].push_back(bw);
+      }
+    }
+    std::printf("## %s (%d hosts x %d ranks)\n\n", c.name().c_str(), c.hosts, c.per_host);
+    std::printf("| bytes | auto (its pick) | best forced | auto / best | Open MPI | auto / MPI |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (const auto& [bytes, samples] : got["auto"]) {
+      const double a = median(samples);
+      std::string best_name = "-";
+      double best = 0;
+      for (const std::string& f : kForced) {
+        auto it = got[f].find(bytes);
+        if (it == got[f].end()) continue;
+        const double m = median(it->second);
+        if (m > best) best = m, best_name = f;
+      }
+      const double mpi = got["mpi"].count(bytes) ? median(got["mpi"][bytes]) : 0;
+      std::printf("| %s | %.3f (%s) | %.3f (%s) | %.2f | %.3f | %.2f |\n", human(bytes).c_str(), a,
+                  g_picked[bytes].c_str(),
+                  best, best_name.c_str(), best > 0 ? a / best : 0, mpi, mpi > 0 ? a / mpi : 0);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::vector<double> stream;
+  for (int r = 0; r < rounds; ++r) stream.push_back(tcp_stream(*hosts, dir));
+  std::printf("one TCP stream node0 -> node1 (256 MiB, python3 sockets): %.3f GB/s (median of %d)\n",
+              median(stream), rounds);
+  return 0;
+}

@@ -1,0 +1,91 @@
+// plan::Cluster — the machines a layout is planned for: one kind of device
+// (peak FLOP/s per dtype, memory, memory bandwidth, a GEMM efficiency curve
+// by size), hosts of `devices_per_host` devices, racks of `hosts_per_rack`
+// hosts behind a spine with an oversubscription ratio, and the link
+// classes between devices of a host and between hosts, each an α-β pair.
+//
+// A cluster is a preset (cluster_preset) or a JSON file whose schema, and
+// the source of every preset constant, docs/PLAN.md gives. Link classes
+// are named from a built-in catalogue (link_class) or written inline.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "braid/tuning.h"
+
+namespace braid::plan {
+
+// One point of a device's GEMM efficiency curve: a GEMM of `flops`
+// (2·m·n·k) runs at `efficiency` × peak.
+struct EfficiencyPoint {
+  double flops = 0;
+  double efficiency = 0;
+};
+
+struct Device {
+  std::string name;
+  std::map<std::string, double> peak_flops;  // FLOP/s by dtype ("bf16", "f32", ...)
+  double memory_bytes = 0;
+  double memory_bw = 0;  // bytes/s
+  // The dtype training runs in: "bf16" (mixed precision: bf16 weights,
+  // activations and gradients, f32 master weights and Adam moments) or
+  // "f32" (everything f32, as braid trains today).
+  std::string dtype = "bf16";
+  std::vector<EfficiencyPoint> gemm_efficiency;  // ascending flops
+  std::string source;                            // where the figures come from
+
+  // Peak FLOP/s of `dtype`; Error(kInvalidArgument) naming the device if
+  // it has none.
+  double peak(const std::string& dtype) const;
+  // The curve at a GEMM of `flops`, linear in log(flops) between points,
+  // flat beyond the ends.
+  double efficiency(double flops) const;
+  // Bytes a parameter, activation or gradient element takes in `dtype`.
+  double element_bytes() const { return dtype == "f32" ? 4 : 2; }
+};
+
+struct LinkClass {
+  std::string name;
+  comm::LinkCost cost;         // α per message, β per byte, one direction
+  bool shared_memory = false;  // braid's shm wire (its chain all-reduce may run)
+  std::string source;
+};
+
+struct Cluster {
+  std::string name;
+  Device device;
+  int devices_per_host = 1;
+  int hosts_per_rack = 1;
+  // Rack uplink to spine, as downlink : uplink (1: non-blocking; 4 for
+  // 1:4). Flows leaving a rack share its uplink.
+  double spine_oversubscription = 1;
+  LinkClass intra_host;  // between two devices of one host
+  LinkClass inter_host;  // a NIC to the rack's switch
+  int nics_per_host = 1;  // flows leaving a host share these
+  double gamma_s_per_b = 0;  // reduction time per byte (0: 3 bytes per element / memory_bw)
+  int cores_per_host = 1 << 20;  // CPU clusters: ranks beyond them time-share
+};
+
+// The link classes braid knows by name ("nvlink3", "nvlink4",
+// "nvswitch-a100", "nvswitch-h100", "pcie4", "pcie5", "ib-hdr", "ib-ndr",
+// "eth-10g", "eth-25g", "eth-100g", "eth-200g", "eth-400g", and this
+// machine's "shm" and "tcp-loopback" from its tuning file).
+std::vector<std::string> link_class_names();
+// Throws Error(kInvalidArgument) listing the names for an unknown one.
+LinkClass link_class(const std::string& name);
+
+// "dgx-a100", "dgx-h100", "eth-cpu", "this-machine".
+std::vector<std::string> preset_names();
+// Throws Error(kInvalidArgument) listing the presets for an unknown name.
+Cluster cluster_preset(const std::string& name);
+// A cluster from JSON text; `from` names the file in errors, which name
+// the field ("dgx.json: device.memory_gb: must be a number > 0").
+Cluster parse_cluster(const std::string& text, const std::string& from);
+// A preset by name, else the file at that path (Error(kIo) if unreadable).
+Cluster load_cluster(const std::string& preset_or_path);
+// The cluster as JSON in the file schema (what parse_cluster reads back).
+std::string cluster_json(const Cluster& c);
+
+}  // namespace braid::plan

@@ -1,0 +1,372 @@
+// One layout's step time and memory, term by term (plan_cost.h; the rules
+// and what they leave out are in docs/PLAN.md).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "braid/error.h"
+#include "braid/plan_cost.h"
+#include "plan/cost/pipeline.h"
+
+namespace braid::plan {
+namespace {
+
+[[noreturn]] void refuse(const std::string& field, const std::string& why) {
+  throw Error(Errc::kInvalidArgument, "layout: " + field + ": " + why);
+}
+
+// Bytes one rank sends in a collective of natural size N over n ranks
+// (nccl-tests' bus bytes).
+double bus_bytes(const std::string& op, double N, int n) {
+  if (n <= 1) return 0;
+  if (op == "all_reduce") return 2.0 * (n - 1) / n * N;
+  if (op == "send") return N;
+  return double(n - 1) / n * N;  // all_gather, reduce_scatter
+}
+
+struct Priced {
+  double s = 0, bytes = 0;
+};
+
+// A group's collectives, priced once per (op, bytes).
+class Group {
+ public:
+  Group(const Cluster& c, int size, int stride, std::string role, Estimate& e)
+      : p_(place_group(c, size, stride)), role_(std::move(role)), e_(e) {}
+  Priced operator()(const std::string& op, double bytes) {
+    if (p_.links.ranks <= 1 || bytes <= 0) return {};
+    const comm::CollectivePrice r = comm::price_collective(op, size_t(bytes), p_.links);
+    // The algorithm reported for an op is that of its largest call.
+    double& largest = largest_[op];
+    if (bytes >= largest) {
+      largest = bytes;
+      e_.algorithms[role_ + " " + op] = r.algorithm;
+    }
+    return {r.seconds, bus_bytes(op, bytes, p_.links.ranks)};
+  }
+  const std::string& link() const { return p_.link_class; }
+  int size() const { return p_.links.ranks; }
+
+ private:
+  Placement p_;
+  std::string role_;
+  Estimate& e_;
+  std::map<std::string, double> largest_;
+};
+
+// What one virtual stage does with one micro-batch.
+struct Stage {
+  double params = 0;          // this rank's share (÷ tp)
+  double fwd = 0, bwd = 0;    // seconds, tp communication included
+  double tp_fwd = 0, tp_bwd = 0;  // the tp communication in them
+  double tp_bytes = 0;        // bus bytes of that communication
+  double act = 0;             // bytes stored for backward
+  double work = 0;            // transient bytes while it runs (full recomputation)
+  double re_flops = 0;        // FLOPs recomputation adds (this rank's share)
+};
+
+void validate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch) {
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.mbs < 1) refuse("tp/pp/dp/mbs", "must be >= 1");
+  if (l.zero < 0 || l.zero > 3) refuse("zero", "must be 0, 1, 2 or 3");
+  if (batch < 1) refuse("batch", "must be >= 1");
+  if (batch % (int64_t(l.dp) * l.mbs) != 0)
+    refuse("batch", std::to_string(batch) + " is not a multiple of dp × mbs = " +
+                        std::to_string(l.dp * l.mbs));
+  if (m.kind != "gpt" && (l.tp > 1 || l.pp > 1))
+    refuse("tp/pp", "model parallelism is planned for the GPT only; " + m.kind + " runs dp");
+  if (l.tp > c.devices_per_host)
+    refuse("tp", std::to_string(l.tp) + " spans hosts (a host has " +
+                     std::to_string(c.devices_per_host) + " devices)");
+  if (m.kind == "gpt") {
+    if (m.gpt.heads % l.tp != 0) refuse("tp", "heads " + std::to_string(m.gpt.heads) + " not a multiple of tp");
+    if (m.gpt.hidden % l.tp != 0) refuse("tp", "hidden not a multiple of tp");
+    if (m.gpt.vocab % l.tp != 0) refuse("tp", "vocab not a multiple of tp (braid splits the head by it)");
+  }
+  if (l.sequence_parallel && l.tp == 1) refuse("sequence_parallel", "needs tp > 1");
+  if (l.zero >= 2 && l.pp > 1) refuse("zero", "stages 2 and 3 with pp > 1 are not planned");
+  const int64_t micro = batch / (int64_t(l.dp) * l.mbs);
+  if (l.schedule == "interleaved") {
+    if (l.virtual_stages < 2) refuse("virtual_stages", "interleaved needs >= 2");
+    if (l.pp < 2) refuse("schedule", "interleaved needs pp >= 2");
+    if (micro % l.pp != 0) refuse("schedule", "interleaved needs micro-batches a multiple of pp");
+  } else if (l.schedule == "gpipe" || l.schedule == "1f1b") {
+    if (l.virtual_stages != 1) refuse("virtual_stages", "only the interleaved schedule has them");
+  } else {
+    refuse("schedule", "'" + l.schedule + "' (gpipe, 1f1b, interleaved)");
+  }
+  if (m.kind == "gpt" && m.gpt.layers < int64_t(l.pp) * l.virtual_stages)
+    refuse("pp", "fewer blocks than pipeline stages");
+}
+
+}  // namespace
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::kNone ? "none" : r == Recompute::kSelective ? "selective" : "full";
+}
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  throw Error(Errc::kInvalidArgument, "recompute '" + s + "': expected none, selective or full");
+}
+
+std::string layout_text(const Layout& l) {
+  std::string s = "tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
+                  " dp=" + std::to_string(l.dp) + " mbs=" + std::to_string(l.mbs);
+  if (l.pp > 1) {
+    s += ' ';
+    s += l.schedule;
+    if (l.virtual_stages > 1) s += 'x' + std::to_string(l.virtual_stages);
+  }
+  s += " zero=" + std::to_string(l.zero) + " recompute=" + recompute_name(l.recompute);
+  if (l.sequence_parallel) s += " sp";
+  return s;
+}
+
+Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch,
+                  bool stop_if_unfit) {
+  validate(m, c, l, batch);
+  Estimate e;
+  e.layout = l;
+  const Device& dev = c.device;
+  const double peak = dev.peak(dev.dtype), eb = dev.element_bytes();
+  const int tp = l.tp, pp = l.pp, chunks = l.virtual_stages, S = pp * chunks;
+  const double mbs = l.mbs;
+  e.micro_batches = int(batch / (int64_t(l.dp) * l.mbs));
+  const int M = e.micro_batches;
+  Group tpg(c, tp, 1, "tp", e);
+  const bool sp = l.sequence_parallel;
+
+  std::vector<Stage> st(static_cast<size_t>(S));
+  std::vector<double> blocks_on(static_cast<size_t>(pp), 1.0);  // non-GPT: one unit
+  auto gemm_time = [&](double flops, double gemm) { return flops / (peak * dev.efficiency(gemm)); };
+  if (m.kind == "gpt") {
+    std::fill(blocks_on.begin(), blocks_on.end(), 0.0);
+    const GptShape& g = m.gpt;
+    const double h = double(g.hidden), s = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
+    const double tokens = mbs * s, Na = tokens * h * eb;  // one activation tensor, full
+    const double shard_full = sp ? tp : 1;  // tensors replicated over tp, unless sp shards them
+    // Blocks per virtual stage: as even as can be, extras from stage 1 on
+    // (stage 0 carries the embedding, the last the head).
+    const int64_t L = g.layers, base = L / S, extra = L % S;
+    std::vector<const LayerDesc*> blocks;
+    for (const LayerDesc& d : m.layers)
+      if (d.block) blocks.push_back(&d);
+    size_t next = 0;
+    // Per block, per micro-batch.
+    const double block_flops = 2 * blocks[0]->macs * mbs / tp;
+    const double attn_flops = 2 * 2 * mbs * s * s * h / tp;  // QKᵀ and AV
+    const double block_gemm = 2 * tokens * h * r * h / tp;
+    // Element-wise passes of braid's block, per token, in elements moved:
+    // two layer norms (read, write: 4h), two residual adds (6h), the
+    // attention's bias and head reshapes (2h), GELU (2·R·h), softmax over
+    // the scores (read, write, and the causal mask: 3·A·S). Memory-bound:
+    // bytes ÷ memory bandwidth; backward moves twice as much.
+    const double elem = eb * tokens *
+                        (12 * h / shard_full + (2 * r * h + 3 * double(g.heads) * s) / tp);
+    const double t_block = gemm_time(block_flops, block_gemm) + elem / dev.memory_bw;
+    const double t_attn = gemm_time(attn_flops, attn_flops) +
+                          eb * tokens * 3 * double(g.heads) * s / tp / dev.memory_bw;
+    Priced ag, rs, ar;  // the activation's collectives, those the mode uses
+    if (sp) {
+      ag = tpg("all_gather", Na);
+      rs = tpg("reduce_scatter", Na);
+    } else {
+      ar = tpg("all_reduce", Na);
+    }
+    const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
+                              : Priced{2 * ar.s, 2 * ar.bytes};
+    const BlockActivations ba = gpt_block_activations(g);
+    const double act_sel = eb * tokens * (ba.replicated / shard_full + ba.sharded / tp);
+    const double act_none = act_sel + eb * tokens * ba.scores / tp;
+    for (int v = 0; v < S; ++v) {
+      Stage& x = st[size_t(v)];
+      const int64_t nb = base + (v >= 1 && v <= extra ? 1 : 0);
+      blocks_on[size_t(v % pp)] += double(nb);
+      double comp = 0;
+      for (int64_t i = 0; i < nb; ++i) x.params += blocks[next++]->params / tp;
+      comp += nb * t_block;
+      x.tp_fwd += nb * two_fwd.s;
+      x.tp_bwd += nb * two_fwd.s;
+      x.tp_bytes += 2 * nb * two_fwd.bytes;
+      double recompute = 0;
+      if (l.recompute == Recompute::kSelective) {
+        recompute = nb * t_attn;
+        x.re_flops += nb * attn_flops;
+        x.act += nb * act_sel;
+      } else if (l.recompute == Recompute::kFull) {
+        recompute = nb * t_block;
+        x.tp_bwd += nb * two_fwd.s;
+        x.tp_bytes += nb * two_fwd.bytes;
+        x.re_flops += nb * block_flops;
+        x.act += nb * eb * tokens * ba.input / shard_full;
+        x.work = nb > 0 ? act_none : 0;
+      } else {
+        x.act += nb * act_none;
+      }
+      double elementwise = 0;
+      if (v == 0) {  // embedding: a gather, then a tp all_reduce (sp: reduce_scatter)
+        x.params += m.layers.front().params / tp;
+        elementwise += 3 * Na / dev.memory_bw;
+        const Priced p = sp ? rs : ar;
+        x.tp_fwd += p.s;
+        x.tp_bytes += p.bytes;
+        x.act += Na / shard_full;
+      }
+      if (v == S - 1) {  // ln_f, the vocab-parallel head and its loss
+        x.params += (m.layers[m.layers.size() - 2].params + m.layers.back().params) / tp;
+        elementwise += 3 * Na / dev.memory_bw;
+        const double head_flops = 2 * tokens * h * V / tp;
+        comp += gemm_time(head_flops, head_flops);
+        const Priced loss = tpg("all_reduce", 3 * tokens * 4);  // max, Σexp, target logit
+        x.tp_fwd += loss.s + (sp ? ag.s : 0);
+        x.tp_bwd += sp ? rs.s : ar.s;
+        x.tp_bytes += loss.bytes + (sp ? ag.bytes + rs.bytes : ar.bytes);
+        x.act += Na + tokens * V * 4 / tp;  // its input, and f32 probabilities
+      }
+      x.fwd = comp + elementwise + x.tp_fwd;
+      x.bwd = 2 * comp + elementwise + recompute + x.tp_bwd;
+    }
+  } else {
+    Stage& x = st[0];
+    double comp = 0, act = 0;
+    for (const LayerDesc& d : m.layers) {
+      x.params += d.params;
+      const double f = 2 * d.macs * mbs;
+      if (f > 0) comp += gemm_time(f, f);
+      act += d.act_elems * mbs * eb;
+    }
+    x.fwd = comp;
+    x.bwd = 2 * comp;
+    x.act = act;
+  }
+
+  // The pipeline, by the checker.
+  std::vector<double> fwd, bwd;
+  for (const Stage& x : st) {
+    fwd.push_back(x.fwd);
+    bwd.push_back(x.bwd);
+  }
+  double transfer = 0, p2p_bytes = 0;
+  if (pp > 1) {
+    // Neighbouring stages are tp ranks apart; some pair crosses hosts once
+    // a pipeline spans them.
+    const bool crosses = tp * pp > c.devices_per_host;
+    Group pair(c, 2, crosses ? c.devices_per_host : tp, "pp", e);
+    const double N = mbs * double(m.gpt.seq) * double(m.gpt.hidden) * eb / (sp ? tp : 1);
+    transfer = pair("send", N).s;
+    p2p_bytes = 2.0 * M * chunks * N;
+    e.comm_bytes[pair.link()] += p2p_bytes;
+  }
+  // A rank's memory with `live` micro-batches in flight.
+  auto memory_of = [&](int r, double live) {
+    double params = 0, act = 0, work = 0;
+    for (int k = 0; k < chunks; ++k) {
+      const Stage& x = st[size_t(k * pp + r)];
+      params += x.params;
+      act = std::max(act, x.act);
+      work = std::max(work, x.work);
+    }
+    Memory mem;
+    const bool mixed = dev.dtype != "f32";
+    const double w = params * eb, gr = params * eb, opt = params * (mixed ? 12 : 8);
+    // ZeRO-3 holds two gathered units at a time (the one running, the next).
+    const double units = m.kind == "gpt" ? double(m.gpt.layers) : double(m.layers.size());
+    mem.weights = l.zero >= 3 ? w / l.dp + std::min(w, 2 * w / std::max(1.0, units)) : w;
+    mem.grads = l.zero >= 2 ? gr / l.dp : gr;
+    mem.optimizer = l.zero >= 1 ? opt / l.dp : opt;
+    mem.activations = live * act + work;
+    return mem;
+  };
+  if (stop_if_unfit) {
+    // Every schedule keeps at least one micro-batch live on every rank.
+    for (int r = 0; r < pp; ++r) {
+      const Memory floor = memory_of(r, 1);
+      if (floor.total() > e.memory.total()) e.memory = floor;
+    }
+    if (e.memory.total() > dev.memory_bytes) {
+      e.step_s = std::numeric_limits<double>::infinity();
+      return e;
+    }
+    e.memory = {};
+  }
+  const std::string sched = pp > 1 ? l.schedule : "1f1b";
+  const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
+  const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
+  e.bubble = run.bubble;
+
+  // Per pipeline rank: its chunks' parameters, activations, busy time.
+  Group dpg(c, l.dp, tp * pp, "dp", e);
+  double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0, recomputed = 0;
+  for (int r = 0; r < pp; ++r) {
+    double params = 0, t_b = 0, t_fb = 0, tpc = 0, tpb = 0;
+    for (int k = 0; k < chunks; ++k) {
+      const Stage& x = st[size_t(k * pp + r)];
+      params += x.params;
+      t_b += x.bwd;
+      t_fb += x.fwd + x.bwd;
+      tpc += x.tp_fwd + x.tp_bwd;
+      tpb += x.tp_bytes;
+      recomputed += x.re_flops;
+    }
+    const Memory mem = memory_of(r, run.peak_live[size_t(r)]);
+    // Data parallel: the gradients' reduction overlaps this rank's last
+    // backward; ZeRO-1/2 gather the updated weights after the step; ZeRO-3
+    // gathers each micro-batch's weights twice, overlapping its compute.
+    const double G = params * eb;
+    double dp_s = 0, exposed = 0, bytes = 0;
+    if (l.zero == 0) {
+      const Priced a = dpg("all_reduce", G);
+      dp_s = a.s;
+      exposed = std::max(0.0, a.s - t_b);
+      bytes = a.bytes;
+    } else {
+      const Priced rsd = dpg("reduce_scatter", G), agd = dpg("all_gather", G);
+      if (l.zero <= 2) {
+        dp_s = rsd.s + agd.s;
+        exposed = std::max(0.0, rsd.s - t_b) + agd.s;
+        bytes = rsd.bytes + agd.bytes;
+      } else {
+        dp_s = 2 * M * agd.s + rsd.s;
+        // The first block's gather of each pass has nothing to hide behind.
+        const double first = 2 * agd.s / std::max(1.0, blocks_on[size_t(r)]);
+        exposed = M * (std::max(0.0, 2 * agd.s - t_fb) + first) + std::max(0.0, rsd.s - t_b);
+        bytes = 2 * M * agd.bytes + rsd.bytes;
+      }
+    }
+    // The update reads and writes weights, gradients and both moments:
+    // ~28 bytes per parameter it owns (f32 moments and master weights).
+    const double opt_s = 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
+    const double tail = exposed + opt_s;
+    if (mem.total() > e.memory.total()) e.memory = mem;
+    if (tail > worst || r == 0) {
+      worst = tail;
+      e.dp_exposed_s = exposed;
+      e.dp_comm_s = dp_s;
+      e.optimizer_s = opt_s;
+      dp_bytes = bytes;
+    }
+    if (run.busy[size_t(r)] >= busiest) {
+      busiest = run.busy[size_t(r)];
+      e.tp_comm_s = M * tpc;
+      tp_bytes = M * tpb;
+    }
+  }
+  if (tp > 1) e.comm_bytes[tpg.link()] += tp_bytes;
+  if (l.dp > 1) e.comm_bytes[dpg.link()] += dp_bytes;
+  e.compute_s = busiest - e.tp_comm_s;
+  e.p2p_s = pp > 1 ? std::max(0.0, run.makespan - dry.makespan) : 0;
+  e.bubble_s = run.makespan - busiest - e.p2p_s;
+  e.step_s = run.makespan + e.dp_exposed_s + e.optimizer_s;
+  const double devices = double(tp) * pp * l.dp;
+  e.model_flops = m.model_flops_per_sample() * double(batch);
+  e.hardware_flops = e.model_flops + recomputed * M * tp * l.dp;
+  e.tflops_per_device = e.model_flops / e.step_s / devices / 1e12;
+  e.mfu = e.model_flops / (e.step_s * devices * peak);
+  e.fits = e.memory.total() <= dev.memory_bytes;
+  return e;
+}
+
+}  // namespace braid::plan

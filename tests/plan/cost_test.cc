@@ -1,0 +1,203 @@
+// The cost model's terms: collective times are the registry entry's
+// formula of the algorithm the runtime selector picks, memory follows the
+// ZeRO stage, and the pipeline term is the schedule checker's play (its
+// extension to long schedules equals a full play).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "braid/error.h"
+#include "braid/plan_cost.h"
+#include "braid/schedule.h"
+#include "braid/schedule_check.h"
+#include "comm/algo/registry.h"
+#include "comm/algo/select.h"
+#include "plan/cost/pipeline.h"
+
+namespace {
+
+using namespace braid;
+
+TEST(PlanCost, CollectivePriceIsTheSelectedRegistryEntrysFormula) {
+  plan::Cluster slow = plan::cluster_preset("dgx-h100");
+  slow.inter_host = plan::link_class("eth-10g");  // there, the hierarchy wins
+  std::set<std::string> seen;
+  for (const plan::Cluster& c : {plan::cluster_preset("dgx-h100"), slow})
+  for (auto [size, stride] : std::vector<std::pair<int, int>>{{8, 1}, {4, 2}, {16, 8}, {64, 32}, {32, 1}}) {
+    const plan::Placement p = plan::place_group(c, size, stride);
+    const comm::GroupLinks& g = p.links;
+    comm::CostParams cp;
+    cp.shm = g.inner;
+    cp.tcp = g.outer;
+    cp.gamma_s_per_b = g.gamma_s_per_b;
+    const comm::Selector s(size, g.hosts > 1, cp, g.hosts, g.max_local, false, g.cores);
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
+      for (size_t bytes : {size_t(4096), size_t(1) << 20, size_t(1) << 30}) {
+        const comm::CollectivePrice r = comm::price_collective(op, bytes, g);
+        const comm::CollOp o = comm::parse_coll_op(op);
+        const comm::algo::Algorithm* a = comm::algo::find(o, r.algorithm);
+        ASSERT_NE(a, nullptr) << r.algorithm;
+        EXPECT_EQ(r.seconds, a->cost(s.inputs(bytes))) << op << " " << bytes << " " << r.algorithm;
+        for (const comm::algo::Algorithm* b : comm::algo::algorithms(o))
+          if (!s.why_not(*b)) {
+            EXPECT_LE(r.seconds, b->cost(s.inputs(bytes))) << b->name;
+          }
+        seen.insert(r.algorithm);
+      }
+  }
+  EXPECT_TRUE(seen.count("hier")) << "a group over hosts prices the hierarchical all-reduce";
+}
+
+TEST(PlanCost, RingAllReduceByHandOnOneHost) {
+  comm::GroupLinks g;
+  g.ranks = 4;
+  g.inner = {1e-5, 1e-9};  // slow α: the ring wins at 64 MiB
+  g.gamma_s_per_b = 1e-11;
+  const size_t N = size_t(64) << 20;
+  const double n = 4, chunks = std::ceil(double(N) / n / (256 * 1024));
+  const double ring = (2 * (n - 1) + chunks - 1) * 1e-5 + 2 * (n - 1) / n * N * 1e-9 + (n - 1) / n * N * 1e-11;
+  const comm::CollectivePrice p = comm::price_collective("all_reduce", N, g);
+  if (p.algorithm == "ring") {
+    EXPECT_DOUBLE_EQ(p.seconds, ring);
+  }
+  EXPECT_LE(p.seconds, ring);
+}
+
+TEST(PlanCost, PlacementFollowsTheMeshAndSharesUplinks) {
+  plan::Cluster c = plan::cluster_preset("dgx-h100");
+  const plan::Placement tp = plan::place_group(c, 8, 1);
+  EXPECT_EQ(tp.links.hosts, 1);
+  EXPECT_EQ(tp.link_class, "nvswitch-h100");
+  const plan::Placement dp = plan::place_group(c, 16, 8);  // one rank per host
+  EXPECT_EQ(dp.links.hosts, 16);
+  EXPECT_EQ(dp.links.max_local, 1);
+  EXPECT_EQ(dp.link_class, "ib-ndr");
+  EXPECT_TRUE(dp.spans_racks);
+  EXPECT_DOUBLE_EQ(dp.links.outer.beta_s_per_b, c.inter_host.cost.beta_s_per_b);  // non-blocking
+  c.spine_oversubscription = 4;
+  const plan::Placement over = plan::place_group(c, 16, 32);  // one rank per rack
+  EXPECT_DOUBLE_EQ(over.links.outer.beta_s_per_b, 4 * c.inter_host.cost.beta_s_per_b);
+  c.nics_per_host = 1;  // eight ranks of a host share one NIC
+  EXPECT_DOUBLE_EQ(plan::place_group(c, 2, 8).links.outer.beta_s_per_b, 8 * c.inter_host.cost.beta_s_per_b);
+}
+
+TEST(PlanCost, MemoryByZeroStage) {
+  const plan::Cluster c = plan::cluster_preset("dgx-a100");
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=8,hidden=1024,heads=16,seq=512,vocab=32000");
+  const double P = m.params();
+  double act0 = 0;
+  for (int z = 0; z <= 3; ++z) {
+    plan::Layout l;
+    l.dp = 8;
+    l.zero = z;
+    const plan::Estimate e = plan::estimate(m, c, l, 64);
+    EXPECT_NEAR(e.memory.weights, z == 3 ? 2 * P / 8 + 2 * 2 * P / 8 : 2 * P, 1) << z;
+    EXPECT_NEAR(e.memory.grads, z >= 2 ? 2 * P / 8 : 2 * P, 1) << z;
+    EXPECT_NEAR(e.memory.optimizer, z >= 1 ? 12 * P / 8 : 12 * P, 1) << z;
+    if (z == 0) act0 = e.memory.activations;
+    EXPECT_EQ(e.memory.activations, act0);
+    // Data parallel: the registry's price of the gradients' collective.
+    const plan::Placement p = plan::place_group(c, 8, 1);
+    const double G = 2 * P;
+    if (z == 0) {
+      EXPECT_DOUBLE_EQ(e.dp_comm_s, comm::price_collective("all_reduce", size_t(G), p.links).seconds);
+    } else if (z == 1) {
+      EXPECT_DOUBLE_EQ(e.dp_comm_s, comm::price_collective("reduce_scatter", size_t(G), p.links).seconds +
+                                        comm::price_collective("all_gather", size_t(G), p.links).seconds);
+    }
+  }
+}
+
+TEST(PlanCost, RecomputationTradesMemoryForFlops) {
+  const plan::Cluster c = plan::cluster_preset("dgx-h100");
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=8,hidden=2048,heads=16,seq=2048,vocab=32000");
+  plan::Layout l;
+  l.tp = 2;
+  l.dp = 4;
+  plan::Estimate e[3];
+  for (int r = 0; r < 3; ++r) {
+    l.recompute = plan::Recompute(r);
+    e[r] = plan::estimate(m, c, l, 32);
+    EXPECT_EQ(e[r].model_flops, e[0].model_flops);
+  }
+  EXPECT_GT(e[0].memory.activations, e[1].memory.activations);
+  EXPECT_GT(e[1].memory.activations, e[2].memory.activations);
+  EXPECT_LT(e[0].hardware_flops, e[1].hardware_flops);
+  EXPECT_LT(e[1].hardware_flops, e[2].hardware_flops);
+  EXPECT_LT(e[0].step_s, e[2].step_s);
+  l.recompute = plan::Recompute::kNone;
+  l.sequence_parallel = true;
+  EXPECT_LT(plan::estimate(m, c, l, 32).memory.activations, e[0].memory.activations);
+  // The step's terms add up, and MFU is model FLOPs over peak.
+  const plan::Estimate& x = e[0];
+  EXPECT_NEAR(x.step_s, x.compute_s + x.tp_comm_s + x.p2p_s + x.bubble_s + x.dp_exposed_s + x.optimizer_s,
+              1e-9 * x.step_s);
+  EXPECT_NEAR(x.mfu, x.model_flops / (x.step_s * 8 * 989.4e12), 1e-12);
+}
+
+TEST(PlanCost, BytesPerLinkClassFollowTheGroups) {
+  const plan::Cluster c = plan::cluster_preset("dgx-h100");
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000");
+  plan::Layout l;
+  l.tp = 8;
+  l.dp = 2;  // tp inside a host, dp across two hosts
+  const plan::Estimate e = plan::estimate(m, c, l, 8);
+  ASSERT_EQ(e.comm_bytes.size(), 2u);
+  // The dp all_reduce of a rank's gradients (bf16): 2(n−1)/n of them.
+  EXPECT_NEAR(e.comm_bytes.at("ib-ndr"), 2.0 * (2 - 1) / 2 * (m.params() / 8 * 2), 1);
+  // tp: two all_reduces forward and two backward per block and micro-batch,
+  // each 2(n−1)/n of the activation, plus the embedding's, the head's and
+  // the loss's.
+  const double act = 1 * 512 * 1024 * 2.0, bus = 2.0 * 7 / 8;
+  const double blocks = 4 * 4 * bus * act, ends = 2 * bus * act + bus * 3 * 512 * 4;
+  EXPECT_NEAR(e.comm_bytes.at("nvswitch-h100"), e.micro_batches * (blocks + ends), 1);
+}
+
+TEST(PlanCost, BubbleIsTheCheckersAndLongSchedulesExtendExactly) {
+  const plan::PipelineRun r = plan::run_pipeline("1f1b", 4, 8, 1, {1, 1, 1, 1}, {2, 2, 2, 2}, 0);
+  EXPECT_NEAR(r.bubble, 3.0 / 11, 1e-12);
+  EXPECT_NEAR(r.makespan, 33, 1e-12);
+  for (int pp : {2, 4, 8}) {
+    for (const char* s : {"gpipe", "1f1b", "interleaved"}) {
+      const int chunks = std::string(s) == "interleaved" ? 2 : 1;
+      std::vector<double> f(size_t(pp * chunks), 1.0), b(size_t(pp * chunks), 2.0);
+      f.front() = 1.2, b.front() = 2.3, f.back() = 1.5, b.back() = 3.1;  // embedding, head
+      for (int m : {5 * pp, 9 * pp, 16 * pp}) {
+        const plan::PipelineRun line = plan::run_pipeline(s, pp, m, chunks, f, b, 0.05, true);
+        const plan::PipelineRun full = plan::run_pipeline(s, pp, m, chunks, f, b, 0.05, false);
+        EXPECT_NEAR(line.makespan, full.makespan, 1e-9 * full.makespan) << s << " pp=" << pp << " m=" << m;
+        EXPECT_NEAR(line.bubble, full.bubble, 1e-9) << s << " pp=" << pp << " m=" << m;
+        EXPECT_EQ(line.peak_live, full.peak_live) << s << " pp=" << pp << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(PlanCost, RefusesLayoutsThatCannotRun) {
+  const plan::Cluster c = plan::cluster_preset("dgx-a100");
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=32000");
+  auto why = [&](plan::Layout l, int64_t batch) {
+    try {
+      plan::estimate(m, c, l, batch);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  plan::Layout l;
+  l.tp = 16;
+  EXPECT_NE(why(l, 8).find("tp: 16 spans hosts"), std::string::npos);
+  l = {};
+  l.dp = 3;
+  EXPECT_NE(why(l, 8).find("batch: 8 is not a multiple"), std::string::npos);
+  l = {};
+  l.pp = 8;
+  EXPECT_NE(why(l, 8).find("fewer blocks"), std::string::npos);
+  l = {};
+  l.pp = 2;
+  l.zero = 3;
+  EXPECT_NE(why(l, 8).find("zero"), std::string::npos);
+}
+
+}  // namespace
