@@ -79,6 +79,18 @@ void Server::Impl::frames(Connection& c, wire::Header h, ShardState& st, Hello&&
   bool first = true;
   do {
     const int64_t deadline = wire::deadline_after(opt.timeout);
+    // A goodbye counts as answered once its reply is out (or cannot go):
+    // until then the server's owner may not close this connection.
+    struct ByeGuard {
+      ShardState* st = nullptr;
+      ~ByeGuard() {
+        if (st) st->bye_end();
+      }
+    } bye;
+    if (!first && h.op == wire::kBye) {
+      st.bye_begin();
+      bye.st = &st;
+    }
     wire::Header reply{};
     size_t room = 0;
     if (uint8_t* area = c.link.reply_area(&room)) c.out.place(area, room);

@@ -188,7 +188,7 @@ void ShardState::wait_until(std::unique_lock<std::mutex>& lk, int64_t deadline_n
 void ShardState::wait_finished(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
   const int64_t deadline = wire::deadline_after(timeout);
-  while (!roster_.all_finished()) {
+  while (!roster_.all_finished() || byes_in_flight_ > 0) {
     if (!roster_.lost().empty())
       throw Error(Errc::kPeerDied, server_name(opt_.rank) + ": " + roster_.lost());
     if (int64_t(now_ns()) >= deadline)
@@ -197,6 +197,17 @@ void ShardState::wait_finished(std::chrono::milliseconds timeout) {
                                       roster_.unfinished());
     finished_cv_.wait_for(lk, std::chrono::milliseconds(200));
   }
+}
+
+void ShardState::bye_begin() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++byes_in_flight_;
+}
+
+void ShardState::bye_end() {
+  std::lock_guard<std::mutex> lk(mu_);
+  --byes_in_flight_;
+  finished_cv_.notify_all();
 }
 
 void ShardState::round_closed() {

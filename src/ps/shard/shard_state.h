@@ -79,7 +79,14 @@ class ShardState {
   void set_epoch(uint32_t e) { epoch_ = e; }  // the chain epoch reported in stats
   ServerStats stats() const;
   void count_traffic(uint64_t in, uint64_t out, bool rejected);
+  // Every worker said goodbye and each goodbye's reply has gone out (or
+  // failed): a server's owner may then close its connections without
+  // cutting off a reply a worker still waits for.
   void wait_finished(std::chrono::milliseconds timeout);
+  // Around one goodbye frame, from before it is handled until its reply is
+  // sent (or the connection failed): wait_finished waits for the reply.
+  void bye_begin();
+  void bye_end();
 
   // Hot keys (hot/hot_owner.h): `sink` gets each refresh. hot_set fills a
   // kHotSet reply.
@@ -141,6 +148,7 @@ class ShardState {
   std::condition_variable cv_;
   // wait_finished's own: woken by a bye, not by every round close.
   std::condition_variable finished_cv_;
+  int byes_in_flight_ = 0;  // between bye_begin and bye_end
   ParamStore store_;
   Rounds rounds_;
   Roster roster_;
