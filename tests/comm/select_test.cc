@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "braid/error.h"
 #include "comm/algo/select.h"
@@ -40,6 +41,30 @@ TEST(Select, TwoRanksWithACoreEachKeepTheRing) {
   EXPECT_EQ(s.choose(CollOp::kAllReduce, k16M, DType::kF32), "ring");
   EXPECT_LT(s.predict(CollOp::kAllReduce, "ring", k16M),
             s.predict(CollOp::kAllReduce, "chain", k16M));
+}
+
+// Across hosts a host's ranks share its link: direct and halving-doubling,
+// whose every rank sends to remote ranks at once, put 2 N on a host's link
+// at 2 hosts x 2 ranks where the ring puts 1.5 N and the hierarchy N; at 1
+// rank per host nothing changes.
+TEST(Select, AcrossHostsTheHostLinkCarriesEveryLocalRanksTraffic) {
+  Selector two_by_two(4, /*any_tcp=*/true, CostParams{}, /*hosts=*/2, /*max_local=*/2,
+                      /*all_shm=*/false, /*cores=*/2);
+  Selector one_host(4, true, CostParams{}, 1, 4, false, 2);
+  for (const char* algo : {"direct", "hd"})
+    EXPECT_GT(two_by_two.predict(CollOp::kAllReduce, algo, k16M),
+              one_host.predict(CollOp::kAllReduce, algo, k16M) * 1.2)
+        << algo;
+  EXPECT_EQ(two_by_two.predict(CollOp::kAllReduce, "ring", k16M),
+            one_host.predict(CollOp::kAllReduce, "ring", k16M));
+  const std::string pick = two_by_two.choose(CollOp::kAllReduce, k16M, DType::kF32);
+  EXPECT_TRUE(pick == "ring" || pick == "hier") << pick;
+  Selector two_by_one(2, true, CostParams{}, 2, 1, false, 2), pair(2, true, CostParams{}, 1, 2,
+                                                                    false, 2);
+  for (const char* algo : {"direct", "hd", "ring"})
+    EXPECT_EQ(two_by_one.predict(CollOp::kAllReduce, algo, k16M),
+              pair.predict(CollOp::kAllReduce, algo, k16M))
+        << algo;
 }
 
 TEST(Select, ChainCanBeForcedAndUnknownNamesAreRejected) {

@@ -210,7 +210,12 @@ void add_direct(Table& t) {
   t.push_back({CollOp::kAllReduce, AlgoId::kDirect, "direct",
                "rank-order fold (BRAID_DETERMINISTIC; f16/bf16 beyond 2 ranks)", always,
                [](const CostInputs& m) {
-                 return 2 * (m.n - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b +
+                 // Across hosts each of a host's L ranks sends its blocks
+                 // for the n − L remote ranks, twice: 2L(n − L)/n · N on
+                 // the host's link.
+                 const double L = m.max_local;
+                 return 2 * (m.n - 1) * m.a +
+                        m.wire_bytes(2 * (m.n - 1) / m.n, 2 * L * (m.n - L) / m.n) * m.b +
                         (m.n - 1) / m.n * m.N * m.g * 1.2;
                },
                [](Context& c, const Call& k) {

@@ -133,7 +133,12 @@ void add_halving_doubling(Table& t) {
                "recursive halving-doubling (Rabenseifner): mid-sized buffers", always,
                [](const CostInputs& m) {
                  const int p = m.p;
-                 return 2 * std::log2(p) * m.a + 2 * (p - 1.0) / p * m.N * m.b +
+                 // Halving starts with the farthest partner: across hosts
+                 // the first log H steps (N/2, N/4, … of every rank of a
+                 // host at once) cross its link, and the doubling mirrors
+                 // them: 2L(1 − 1/H) · N on it.
+                 const double cross = 2.0 * m.max_local * (1.0 - 1.0 / std::max(m.hosts, 1));
+                 return 2 * std::log2(p) * m.a + m.wire_bytes(2 * (p - 1.0) / p, cross) * m.b +
                         (p - 1.0) / p * m.N * m.g + m.N * m.g +
                         (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
                },

@@ -74,6 +74,15 @@ struct CostInputs {
   double shared(double path, double work) const {
     return oversubscribed ? std::max(path, work / cores) : path;
   }
+  // The bytes (in units of N) a rank sends, or, across hosts, what the
+  // busiest host's link carries out when `per_host` (in N) is more: the
+  // ranks of a host (packed by host, at most max_local of them) share its
+  // link, and only one of them is on the wire at a time. An algorithm
+  // whose every rank talks to ranks on other hosts at once loads it with
+  // all of them.
+  double wire_bytes(double per_rank, double per_host) const {
+    return hosts > 1 ? std::max(per_rank, per_host) * N : per_rank * N;
+  }
 };
 
 inline double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }
