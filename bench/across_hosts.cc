@@ -17,7 +17,10 @@
 //     outnumber this machine's cores, which the hosts share), built with
 //     mpicc into BUILD/bench-mpi;
 //   * one TCP stream from node0 to node1 (python3 sockets, 256 MiB), the
-//     wire's own figure.
+//     wire's own figure;
+//   * `braid train mlp` data parallel at 2 hosts x 1 rank, one epoch: its
+//     samples/s and exposed communication (the done record's), beside the
+//     same job on one host (--dp 2, shared memory).
 // Prints, per configuration and size, the medians of busbw (GB/s): auto,
 // the best forced algorithm and auto / best, Open MPI and braid / MPI; then
 // the stream. Needs root (namespaces), mpicc and mpirun (scripts/deps.sh
@@ -245,6 +248,46 @@ int main(int argc, char** argv) {
     std::printf("\n");
     std::fflush(stdout);
   }
+  // Data-parallel training, 2 hosts x 1 rank against one host's 2 ranks.
+  std::vector<double> across_sps, across_exposed, local_sps, local_exposed;
+  const std::string train = braid::testing::braid_bin() + " train mlp --epochs 1 --quiet";
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<braid::testing::HostJob> jobs;
+    for (int h = 0; h < 2; ++h)
+      jobs.push_back(hosts->start(
+          h,
+          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120; exec " +
+              braid::testing::braid_bin() + " run -n 1 --nnodes 2 --node-rank " +
+              std::to_string(h) + " --master " + hosts->address(0) + ":" + std::to_string(kPort) +
+              " -- " + train + " --json-log " + dir + "/dp_across.jsonl",
+          dir + "/train" + std::to_string(h) + ".out"));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    int status = 0;
+    for (auto& j : jobs) status |= j.wait(deadline);
+    std::string out;
+    const int local = hosts->run(0, train + " --dp 2 --json-log " + dir + "/dp_local.jsonl", &out);
+    auto done = [](const std::string& path, std::vector<double>& sps, std::vector<double>& exp) {
+      std::ifstream in(path);
+      std::string line, last;
+      while (std::getline(in, line))
+        if (!line.empty()) last = line;
+      try {
+        auto j = nlohmann::json::parse(last);
+        sps.push_back(j["samples_per_s"].get<double>());
+        double worst = 0;
+        for (const auto& f : j["exposed_comm_fraction"]) worst = std::max(worst, f.get<double>());
+        exp.push_back(worst);
+      } catch (const std::exception&) {
+      }
+    };
+    if (status == 0) done(dir + "/dp_across.jsonl", across_sps, across_exposed);
+    if (local == 0) done(dir + "/dp_local.jsonl", local_sps, local_exposed);
+  }
+  std::printf("train mlp --epochs 1, data parallel: 2 hosts x 1 rank %.0f samples/s, exposed "
+              "communication %.1f%% (the worse rank); one host, 2 ranks: %.0f samples/s, %.1f%% "
+              "(medians of %d)\n",
+              median(across_sps), 100 * median(across_exposed), median(local_sps),
+              100 * median(local_exposed), rounds);
   std::vector<double> stream;
   for (int r = 0; r < rounds; ++r) stream.push_back(tcp_stream(*hosts, dir));
   std::printf("one TCP stream node0 -> node1 (256 MiB, python3 sockets): %.3f GB/s (median of %d)\n",
