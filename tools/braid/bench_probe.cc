@@ -5,6 +5,7 @@
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
+#include "braid/plan_probe.h"
 #include "braid/tuning.h"
 #include "subcommands.h"
 
@@ -34,14 +35,21 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
                 "--probe: the ranks had " + std::to_string(s.core_share) +
                     " of a core each (other work is running), so the figures would describe "
                     "that load, not the machine; " + path + " not written");
-  comm::write_tuning(path,
-                     comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()));
+  // And the device: one core's GEMM rate by size, for the planner's
+  // this-machine preset (braid/plan_probe.h), while the other ranks wait.
+  const std::vector<plan::GemmSample> gemm = plan::probe_gemm();
+  comm::write_tuning(path, plan::merge_gemm_probe(
+                               comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()),
+                               gemm));
   const comm::LinkCost l = comm::calibrate_link(kind, s);
   std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
               "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
               kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
               l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
               path.c_str());
+  std::printf("gemm f32, one thread:");
+  for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
+  std::printf(" (32 to 1024 square) -> %s\n", path.c_str());
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // The built-in link classes and cluster presets. Each figure carries its
 // source; docs/PLAN.md repeats them as a table. Bandwidths are one
 // direction of one device's port, as the α-β model's β reads them.
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -10,6 +11,8 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/plan_cluster.h"
+#include "braid/plan_probe.h"
+#include "braid/tuning.h"
 
 namespace braid::plan {
 namespace {
@@ -197,6 +200,10 @@ Cluster this_machine() {
   const double hz = cpu_mhz() * 1e6;
   c.device.name = "one core of this machine";
   c.device.peak_flops = {{"f32", hz * 32}};
+  // The GEMM curve `braid bench --probe` measured here, when the tuning
+  // file has one: each size's rate over the peak (raised to the fastest
+  // measured rate where that beats the clock's estimate, e.g. AVX-512).
+  const std::vector<GemmSample> gemm = gemm_probe_from(comm::read_tuning(), "tuning file");
   const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGESIZE));
   c.device.memory_bytes = pages > 0 && page > 0 ? pages * page / cores : 4 * kGiB;
   c.device.memory_bw = 10e9;
@@ -204,7 +211,21 @@ Cluster this_machine() {
   c.device.gemm_efficiency = generic_cpu_curve();
   c.device.source =
       "peak = /proc/cpuinfo 'cpu MHz' x 32 f32 FLOP/cycle (AVX2 FMA); memory = physical "
-      "memory / usable cores; 10 GB/s memory bandwidth per core assumed; GEMM curve generic";
+      "memory / usable cores; 10 GB/s memory bandwidth per core assumed; GEMM curve generic "
+      "(run `braid bench -n 2 --probe` to measure it)";
+  if (!gemm.empty()) {
+    double best = 0;
+    for (const GemmSample& g : gemm) best = std::max(best, g.flop_s);
+    const double peak = std::max(hz * 32, best);
+    c.device.peak_flops = {{"f32", peak}};
+    c.device.gemm_efficiency.clear();
+    for (const GemmSample& g : gemm) c.device.gemm_efficiency.push_back({g.flops, g.flop_s / peak});
+    c.device.source =
+        "peak = the larger of /proc/cpuinfo 'cpu MHz' x 32 f32 FLOP/cycle and the fastest "
+        "GEMM measured; GEMM curve measured by `braid bench --probe` (one thread, 32-1024 "
+        "square, tuning file gemm_f32_1thread); memory = physical memory / usable cores; 10 "
+        "GB/s memory bandwidth per core assumed";
+  }
   c.devices_per_host = cores;
   c.hosts_per_rack = 1;
   c.intra_host = link_class("shm");

@@ -1,0 +1,78 @@
+// The GEMM probe behind `this-machine` (braid/plan_probe.h): one core's f32
+// rate by size, measured with braid's own kernel and kept in the tuning
+// file.
+#include "braid/plan_probe.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/kernels.h"
+
+namespace braid::plan {
+
+std::vector<GemmSample> probe_gemm() {
+  const int threads = num_threads();
+  set_num_threads(1);
+  std::vector<GemmSample> out;
+  for (int64_t n = 32; n <= 1024; n *= 2) {
+    std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+    const double flops = 2.0 * double(n) * double(n) * double(n);
+    double best = 0;
+    for (int run = 0; run <= 3; ++run) {  // run 0 warms up
+      int reps = 0;
+      const double t0 = wall_s();
+      double t = 0;
+      do {
+        gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        ++reps;
+        t = wall_s() - t0;
+      } while (t < 2e-3);
+      if (run > 0) best = std::max(best, flops * reps / t);
+    }
+    out.push_back({flops, best});
+  }
+  set_num_threads(threads);
+  return out;
+}
+
+std::string merge_gemm_probe(const std::string& text, const std::vector<GemmSample>& samples) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!text.empty()) {
+    try {
+      j = nlohmann::json::parse(text);
+      if (!j.is_object()) j = nlohmann::json::object();
+    } catch (const nlohmann::json::exception&) {
+      j = nlohmann::json::object();
+    }
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const GemmSample& s : samples) rows.push_back({s.flops, s.flop_s / 1e9});
+  j["gemm_f32_1thread"] = rows;
+  return j.dump(2) + "\n";
+}
+
+std::vector<GemmSample> gemm_probe_from(const std::string& text, const std::string& from) {
+  std::vector<GemmSample> out;
+  if (text.empty()) return out;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object() || !j.contains("gemm_f32_1thread")) return out;
+    for (const auto& row : j.at("gemm_f32_1thread")) {
+      const double flops = row.at(0).get<double>(), gflops = row.at(1).get<double>();
+      if (!(flops > 0) || !(gflops > 0))
+        throw Error(Errc::kInvalidArgument,
+                    from + ": gemm_f32_1thread: entries must be [flops > 0, GFLOP/s > 0]");
+      out.push_back({flops, gflops * 1e9});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::kInvalidArgument, from + ": gemm_f32_1thread: " + e.what());
+  }
+  std::sort(out.begin(), out.end(),
+            [](const GemmSample& a, const GemmSample& b) { return a.flops < b.flops; });
+  return out;
+}
+
+}  // namespace braid::plan

@@ -1,0 +1,83 @@
+// The planner's GEMM probe (braid/plan_probe.h): it measures a positive,
+// size-ordered rate curve on this machine; the tuning file keeps it beside
+// the links' entries; the this-machine preset then prices GEMMs by it
+// (each size's efficiency is its measured rate over the device's peak),
+// and without it keeps the generic curve; a malformed entry is refused by
+// name.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "braid/error.h"
+#include "braid/plan_cluster.h"
+#include "braid/plan_probe.h"
+#include "support/multiproc.h"
+
+using namespace braid;
+
+namespace {
+
+// BRAID_TUNING set to `path` for the life of the object.
+struct TuningFile {
+  explicit TuningFile(const std::string& path) {
+    if (const char* v = std::getenv("BRAID_TUNING")) saved = v, had = true;
+    ::setenv("BRAID_TUNING", path.c_str(), 1);
+  }
+  ~TuningFile() {
+    if (had) ::setenv("BRAID_TUNING", saved.c_str(), 1);
+    else ::unsetenv("BRAID_TUNING");
+  }
+  std::string saved;
+  bool had = false;
+};
+
+TEST(PlanProbe, MeasuresGemmsAndThisMachinePricesByThem) {
+  const std::vector<plan::GemmSample> g = plan::probe_gemm();
+  ASSERT_EQ(g.size(), 6u);  // 32 … 1024
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_GT(g[i].flop_s, 1e8) << i;  // any core does 0.1 GFLOP/s
+    if (i) {
+      EXPECT_GT(g[i].flops, g[i - 1].flops);
+    }
+  }
+  const std::string dir = braid::testing::temp_dir("plan_probe");
+  const std::string links = R"({"shm": {"alpha_us": 1.5, "gbps": 8}})";
+  const std::string text = plan::merge_gemm_probe(links, g);
+  std::ofstream(dir + "/tuning.json") << text;
+  TuningFile tf(dir + "/tuning.json");
+  // The links' entries stay; the samples read back as written.
+  EXPECT_NE(text.find("\"shm\""), std::string::npos);
+  const auto back = plan::gemm_probe_from(text, "t");
+  ASSERT_EQ(back.size(), g.size());
+  const plan::Cluster c = plan::cluster_preset("this-machine");
+  const double peak = c.device.peak("f32");
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(back[i].flop_s, g[i].flop_s, g[i].flop_s * 1e-9);
+    EXPECT_NEAR(c.device.efficiency(g[i].flops), g[i].flop_s / peak, 1e-9) << i;
+    EXPECT_LE(c.device.efficiency(g[i].flops), 1.0);
+  }
+  EXPECT_NE(c.device.source.find("measured by `braid bench --probe`"), std::string::npos);
+}
+
+TEST(PlanProbe, WithoutSamplesTheCurveIsGenericAndBadOnesAreRefused) {
+  const std::string dir = braid::testing::temp_dir("plan_probe_none");
+  std::ofstream(dir + "/tuning.json") << R"({"shm": {"alpha_us": 1.5, "gbps": 8}})";
+  {
+    TuningFile tf(dir + "/tuning.json");
+    EXPECT_NE(plan::cluster_preset("this-machine").device.source.find("GEMM curve generic"),
+              std::string::npos);
+  }
+  try {
+    plan::gemm_probe_from(R"({"gemm_f32_1thread": [[1e6, -2]]})", "t.json");
+    ADD_FAILURE() << "a negative rate was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.json: gemm_f32_1thread"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(plan::gemm_probe_from(R"({"gemm_f32_1thread": [["x"]]})", "t.json"), Error);
+  EXPECT_TRUE(plan::gemm_probe_from("", "t.json").empty());
+}
+
+}  // namespace
