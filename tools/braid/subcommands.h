@@ -23,5 +23,7 @@ bool dp_requested(int argc, char** argv);
 int train_dp_main(int argc, char** argv);
 // train_mp.cc: braid train gpt --tp/--pp (any model-parallel flag).
 bool mp_requested(int argc, char** argv);
+bool auto_requested(int argc, char** argv);
+int train_auto_main(int argc, char** argv);
 int train_mp_main(int argc, char** argv);
 }  // namespace braid::tool

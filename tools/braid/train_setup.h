@@ -108,6 +108,12 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--context", f.context, "gpt: context length in bytes (128)");
   app.add_option("--dropout", f.dropout, "gpt: dropout probability (0)");
   app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
+  // Taken before these options are parsed (train_auto.cc); listed for --help.
+  app.add_flag("--auto")->description(
+      "gpt, mlp: pick dp/tp/pp, micro-batches, schedule and ZeRO with braid plan's model of "
+      "this machine for the ranks given (--world, a launcher's job, else one per core), say "
+      "why, and train so");
+  app.add_option("--world")->description("with --auto, started plainly: ranks to plan for");
   app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
   app.add_flag("-q,--quiet", f.quiet, "only the summary line");
   add_dlrm_options(app, f.dlrm);

@@ -1,0 +1,168 @@
+// braid train gpt|mlp --auto [--world N] — the layout from the planner.
+//
+// For the world it is given (the launcher's job size; started plainly,
+// --world or one rank per usable core), `braid plan`'s search
+// (braid/plan_search.h) on the this-machine cluster picks dp, tp, pp,
+// micro-batches, the schedule, sequence parallelism and the ZeRO stage for
+// the flags' model and global batch (of the layouts predicted within 2% of
+// the fastest, the one that shards least). It prints the choice, its
+// predicted step and why, then runs it as `braid train` with those flags
+// would (train_mp.cc). The search is limited to what `braid
+// train` runs: no recomputation beyond the flags' own --recompute (every
+// block or none), ZeRO 2 and 3 only without tp or pp.
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "braid/env.h"
+#include "braid/error.h"
+#include "braid/plan_cluster.h"
+#include "braid/plan_model.h"
+#include "braid/plan_search.h"
+#include "subcommands.h"
+#include "train_setup.h"
+
+namespace braid::tool {
+
+namespace {
+
+// The value after `flag` in argv ("--flag V" or "--flag=V"), or `fallback`.
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag,
+                       const std::string& fallback) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
+  }
+  return fallback;
+}
+
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  for (const std::string& a : args)
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  return false;
+}
+
+int64_t int_flag(const std::vector<std::string>& args, const std::string& flag, int64_t fallback) {
+  const std::string v = flag_value(args, flag, "");
+  if (v.empty()) return fallback;
+  try {
+    size_t end = 0;
+    const int64_t n = std::stoll(v, &end);
+    if (end == v.size() && n >= 1) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error(Errc::kInvalidArgument, flag + " must be a whole number of at least 1, not '" + v +
+                                          "'");
+}
+
+}  // namespace
+
+bool auto_requested(int argc, char** argv) { return has_any_flag(argc, argv, {"--auto"}); }
+
+int train_auto_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string model = args.empty() ? "" : args[0];
+  for (const char* fixed : {"--dp", "--tp", "--pp", "--micro-batches", "--schedule",
+                            "--virtual-stages", "--sequence-parallel", "--zero"})
+    if (has_flag(args, fixed))
+      throw Error(Errc::kInvalidArgument, std::string("--auto chooses ") + fixed +
+                                              " itself; give --auto or the layout, not both");
+  if (model != "gpt" && model != "mlp")
+    throw Error(Errc::kInvalidArgument,
+                "--auto plans gpt and mlp, not '" + model + "' (braid train gpt --auto)");
+  const int job = job_world_from_env();
+  const int world = job > 1 ? job : int(int_flag(args, "--world", usable_cores()));
+  if (job > 1 && has_flag(args, "--world") && int_flag(args, "--world", job) != job)
+    throw Error(Errc::kInvalidArgument, "--world " + flag_value(args, "--world", "") +
+                                            " but the launcher started " + std::to_string(job) +
+                                            " ranks");
+  // The model and batch as `braid train` reads them (apply_model_defaults).
+  const bool gpt = model == "gpt";
+  const int64_t batch = int_flag(args, "--batch", gpt ? 16 : 256);
+  plan::ModelDesc desc;
+  if (gpt) {
+    plan::GptShape g;
+    g.layers = int_flag(args, "--layers", 4);
+    g.hidden = int_flag(args, "--d-model", 256);
+    g.heads = int_flag(args, "--heads", 4);
+    g.seq = int_flag(args, "--context", 128);
+    g.vocab = 256;  // byte-level
+    desc = plan::describe_gpt(g);
+  } else {
+    desc = plan::describe_mlp({784, 512, 512, 10});
+  }
+  const plan::Cluster cluster = plan::cluster_preset("this-machine");
+  plan::SearchSpec spec;
+  spec.devices = world;
+  spec.batch = batch;
+  spec.recompute = has_flag(args, "--recompute") ? plan::Recompute::kFull : plan::Recompute::kNone;
+  plan::SearchResult found = plan::search(desc, cluster, spec);
+  // braid train runs ZeRO 2 and 3 only without tp and pp.
+  std::vector<plan::Estimate> runnable;
+  for (const plan::Estimate& e : found.fits)
+    if (e.layout.zero <= 1 || (e.layout.tp == 1 && e.layout.pp == 1)) runnable.push_back(e);
+  if (runnable.empty())
+    throw Error(Errc::kInvalidArgument,
+                "--auto: no layout of " + model + " fits " + std::to_string(world) +
+                    " ranks of this machine at --batch " + std::to_string(batch) + " (" +
+                    std::to_string(found.considered) + " considered, " +
+                    std::to_string(found.too_big) + " over memory)");
+  // Among the layouts predicted within 2% of the fastest, the one that
+  // shards least (ZeRO stage, then pipeline stages, then tp): a sharding
+  // that buys no predicted time only adds communication the model prices
+  // least surely (ZeRO-3's gathers, say).
+  size_t pick = 0;
+  auto simpler = [](const plan::Layout& a, const plan::Layout& b) {
+    if (a.zero != b.zero) return a.zero < b.zero;
+    if (a.pp != b.pp) return a.pp < b.pp;
+    return a.tp < b.tp;
+  };
+  for (size_t i = 1; i < runnable.size(); ++i)
+    if (runnable[i].step_s <= runnable[0].step_s * 1.02 &&
+        simpler(runnable[i].layout, runnable[pick].layout))
+      pick = i;
+  std::swap(runnable[0], runnable[pick]);
+  const plan::Estimate& best = runnable.front();
+  const plan::Layout& l = best.layout;
+  if (job_rank_from_env() == 0) {
+    std::printf("braid train --auto: %d ranks, %zu layouts estimated; chose %s (%d micro-batches), "
+                "predicted %.3f s a step, %s\n",
+                world, found.considered, plan::layout_text(l).c_str(), best.micro_batches,
+                best.step_s, plan::dominant_term(best).c_str());
+    if (pick != 0)
+      std::printf("  why: predicted within 2%% of the fastest, %s (%.3f s), and shards less\n",
+                  plan::layout_text(runnable[pick].layout).c_str(), runnable[pick].step_s);
+    else if (runnable.size() > 1)
+      std::printf("  why: %s\n", plan::why_wins(best, runnable[1]).c_str());
+    std::fflush(stdout);
+  }
+  // Run it: the same flags with the layout spelled out.
+  std::vector<std::string> run = {argv[0]};
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--auto") continue;
+    if (args[i] == "--world") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--world=", 0) == 0) continue;
+    run.push_back(args[i]);
+  }
+  for (const std::string& s :
+       {std::string("--dp"), std::to_string(l.dp), std::string("--tp"), std::to_string(l.tp),
+        std::string("--pp"), std::to_string(l.pp), std::string("--micro-batches"),
+        std::to_string(best.micro_batches), std::string("--schedule"), l.schedule,
+        std::string("--zero"), std::to_string(l.zero)})
+    run.push_back(s);
+  if (l.schedule == "interleaved") {
+    run.push_back("--virtual-stages");
+    run.push_back(std::to_string(l.virtual_stages));
+  }
+  if (l.sequence_parallel) run.push_back("--sequence-parallel");
+  std::vector<char*> cargs;
+  for (std::string& s : run) cargs.push_back(s.data());
+  cargs.push_back(nullptr);
+  return train_mp_main(int(run.size()), cargs.data());
+}
+
+}  // namespace braid::tool
