@@ -109,14 +109,14 @@ int train_auto_main(int argc, char** argv) {
                     std::to_string(found.considered) + " considered, " +
                     std::to_string(found.too_big) + " over memory)");
   // Among the layouts predicted within 2% of the fastest, the one that
-  // shards least (ZeRO stage, then pipeline stages, then tp): a sharding
-  // that buys no predicted time only adds communication the model prices
-  // least surely (ZeRO-3's gathers, say).
+  // shards least (pipeline stages, then tp, then the ZeRO stage): a
+  // sharding that buys no predicted time only adds communication the model
+  // prices least surely (ZeRO-3's gathers, say).
   size_t pick = 0;
   auto simpler = [](const plan::Layout& a, const plan::Layout& b) {
-    if (a.zero != b.zero) return a.zero < b.zero;
     if (a.pp != b.pp) return a.pp < b.pp;
-    return a.tp < b.tp;
+    if (a.tp != b.tp) return a.tp < b.tp;
+    return a.zero < b.zero;
   };
   for (size_t i = 1; i < runnable.size(); ++i)
     if (runnable[i].step_s <= runnable[0].step_s * 1.02 &&
@@ -127,11 +127,11 @@ int train_auto_main(int argc, char** argv) {
   const plan::Layout& l = best.layout;
   if (job_rank_from_env() == 0) {
     std::printf("braid train --auto: %d ranks, %zu layouts estimated; chose %s (%d micro-batches), "
-                "predicted %.3f s a step, %s\n",
+                "predicted %.3g s a step, %s\n",
                 world, found.considered, plan::layout_text(l).c_str(), best.micro_batches,
                 best.step_s, plan::dominant_term(best).c_str());
     if (pick != 0)
-      std::printf("  why: predicted within 2%% of the fastest, %s (%.3f s), and shards less\n",
+      std::printf("  why: predicted within 2%% of the fastest, %s (%.3g s), and shards less\n",
                   plan::layout_text(runnable[pick].layout).c_str(), runnable[pick].step_s);
     else if (runnable.size() > 1)
       std::printf("  why: %s\n", plan::why_wins(best, runnable[1]).c_str());
