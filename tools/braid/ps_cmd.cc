@@ -49,6 +49,7 @@
 #include "ps_faults.h"
 #include "ps_spare.h"
 #include "ps_train.h"
+#include "train_report.h"
 #include "train_setup.h"
 
 namespace braid::tool {

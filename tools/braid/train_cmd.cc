@@ -18,6 +18,7 @@
 #include "braid/models.h"
 #include "braid/trainer.h"
 #include "subcommands.h"
+#include "train_report.h"
 #include "train_setup.h"
 
 namespace braid::tool {

@@ -32,6 +32,7 @@
 #include "braid/models.h"
 #include "braid/supervisor.h"
 #include "subcommands.h"
+#include "train_report.h"
 #include "train_setup.h"
 
 namespace braid::tool {

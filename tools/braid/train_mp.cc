@@ -39,6 +39,7 @@
 #include "braid/pipeline.h"
 #include "braid/supervisor.h"
 #include "subcommands.h"
+#include "train_report.h"
 #include "train_setup.h"
 
 namespace braid::tool {
