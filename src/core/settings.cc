@@ -61,7 +61,7 @@ constexpr Setting kSettings[] = {
     {"BRAID_RESTART_COUNT", K::kLauncher, "0",
      "which restart of the job this is (braid run --max-restarts); `braid train --checkpoint` "
      "resumes from its checkpoint when above 0, and the fault hooks fire in run 0 only",
-     "tools/braid/train_setup.h"},
+     "tools/braid/train_report.h"},
     {"BRAID_RANK", K::kLauncher, "unset", "this rank (set by braid run for each rank it starts)",
      "src/comm/setup/bootstrap_env.h"},
     {"BRAID_RUN_TEST_CHILD", K::kTest, "unset",
