@@ -200,6 +200,9 @@ class DataParallel : public nn::StepHooks {
   // Bytes of training state this rank holds (params and grads from the
   // stage's layout, optimizer state from `opt`).
   DpMemory memory(const nn::Optimizer& opt) const;
+  // The same without the optimizer (optim_bytes 0): parameters and
+  // gradients as the stage lays them out.
+  DpMemory memory() const;
 
   // Consolidated checkpoints, the format nn::Trainer writes: full tensors
   // "model/<name>" and "optim/<name>/<slot>". add_state is collective (every

@@ -182,16 +182,21 @@ void DataParallel::release_all_params() {
   for (auto& b : s_->buckets) policy_->release_params(*b);
 }
 
-DpMemory DataParallel::memory(const nn::Optimizer& opt) const {
+DpMemory DataParallel::memory() const {
   DpMemory m;
   for (auto& b : s_->buckets) {
     m.param_bytes += (policy_->shards_params() ? b->shard : b->padded) * 4;
     m.grad_bytes += (policy_->shards_grads() ? b->shard : b->padded) * 4;
   }
+  m.peak_transient_bytes = s_->peak_transient_bytes;
+  return m;
+}
+
+DpMemory DataParallel::memory(const nn::Optimizer& opt) const {
+  DpMemory m = memory();
   Checkpoint ck;
   opt.save_state(ck);
   for (auto& [k, t] : ck.tensors) m.optim_bytes += int64_t(t.nbytes());
-  m.peak_transient_bytes = s_->peak_transient_bytes;
   return m;
 }
 

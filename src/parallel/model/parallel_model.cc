@@ -99,7 +99,7 @@ const std::vector<tp::Sharded>& ParallelModel::shards() const { return impl_->mo
 std::vector<nn::Parameter*> ParallelModel::parameters() const { return impl_->params; }
 
 int64_t ParallelModel::parameter_bytes() const {
-  if (impl_->dp->options().zero == 3) return impl_->dp->memory(nn::Sgd()).param_bytes;
+  if (impl_->dp->options().zero == 3) return impl_->dp->memory().param_bytes;
   return nn::count_parameters(impl_->params) * int64_t(sizeof(float));
 }
 
