@@ -199,14 +199,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   hosts->name_hosts(dir);
-  {
-    std::ofstream agent(dir + "/agent");
-    agent << "#!/bin/sh\nhost=$1; shift\ncase $host in\n";
-    for (int i = 0; i < hosts->size(); ++i)
-      agent << "  " << hosts->name(i) << ") exec " << hosts->enter(i) << " sh -c \"$*\";;\n";
-    agent << "esac\nexit 1\n";
-  }
-  ::chmod((dir + "/agent").c_str(), 0755);
+  hosts->write_launch_agent(dir);
 
   std::printf("# all_reduce across %d namespaced hosts (veth + bridge), busbw GB/s, medians of %d "
               "rounds\n\n", most, rounds);

@@ -275,15 +275,7 @@ TEST(MultiHost, MpirunAcrossHostsEqualsOneHost) {
   BRAID_TEST_HOSTS(hosts, 2);
   const std::string dir = braid::testing::temp_dir("multihost_mpirun");
   hosts->name_hosts(dir);
-  {
-    std::ofstream agent(dir + "/agent");
-    agent << "#!/bin/sh\n# mpirun's launch agent: `agent HOST CMD...` runs CMD on test host HOST.\n"
-          << "host=$1; shift\ncase $host in\n";
-    for (int i = 0; i < hosts->size(); ++i)
-      agent << "  " << hosts->name(i) << ") exec " << hosts->enter(i) << " sh -c \"$*\";;\n";
-    agent << "esac\necho \"agent: unknown host $host\" >&2; exit 1\n";
-  }
-  ASSERT_EQ(::chmod((dir + "/agent").c_str(), 0755), 0);
+  const std::string agent = hosts->write_launch_agent(dir);
   const std::string mlp = braid_bin() + " train mlp --steps 8 --batch 60 --threads 1 --quiet";
   std::string out;
   ASSERT_EQ(hosts->run(0, mlp + " --dp 4 --json-log " + dir + "/one.jsonl --checkpoint " + dir +
@@ -293,7 +285,7 @@ TEST(MultiHost, MpirunAcrossHostsEqualsOneHost) {
       << out;
   const std::string mpirun =
       "timeout 120 mpirun --allow-run-as-root --oversubscribe -H node0:2,node1:2 -np 4 "
-      "--mca plm_rsh_agent " + dir + "/agent --mca btl tcp,self,vader --mca btl_tcp_if_include "
+      "--mca plm_rsh_agent " + agent + " --mca btl tcp,self,vader --mca btl_tcp_if_include "
       "eth0 --mca oob_tcp_if_include eth0 -x MASTER_ADDR=node0"
       " -x MASTER_PORT=29600 -x BRAID_SECRET=mpirun-hosts -x PATH ";
   const auto t0 = Clock::now();

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -238,6 +239,22 @@ void TestHosts::name_hosts(const std::string& dir) const {
     if (run(i, "mount --bind " + path + " /etc/hosts", &out) != 0)
       throw std::runtime_error("test hosts: bind-mounting /etc/hosts on " + name(i) + ": " + out);
   }
+}
+
+std::string TestHosts::write_launch_agent(const std::string& dir) const {
+  const std::string path = dir + "/agent";
+  {
+    std::ofstream agent(path);
+    agent << "#!/bin/sh\n# mpirun's launch agent: `agent HOST CMD...` runs CMD on test host HOST.\n"
+          << "host=$1; shift\ncase $host in\n";
+    for (int i = 0; i < size(); ++i)
+      agent << "  " << name(i) << ") exec " << enter(i) << " sh -c \"$*\";;\n";
+    agent << "esac\necho \"agent: unknown host $host\" >&2; exit 1\n";
+    if (!agent) throw std::runtime_error("test hosts: cannot write " + path);
+  }
+  if (::chmod(path.c_str(), 0755) != 0)
+    throw std::runtime_error("test hosts: cannot make " + path + " executable");
+  return path;
 }
 
 TestHosts::~TestHosts() { teardown(); }

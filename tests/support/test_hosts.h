@@ -72,6 +72,10 @@ class TestHosts {
   // namespace) naming every host at its address, as a cluster's DNS would;
   // the machine's own /etc/hosts is untouched. Throws std::runtime_error.
   void name_hosts(const std::string& dir) const;
+  // Writes DIR/agent, an executable that runs `agent HOST CMD...` on test
+  // host HOST (entering its namespaces), for mpirun's --mca plm_rsh_agent
+  // in place of ssh; returns its path. Throws std::runtime_error.
+  std::string write_launch_agent(const std::string& dir) const;
 
  private:
   TestHosts() = default;
