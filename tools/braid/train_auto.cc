@@ -10,6 +10,7 @@
 // would (train_mp.cc). The search is limited to what `braid
 // train` runs: no recomputation beyond the flags' own --recompute (every
 // block or none), ZeRO 2 and 3 only without tp or pp.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -25,69 +26,60 @@
 
 namespace braid::tool {
 
-namespace {
-
-// The value after `flag` in argv ("--flag V" or "--flag=V"), or `fallback`.
-std::string flag_value(const std::vector<std::string>& args, const std::string& flag,
-                       const std::string& fallback) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
-    if (args[i].rfind(flag + "=", 0) == 0) return args[i].substr(flag.size() + 1);
-  }
-  return fallback;
-}
-
-bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
-  for (const std::string& a : args)
-    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
-  return false;
-}
-
-int64_t int_flag(const std::vector<std::string>& args, const std::string& flag, int64_t fallback) {
-  const std::string v = flag_value(args, flag, "");
-  if (v.empty()) return fallback;
-  try {
-    size_t end = 0;
-    const int64_t n = std::stoll(v, &end);
-    if (end == v.size() && n >= 1) return n;
-  } catch (const std::exception&) {
-  }
-  throw Error(Errc::kInvalidArgument, flag + " must be a whole number of at least 1, not '" + v +
-                                          "'");
-}
-
-}  // namespace
-
 bool auto_requested(int argc, char** argv) { return has_any_flag(argc, argv, {"--auto"}); }
 
 int train_auto_main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  const std::string model = args.empty() ? "" : args[0];
+  // The flags as `braid train` reads them (its defaults included); the
+  // command-specific ones pass through to the run.
+  CLI::App app{"braid train --auto", "braid train"};
+  TrainFlags f;
+  add_train_options(app, f, true);
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   for (const char* fixed : {"--dp", "--tp", "--pp", "--micro-batches", "--schedule",
                             "--virtual-stages", "--sequence-parallel", "--zero"})
-    if (has_flag(args, fixed))
+    if (has_any_flag(argc, argv, {fixed}))
       throw Error(Errc::kInvalidArgument, std::string("--auto chooses ") + fixed +
                                               " itself; give --auto or the layout, not both");
-  if (model != "gpt" && model != "mlp")
+  if (f.model != "gpt" && f.model != "mlp")
     throw Error(Errc::kInvalidArgument,
-                "--auto plans gpt and mlp, not '" + model + "' (braid train gpt --auto)");
+                "--auto plans gpt and mlp, not '" + f.model + "' (braid train gpt --auto)");
+  apply_model_defaults(f);
+  const CLI::Option* world_opt = app.get_option("--world");
   const int job = job_world_from_env();
-  const int world = job > 1 ? job : int(int_flag(args, "--world", usable_cores()));
-  if (job > 1 && has_flag(args, "--world") && int_flag(args, "--world", job) != job)
-    throw Error(Errc::kInvalidArgument, "--world " + flag_value(args, "--world", "") +
-                                            " but the launcher started " + std::to_string(job) +
-                                            " ranks");
-  // The model and batch as `braid train` reads them (apply_model_defaults).
-  const bool gpt = model == "gpt";
-  const int64_t batch = int_flag(args, "--batch", gpt ? 16 : 256);
+  int world = job > 1 ? job : usable_cores();
+  if (world_opt->count() > 0) {
+    const std::string v = world_opt->as<std::string>();
+    int n = 0;
+    try {
+      size_t end = 0;
+      n = std::stoi(v, &end);
+      if (end != v.size()) n = 0;
+    } catch (const std::exception&) {
+    }
+    if (n < 1)
+      throw Error(Errc::kInvalidArgument,
+                  "--world must be a whole number of at least 1, not '" + v + "'");
+    if (job > 1 && n != job)
+      throw Error(Errc::kInvalidArgument, "--world " + v + " but the launcher started " +
+                                              std::to_string(job) + " ranks");
+    world = n;
+  }
+  const std::string& model = f.model;
+  const int64_t batch = f.batch;
   plan::ModelDesc desc;
-  if (gpt) {
+  if (model == "gpt") {
+    const nn::GptConfig c = gpt_config(f);
     plan::GptShape g;
-    g.layers = int_flag(args, "--layers", 4);
-    g.hidden = int_flag(args, "--d-model", 256);
-    g.heads = int_flag(args, "--heads", 4);
-    g.seq = int_flag(args, "--context", 128);
-    g.vocab = 256;  // byte-level
+    g.layers = c.layers;
+    g.hidden = c.dim;
+    g.heads = c.heads;
+    g.seq = c.context;
+    g.vocab = c.vocab;
     desc = plan::describe_gpt(g);
   } else {
     desc = plan::describe_mlp({784, 512, 512, 10});
@@ -96,7 +88,7 @@ int train_auto_main(int argc, char** argv) {
   plan::SearchSpec spec;
   spec.devices = world;
   spec.batch = batch;
-  spec.recompute = has_flag(args, "--recompute") ? plan::Recompute::kFull : plan::Recompute::kNone;
+  spec.recompute = f.recompute ? plan::Recompute::kFull : plan::Recompute::kNone;
   plan::SearchResult found = plan::search(desc, cluster, spec);
   // braid train runs ZeRO 2 and 3 only without tp and pp.
   std::vector<plan::Estimate> runnable;
@@ -139,14 +131,14 @@ int train_auto_main(int argc, char** argv) {
   }
   // Run it: the same flags with the layout spelled out.
   std::vector<std::string> run = {argv[0]};
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--auto") continue;
-    if (args[i] == "--world") {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--auto" || a.rfind("--world=", 0) == 0) continue;
+    if (a == "--world") {
       ++i;
       continue;
     }
-    if (args[i].rfind("--world=", 0) == 0) continue;
-    run.push_back(args[i]);
+    run.push_back(a);
   }
   for (const std::string& s :
        {std::string("--dp"), std::to_string(l.dp), std::string("--tp"), std::to_string(l.tp),
