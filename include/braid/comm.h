@@ -218,6 +218,11 @@ class Communicator {
   std::vector<std::string> algorithms(const std::string& collective) const;
   // The algorithm the cost model would pick for this collective and size.
   std::string chosen_algorithm(const std::string& collective, size_t bytes) const;
+  // The cost model's seconds for `algo` running `collective` on `bytes`
+  // here (infinity where it cannot run); throws Error(kInvalidArgument)
+  // for an unknown collective.
+  double predicted_seconds(const std::string& collective, const std::string& algo,
+                           size_t bytes) const;
   // Text of the flight recorder: the last operations of this communicator.
   std::string flight_record() const;
   // The algorithm that ran the newest operation of this communicator (read
@@ -226,6 +231,11 @@ class Communicator {
   std::string last_algorithm() const;
   // The transport used to reach `peer`: "self", "shm" or "tcp".
   std::string transport_to(int peer) const;
+  // The cost model's class of that link (tuning.h): "self", "shm", "tcp"
+  // (TCP to a rank on this host) or "net" (TCP to a rank on another host).
+  std::string link_class_to(int peer) const;
+  // The host `peer` runs on (BRAID_HOSTNAME or its host name).
+  std::string host_of(int peer) const;
 
   comm::CommImpl& impl() { return *impl_; }
 

@@ -22,9 +22,16 @@ struct LinkCost {
   double beta_s_per_b = 1e-10;  // per byte
 };
 
+// One α-β per link class: "shm" (braid's shared memory, ranks of one
+// host), "tcp" (TCP between ranks of one host: loopback) and "net" (TCP
+// between hosts). A communicator whose ranks span hosts prices its TCP
+// hops at `net`; one on a single host at `tcp`. A tuning file without a
+// "net" entry gives net the tcp figures (so a file from before the class
+// existed prices as it did).
 struct CostParams {
   LinkCost shm{1.0e-6, 1.0 / 9e9};
   LinkCost tcp{20e-6, 1.0 / 3.5e9};
+  LinkCost net{20e-6, 1.0 / 3.5e9};
   double gamma_s_per_b = 1.0 / 10e9;  // reduction
 };
 
@@ -97,12 +104,13 @@ constexpr double kMinCoreShare = 0.8;
 // the leader (zeros on the other). About 20 ms over shared memory.
 ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
                        const std::function<void(void*, size_t)>& recv);
-// The model's parameters for `kind` ("shm" or "tcp") from a sample: the
-// built-in ones scaled by sample / reference.
+// The model's parameters for link class `kind` ("shm", "tcp" or "net")
+// from a sample: the built-in ones scaled by sample / reference ("net" is
+// compared with TCP's reference, the same transport).
 LinkCost calibrate_link(const std::string& kind, const ProbeSample& s);
 double calibrate_reduce_gbps(const std::string& kind, const ProbeSample& s);
-// Tuning-file text with the model parameters of `kind` (and reduce_gbps)
-// set from `s`, and the raw sample kept under "probed" (for people: the
+// Tuning-file text with the model parameters of link class `kind` (and
+// reduce_gbps: rank 0's own sum) set from `s`, and the raw sample kept under "probed" (for people: the
 // selector reads only the model values). Other entries are kept; text that
 // does not parse is replaced.
 std::string merge_probe(const std::string& text, const std::string& kind, const ProbeSample& s,

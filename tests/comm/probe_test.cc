@@ -122,6 +122,23 @@ TEST(Probe, MergedFileParsesToTheCalibratedFiguresAndKeepsOtherEntries) {
   EXPECT_EQ(f.size(), 3u) << fresh;  // shm, reduce_gbps, probed
 }
 
+// The link between hosts is its own class: a file without it prices it as
+// its "tcp" (as files from before the class did); a probe of it sets it
+// alone, calibrated against TCP's reference, and leaves "tcp" as it was.
+TEST(Probe, TheNetClassFallsBackToTcpUntilItIsProbed) {
+  const CostParams old = parse_cost_params(R"({"tcp":{"alpha_us":33,"gbps":1.5}})", "old");
+  EXPECT_DOUBLE_EQ(old.net.alpha_s, 33e-6);
+  EXPECT_DOUBLE_EQ(old.net.beta_s_per_b, old.tcp.beta_s_per_b);
+  ProbeSample s = reference_probe("net");
+  s.gbps /= 2;
+  const std::string text = merge_probe(R"({"tcp":{"alpha_us":33,"gbps":1.5}})", "net", s, "node0");
+  const CostParams p = parse_cost_params(text, "merged");
+  EXPECT_DOUBLE_EQ(p.tcp.alpha_s, 33e-6);
+  EXPECT_DOUBLE_EQ(p.net.alpha_s, CostParams{}.net.alpha_s);
+  EXPECT_DOUBLE_EQ(p.net.beta_s_per_b, CostParams{}.net.beta_s_per_b * 2);
+  EXPECT_EQ(nlohmann::json::parse(text)["probed"]["net"]["host"], "node0");
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
   std::ostringstream os;

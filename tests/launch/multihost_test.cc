@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "support/host_launch.h"
 #include "support/multiproc.h"
 #include "support/test_hosts.h"
 #include "support/tool.h"
@@ -31,49 +32,9 @@ using braid::testing::HostJob;
 using braid::testing::TestHosts;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kPort = 29500;  // on 198.18.0.1, inside host 0's own network
-
-
-struct Launched {
-  std::vector<int> status;       // per node: exit status, -1 when killed at the deadline
-  std::vector<std::string> out;  // per node: the launcher's output (ranks' lines prefixed)
-  double seconds = 0;
-};
-
-// One launcher per host, all at once, `program` run by each of their
-// `per_host` ranks; every launcher ends (or is killed) within `limit`.
-std::vector<HostJob> start_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
-                                    const std::string& dir, int timeout_s = 60) {
-  const std::string secret = "multihost-test-" + std::to_string(::getpid());
-  std::vector<HostJob> jobs;
-  for (int r = 0; r < hosts.size(); ++r) {
-    const std::string cmd = "export BRAID_SECRET=" + secret + " BRAID_PROBE=0 BRAID_TIMEOUT=" +
-                            std::to_string(timeout_s) + "; exec " + braid_bin() + " run -n " +
-                            std::to_string(per_host) + " --nnodes " + std::to_string(hosts.size()) +
-                            " --node-rank " + std::to_string(r) + " --master " +
-                            hosts.address(0) + ":" + std::to_string(kPort) + " -- " + program;
-    jobs.push_back(hosts.start(r, cmd, dir + "/node" + std::to_string(r) + ".out"));
-  }
-  return jobs;
-}
-
-Launched launch_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
-                         const std::string& dir, std::chrono::seconds limit) {
-  const auto t0 = Clock::now();
-  std::vector<HostJob> jobs = start_on_hosts(hosts, per_host, program, dir);
-  Launched l;
-  for (auto& j : jobs) l.status.push_back(j.wait(t0 + limit));
-  for (auto& j : jobs) l.out.push_back(j.output());
-  l.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return l;
-}
-
-std::string both(const Launched& l) {
-  std::string s;
-  for (size_t i = 0; i < l.out.size(); ++i)
-    s += "--- node " + std::to_string(i) + " (status " + std::to_string(l.status[i]) + ")\n" + l.out[i];
-  return s;
-}
+using braid::testing::HostLaunch;
+using braid::testing::launch_on_hosts;
+using braid::testing::start_on_hosts;
 
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                        "reduce",     "all_to_all", "gather",         "scatter"};
@@ -88,8 +49,8 @@ void bench_across_hosts(int per_host) {
   const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " + braid_bin() +
                               " bench --op all -b 8 -e 256K -f 8 --iters 2 --warmup 1'";
   const uint64_t rx0 = hosts->rx_bytes(1);
-  Launched l = launch_on_hosts(*hosts, per_host, program, dir, std::chrono::seconds(90));
-  const std::string all = both(l);
+  HostLaunch l = launch_on_hosts(*hosts, per_host, program, dir, std::chrono::seconds(90));
+  const std::string all = l.all();
   const uint64_t rx = hosts->rx_bytes(1) - rx0;
   std::printf("2 hosts x %d ranks: %.1f s, %llu bytes into node1\n", per_host, l.seconds,
               (unsigned long long)rx);
@@ -134,8 +95,8 @@ TEST(MultiHost, DataParallelTrainingEqualsOneProcess) {
       << one_out;
   const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " + train +
                               " --json-log " + dir + "/dp.jsonl --checkpoint " + dir + "/dp.ckpt'";
-  Launched l = launch_on_hosts(*hosts, 1, program, dir, std::chrono::seconds(90));
-  const std::string all = both(l);
+  HostLaunch l = launch_on_hosts(*hosts, 1, program, dir, std::chrono::seconds(90));
+  const std::string all = l.all();
   std::printf("2 hosts x 1 rank, train mlp: %.1f s\n", l.seconds);
   ASSERT_EQ(l.status[0], 0) << all;
   ASSERT_EQ(l.status[1], 0) << all;
@@ -169,8 +130,8 @@ std::string expect_equal_across_hosts(const TestHosts& hosts, int per_host, cons
   const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " + train + " " +
                               flags + " --json-log " + dir + "/mp.jsonl --checkpoint " + dir +
                               "/mp.ckpt'";
-  Launched l = launch_on_hosts(hosts, per_host, program, dir, std::chrono::seconds(120));
-  const std::string all = both(l);
+  HostLaunch l = launch_on_hosts(hosts, per_host, program, dir, std::chrono::seconds(120));
+  const std::string all = l.all();
   std::printf("%d hosts x %d ranks, %s: %.1f s\n", hosts.size(), per_host, flags.c_str(), l.seconds);
   for (int i = 0; i < hosts.size(); ++i) EXPECT_EQ(l.status[size_t(i)], 0) << all;
   for (int g = 0; g < hosts.size() * per_host; ++g) {
@@ -247,8 +208,8 @@ TEST(MultiHost, ParameterServerAcrossHostsEqualsDataParallel) {
     const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " +
                                 braid_bin() + " ps train" + mlp + " " + c.flags + " --json-log " +
                                 dir + "/ps.jsonl --checkpoint " + dir + "/ps.ckpt'";
-    Launched l = launch_on_hosts(*hosts, 2, program, dir, std::chrono::seconds(120));
-    const std::string all = both(l);
+    HostLaunch l = launch_on_hosts(*hosts, 2, program, dir, std::chrono::seconds(120));
+    const std::string all = l.all();
     std::printf("2 hosts x 2 ranks, ps train %s: %.1f s\n", c.flags.c_str(), l.seconds);
     ASSERT_EQ(l.status[0], 0) << c.flags << "\n" << all;
     ASSERT_EQ(l.status[1], 0) << c.flags << "\n" << all;

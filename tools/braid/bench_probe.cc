@@ -1,52 +1,50 @@
 // braid bench --probe: the link measurement behind the cost model's cache.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "braid/comm.h"
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/plan_probe.h"
 #include "braid/tuning.h"
+#include "link_probe.h"
 #include "subcommands.h"
 
 namespace braid::tool {
 
-// Measures the link between ranks 0 and 1 (the transport this job uses),
-// as a communicator does at creation when the cache lacks it, and merges
-// the calibrated figures into the tuning file (comm/setup/probe.h).
+// Measures each link class rank 0 has (shared memory or TCP to a rank of
+// its host, TCP to a rank on another host: its lowest peer of each), as a
+// communicator does at creation when the cache lacks one, and merges the
+// calibrated figures into the tuning file (comm/setup/probe.h).
 int bench_probe(Communicator& comm, const std::string& probe_out) {
   if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
-  const int r = comm.rank();
-  const std::string kind = comm.transport_to(r == 0 ? 1 : 0);
-  comm.barrier();
-  comm::ProbeSample s{};
-  if (r < 2) {
-    const int other = 1 - r;
-    s = comm::probe_link(
-        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
-        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
-  }
-  comm.barrier();
-  if (r != 0) return 0;
+  const std::vector<ClassProbe> probes = probe_each_class(comm);
+  if (comm.rank() != 0) return 0;
   std::string path = probe_out.empty() ? comm::default_tuning_path() : probe_out;
   if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
-  if (s.core_share < comm::kMinCoreShare)
-    throw Error(Errc::kInvalidArgument,
-                "--probe: the ranks had " + std::to_string(s.core_share) +
-                    " of a core each (other work is running), so the figures would describe "
-                    "that load, not the machine; " + path + " not written");
+  std::string text = comm::read_tuning_file(path);
+  for (const auto& [kind, peer, s] : probes) {
+    if (s.core_share < comm::kMinCoreShare)
+      throw Error(Errc::kInvalidArgument,
+                  "--probe: the ranks of the " + kind + " link had " +
+                      std::to_string(s.core_share) +
+                      " of a core each (other work is running), so the figures would describe "
+                      "that load, not the machine; " + path + " not written");
+    text = comm::merge_probe(text, kind, s, hostname());
+  }
   // And the device: one core's GEMM rate by size, for the planner's
   // this-machine preset (braid/plan_probe.h), while the other ranks wait.
   const std::vector<plan::GemmSample> gemm = plan::probe_gemm();
-  comm::write_tuning(path, plan::merge_gemm_probe(
-                               comm::merge_probe(comm::read_tuning_file(path), kind, s, hostname()),
-                               gemm));
-  const comm::LinkCost l = comm::calibrate_link(kind, s);
-  std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
-              "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
-              kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
-              l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
-              path.c_str());
+  comm::write_tuning(path, plan::merge_gemm_probe(text, gemm));
+  for (const auto& [kind, peer, s] : probes) {
+    const comm::LinkCost l = comm::calibrate_link(kind, s);
+    std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
+                "model %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s -> %s\n",
+                kind.c_str(), s.alpha_s * 1e6, s.gbps, s.reduce_gbps, s.core_share, kind.c_str(),
+                l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
+                path.c_str());
+  }
   std::printf("gemm f32, one thread:");
   for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
   std::printf(" (32 to 1024 square) -> %s\n", path.c_str());

@@ -4,7 +4,10 @@
 // is non-zero when any check is kFail (a job would fail or run far below
 // speed). Sections: doctor_host.cc (cores, shm, ptrace, open_files,
 // network), doctor_compute.cc (blas, openmp, thread_env), doctor_links.cc
-// (tuning, all_reduce).
+// (tuning, all_reduce). Started as the ranks of a job (braid run --nnodes,
+// srun, mpirun), doctor_job.cc runs the host sections once per host and
+// measures the job's links (links, job_all_reduce) in place of the 2-rank
+// all_reduce.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace braid::tool::doctor {
 
@@ -51,5 +55,17 @@ Check check_thread_env(const Options& o);
 
 Check check_tuning(const Options& o);
 Check check_all_reduce(const Options& o);
+
+// Every section above but the all_reduce, in report order.
+std::vector<Check> host_checks(const Options& o);
+int count(const std::vector<Check>& checks, Verdict v);
+nlohmann::json checks_json(const std::vector<Check>& checks);  // section → status, summary, fix, data
+void print_checks(const std::vector<Check>& checks);
+void print_totals(int fails, int warns);
+
+// braid doctor as one rank of a launched job of 2+ ranks (doctor_job.cc):
+// collective. Rank 0 prints every host's report and the links; every rank
+// returns the exit status (1 when any host or the links failed).
+int doctor_job(const Options& o, bool json);
 
 }  // namespace braid::tool::doctor

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "braid/env.h"
+#include "braid/job.h"
 #include "doctor.h"
 #include "sizes.h"
 #include "subcommands.h"
@@ -31,6 +32,40 @@ void add_finding(Check& c, Verdict v, const std::string& what, const std::string
   if (v > c.verdict) c.verdict = v;
   if (!what.empty()) c.summary += (c.summary.empty() ? "" : "; ") + what;
   if (!fix.empty()) c.fix += (c.fix.empty() ? "" : "; ") + fix;
+}
+
+std::vector<Check> host_checks(const Options& o) {
+  std::vector<Check> checks;
+  for (auto check : {check_cores, check_shm, check_blas, check_openmp, check_thread_env,
+                     check_ptrace, check_open_files, check_network, check_tuning})
+    checks.push_back(check(o));
+  return checks;
+}
+
+int count(const std::vector<Check>& checks, Verdict v) {
+  int n = 0;
+  for (const Check& c : checks) n += c.verdict == v;
+  return n;
+}
+
+nlohmann::json checks_json(const std::vector<Check>& checks) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Check& c : checks)
+    out[c.section] = {{"status", verdict_name(c.verdict)}, {"summary", c.summary},
+                      {"fix", c.fix}, {"data", c.data}};
+  return out;
+}
+
+void print_checks(const std::vector<Check>& checks) {
+  for (const Check& c : checks) {
+    std::printf("%-5s %-11s %s\n", verdict_name(c.verdict), c.section.c_str(), c.summary.c_str());
+    if (!c.fix.empty()) std::printf("%-17s fix: %s\n", "", c.fix.c_str());
+  }
+}
+
+void print_totals(int fails, int warns) {
+  std::printf("%d failure%s, %d warning%s%s\n", fails, fails == 1 ? "" : "s", warns,
+              warns == 1 ? "" : "s", fails ? ": a job here would fail or run far below speed" : "");
 }
 
 }  // namespace doctor
@@ -58,35 +93,25 @@ int doctor_main(int argc, char** argv) {
   if (!shm_size.empty()) o.shm_size = parse_size(shm_size, "--shm-size");
   o.all_reduce = !no_all_reduce;
 
+  // Started by a launcher with other ranks: the job's hosts and links.
+  if (launched_job().size > 1) return doctor_job(o, json);
+
   // The all_reduce last: it is the slow one, and it runs the transport
   // the sections above judge.
-  std::vector<Check> checks;
-  for (auto check : {check_cores, check_shm, check_blas, check_openmp, check_thread_env,
-                     check_ptrace, check_open_files, check_network, check_tuning, check_all_reduce})
-    checks.push_back(check(o));
+  std::vector<Check> checks = host_checks(o);
+  checks.push_back(check_all_reduce(o));
 
-  int fails = 0, warns = 0;
-  for (auto& c : checks) {
-    fails += c.verdict == Verdict::kFail;
-    warns += c.verdict == Verdict::kWarn;
-  }
+  const int fails = count(checks, Verdict::kFail), warns = count(checks, Verdict::kWarn);
   if (json) {
     nlohmann::json out = {{"host", hostname()}, {"ranks", o.ranks}, {"failures", fails},
                           {"warnings", warns}, {"ok", fails == 0}};
-    for (auto& c : checks)
-      out["checks"][c.section] = {{"status", verdict_name(c.verdict)}, {"summary", c.summary},
-                                  {"fix", c.fix}, {"data", c.data}};
+    out["checks"] = checks_json(checks);
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("braid doctor: %s, judged for a job of %d rank%s on this host\n", hostname().c_str(),
                 o.ranks, o.ranks > 1 ? "s" : "");
-    for (auto& c : checks) {
-      std::printf("%-5s %-11s %s\n", verdict_name(c.verdict), c.section.c_str(), c.summary.c_str());
-      if (!c.fix.empty()) std::printf("%-17s fix: %s\n", "", c.fix.c_str());
-    }
-    std::printf("%d failure%s, %d warning%s%s\n", fails, fails == 1 ? "" : "s", warns,
-                warns == 1 ? "" : "s",
-                fails ? ": a job here would fail or run far below speed" : "");
+    print_checks(checks);
+    print_totals(fails, warns);
   }
   std::fflush(stdout);
   return fails ? 1 : 0;

@@ -74,6 +74,8 @@ CostParams parse_cost_params(const std::string& text, const std::string& from) {
     };
     link("shm", p.shm);
     link("tcp", p.tcp);
+    p.net = p.tcp;
+    link("net", p.net);
     if (j.contains("reduce_gbps")) p.gamma_s_per_b = 1.0 / (j["reduce_gbps"].get<double>() * 1e9);
   } catch (const nlohmann::json::exception& e) {
     throw Error(Errc::kInvalidArgument, "BRAID_TUNING " + from + ": " + e.what());
@@ -263,7 +265,7 @@ CollectivePrice price_collective(const std::string& collective, size_t bytes, co
   const CollOp op = collective == "send" ? CollOp::kSend : parse_coll_op(collective);
   CostParams p;
   p.shm = g.inner;
-  p.tcp = g.outer;
+  p.tcp = p.net = g.outer;
   p.gamma_s_per_b = g.gamma_s_per_b;
   const bool spans = g.hosts > 1;
   const Selector model(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores);

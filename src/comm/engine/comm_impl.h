@@ -152,6 +152,10 @@ class CommImpl {
   std::string flight_record() const;
   std::string last_algorithm() const { return fr_.last_algo(); }
   std::string transport_to(int peer) const { return tp_->kind_to(peer); }
+  // The cost model's class of the link to `peer` (tuning.h's CostParams):
+  // "self", "shm", "tcp" (to a rank on this host) or "net" (another host).
+  std::string link_class_to(int peer) const;
+  const std::string& host_of(int peer) const { return hosts_.at(size_t(peer)); }
   std::chrono::milliseconds timeout() const { return timeout_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
   // Ring order used by ring algorithms (ranks of one host contiguous, or

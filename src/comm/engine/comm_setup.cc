@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "braid/env.h"
 #include "braid/log.h"
@@ -27,9 +28,18 @@ std::string CommImpl::agree_cost_text(Store& pstore) const {
   return pstore.get_str("cost");  // parsed by make_selector
 }
 
+std::string CommImpl::link_class_to(int peer) const {
+  const std::string kind = tp_->kind_to(peer);
+  if (kind != "tcp") return kind;
+  return hosts_.at(size_t(peer)) == hosts_.at(size_t(rank_)) ? "tcp" : "net";
+}
+
 void CommImpl::make_selector(int nhosts, int max_local, bool any_tcp, bool all_shm, int cores) {
-  selector_ = std::make_unique<Selector>(size_, any_tcp, parse_cost_params(cost_text_, "of rank 0"),
-                                         nhosts, max_local, all_shm, cores);
+  CostParams p = parse_cost_params(cost_text_, "of rank 0");
+  // TCP hops between hosts cost what the link between hosts costs (the
+  // probe's "net" class), not loopback's.
+  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1) p.tcp = p.net;
+  selector_ = std::make_unique<Selector>(size_, any_tcp, p, nhosts, max_local, all_shm, cores);
   selector_->load_env_overrides();
   last_choice_ = LastChoice{};
 }
@@ -38,10 +48,10 @@ bool CommImpl::probe_links(Store& pstore, int max_local, int cores) {
   if (size_ < 2) return false;
   std::vector<ProbeLink> plan;
   if (rank_ == 0) {
-    std::vector<ProbeLink> kinds;  // rank 0's lowest peer over each transport
-    for (const char* k : {"shm", "tcp"})
+    std::vector<ProbeLink> kinds;  // rank 0's lowest peer over each link class
+    for (const char* k : {"shm", "tcp", "net"})
       for (int p = 1; p < size_; ++p)
-        if (tp_->kind_to(p) == k) {
+        if (link_class_to(p) == k) {
           kinds.push_back({k, p});
           break;
         }

@@ -134,6 +134,11 @@ std::string Communicator::chosen_algorithm(const std::string& collective, size_t
   return impl_->selector().choose(comm::parse_coll_op(collective), bytes, DType::kF32);
 }
 
+double Communicator::predicted_seconds(const std::string& collective, const std::string& algo,
+                                       size_t bytes) const {
+  return impl_->selector().predict(comm::parse_coll_op(collective), algo, bytes);
+}
+
 std::string Communicator::flight_record() const { return impl_->flight_record(); }
 
 std::string Communicator::last_algorithm() const { return impl_->last_algorithm(); }
@@ -141,6 +146,16 @@ std::string Communicator::last_algorithm() const { return impl_->last_algorithm(
 std::string Communicator::transport_to(int peer) const {
   check_rank(CollOp::kSend, peer, size(), "peer");
   return impl_->transport_to(peer);
+}
+
+std::string Communicator::link_class_to(int peer) const {
+  check_rank(CollOp::kSend, peer, size(), "peer");
+  return impl_->link_class_to(peer);
+}
+
+std::string Communicator::host_of(int peer) const {
+  check_rank(CollOp::kSend, peer, size(), "peer");
+  return impl_->host_of(peer);
 }
 
 // ---- shared memory ------------------------------------------------------------

@@ -80,7 +80,7 @@ ProbeSample reference_probe(const std::string& kind) {
   // runs, since a VM's speed drifts from hour to hour (which is why the
   // scaled values are clamped, and why a probe there lands near, not on,
   // the built-in values).
-  if (kind == "tcp") return ProbeSample{6.5e-6, 4.8, 46.0, 1};
+  if (kind == "tcp" || kind == "net") return ProbeSample{6.5e-6, 4.8, 46.0, 1};
   return ProbeSample{0.37e-6, 31.0, 46.0, 1};
 }
 
@@ -166,7 +166,7 @@ double ratio(double measured, double reference) {
 LinkCost calibrate_link(const std::string& kind, const ProbeSample& s) {
   const CostParams d;
   const ProbeSample ref = reference_probe(kind);
-  LinkCost l = kind == "tcp" ? d.tcp : d.shm;
+  LinkCost l = kind == "net" ? d.net : kind == "tcp" ? d.tcp : d.shm;
   l.alpha_s *= ratio(s.alpha_s, ref.alpha_s);
   l.beta_s_per_b /= ratio(s.gbps, ref.gbps);
   return l;

@@ -12,8 +12,11 @@
 // values (within its noise).
 //
 // A world communicator probes when rank 0 has no cached figures for a
-// transport the job uses (see probe_plan), once per machine: the result
-// goes to the tuning cache, which later jobs read.
+// link class the job uses (see probe_plan), once per machine: the result
+// goes to the tuning cache, which later jobs read. The link between hosts
+// ("net") is probed once per cache, at the first job that spans hosts:
+// where host pairs differ, the first pair's figures stand until
+// `braid bench --probe` runs again.
 #pragma once
 
 #include <functional>
@@ -26,14 +29,12 @@
 namespace braid::comm {
 
 // The probe's figures on the reference VM (2 vCPUs), per
-// transport kind, which the built-in CostParams correspond to.
+// link class ("net" has TCP's), which the built-in CostParams correspond to.
 ProbeSample reference_probe(const std::string& kind);
 
-
-
-
-// Which links a new world communicator should probe: for each transport
-// kind the job uses (peer_of_kind: kind → rank 0's lowest peer over it),
+// Which links a new world communicator should probe: for each link class
+// the job uses ("shm", "tcp" on one host, "net" between hosts;
+// peer_of_kind: class → rank 0's lowest peer over it),
 // those the tuning text has no entry for. Empty when BRAID_TUNING names a
 // file (the user chose the figures), BRAID_PROBE=0, the job has one rank,
 // or a host runs more ranks than it has cores (a sleeping rank's wake-ups
