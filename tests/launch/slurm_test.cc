@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -187,6 +188,54 @@ TEST(Slurm, TheReadmesSbatchScriptRuns) {
   ASSERT_FALSE(log.empty()) << out;
   EXPECT_EQ(log.back()["event"], "done");
   EXPECT_EQ(log.back()["dp"], 4);
+}
+
+// The parameter server's fail-over under srun: with --kill-on-bad-exit=0
+// Slurm leaves the other tasks running when one dies, so a server killed
+// mid-training (--kill-server 1:7; 2 workers, 3 dedicated servers, chains
+// of 2, 5 tasks over the two 2-CPU nodes: --overcommit) is replaced by its chain and the job
+// completes, its weights bit for bit those of the same job with no
+// failure (srun still exits with the killed task's status). With
+// --kill-on-bad-exit=1 the same death ends the whole step.
+TEST(Slurm, ParameterServerFailsOverUnderSrunThatLetsATaskDie) {
+  BRAID_TEST_HOSTS(hosts, 2);
+  BRAID_SLURM(cluster, hosts);
+  const std::string d = cluster.dir();
+  const std::string ps = braid_bin() +
+                         " ps train mlp --steps 12 --batch 60 --threads 1 --quiet --workers 2 "
+                         "--servers 3 --replicas 2 --consistency bsp --ps-timeout 60";
+  auto files = [&](const std::string& tag) {
+    return " --json-log " + d + "/" + tag + ".jsonl --checkpoint " + d + "/" + tag + ".ck";
+  };
+  std::string out;
+  ASSERT_EQ(cluster.run("timeout 120 " + ps + files("ref"), &out), 0) << out;
+  // srun's own status is the worst task's: the killed server's, 128 + 9.
+  ASSERT_EQ(cluster.run("export BRAID_SECRET=slurm-ps-test; timeout 120 srun -N2 -n5 --overcommit "
+                        "--kill-on-bad-exit=0 " + ps + " --kill-server 1:7" + files("k0"),
+                        &out),
+            137)
+      << out << cluster.logs();
+  EXPECT_NE(out.find("task 3: Killed"), std::string::npos) << out;  // server 1: ranks 0, 1 work
+  EXPECT_NE(out.find("done: mlp 12 steps"), std::string::npos) << out;
+  const auto log = braid::testing::read_json_lines(d + "/k0.jsonl");
+  ASSERT_FALSE(log.empty()) << out;
+  const nlohmann::json& done = log.back();
+  EXPECT_EQ(done["event"], "done") << out;
+  EXPECT_EQ(done["steps_taken"], 12) << out;
+  EXPECT_EQ(done["dead_servers"], nlohmann::json::array({1})) << out;
+  ASSERT_EQ(done["failovers"].size(), 1u) << out;
+  EXPECT_EQ(done["failovers"][0]["server"], 1) << out;
+  const auto diffs = braid::testing::weight_diffs(d + "/ref.ck", d + "/k0.ck");
+  EXPECT_FALSE(diffs.empty());
+  for (const auto& [name, diff] : diffs) EXPECT_EQ(diff, 0) << name;
+  // Slurm ending the step at the death: the job fails, naming no success.
+  const int st = cluster.run("export BRAID_SECRET=slurm-ps-test; timeout 120 srun -N2 -n5 "
+                             "--overcommit --kill-on-bad-exit=1 " + ps + " --kill-server 1:7" +
+                                 files("k1"),
+                             &out);
+  EXPECT_NE(st, 0) << out;
+  EXPECT_NE(st, 124) << "the step hung: " << out;
+  EXPECT_EQ(out.find("done: mlp"), std::string::npos) << out;
 }
 
 }  // namespace
