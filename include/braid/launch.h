@@ -82,8 +82,12 @@ struct LaunchOptions {
   // store and BRAID_RESTART_COUNT (and TORCHELASTIC_RESTART_COUNT) = the
   // restart's number, so a program resumes from its newest checkpoint
   // (`braid train --checkpoint` does). Not after the launcher is
-  // interrupted or max_time passes. One node only (nnodes > 1 throws
-  // Error(kInvalidArgument)).
+  // interrupted or max_time passes. Multi-node, every node's launcher
+  // needs the same value: a rank failing on any node stops the ranks of
+  // all, and all of them start again together (they agree through the
+  // job's store, src/launch/node_link.h); a node that lost the store (its
+  // link cut) does not restart, and the others then fail at the
+  // rendezvous within `timeout`, naming it.
   int max_restarts = 0;
 };
 

@@ -73,7 +73,8 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
 
   // One run of the job: its store, its supervisor, its ranks. Every
   // attempt gets a fresh store, so no key of a failed attempt is read by
-  // the next.
+  // the next (multi-node: on the same port, node_link.h says how the other
+  // nodes find the new one, and how all of them agree to run again).
   auto run_attempt = [&](int attempt, bool* restartable) -> int {
     // The store: node 0 hosts it; multi-node launchers also use it themselves.
     std::unique_ptr<TcpStoreServer> server;
@@ -103,8 +104,13 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
     std::optional<Supervisor> sup;
     std::unique_ptr<NodeLink> link;
     if (opt.nnodes > 1) {
-      auto store = connect_tcp_store(opt.node_rank == 0 ? "127.0.0.1" : master_host, master_port,
-                                     secret, timeout);
+      std::shared_ptr<Store> store;
+      if (opt.node_rank == 0) {
+        store = connect_tcp_store("127.0.0.1", master_port, secret, timeout);
+        mark_attempt(*store, attempt);
+      } else {
+        store = connect_attempt(master_host, master_port, secret, attempt, timeout);
+      }
       link = std::make_unique<NodeLink>(store, store_addr, opt.nnodes, opt.node_rank, n, timeout);
       link->rendezvous();
     }
@@ -134,8 +140,9 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
       sup->on_stop([&link, node](const StopCause& c) {
         if (c.kind == StopCause::kRankFailed) link->report_failure(c.status, c.what);
         if (c.kind == StopCause::kSignal)
-          link->report_failure(c.status, "the launcher on " + node + " " + c.what);
-        if (c.kind == StopCause::kTimeLimit) link->report_failure(c.status, node + " " + c.what);
+          link->report_failure(c.status, "the launcher on " + node + " " + c.what, false);
+        if (c.kind == StopCause::kTimeLimit)
+          link->report_failure(c.status, node + " " + c.what, false);
       });
       link->watch([&sup](int status, std::string what) { sup->stop_remote(status, what); });
     }
@@ -180,15 +187,14 @@ int launch_local(int n, const std::vector<std::string>& argv, const LaunchOption
         write_all_fd(2, line.data(), line.size());
         status = other;
       }
+      // Every node decides from the job's first failure, so all run again
+      // or none does.
+      *restartable = link->restart_wanted() && !sup->interrupted();
     }
     return status;
   };
 
   BRAID_CHECK_ARG(opt.max_restarts >= 0, tool + ": --max-restarts must be at least 0");
-  BRAID_CHECK_ARG(opt.max_restarts == 0 || opt.nnodes == 1,
-                  tool + ": --max-restarts restarts the ranks of one node; a job of " +
-                      std::to_string(opt.nnodes) + " nodes cannot restart yet (run it with "
-                      "--nnodes 1, or restart it by hand with --resume)");
   for (int attempt = 0;; ++attempt) {
     bool restartable = false;
     const int status = run_attempt(attempt, &restartable);

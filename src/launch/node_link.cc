@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/log.h"
@@ -79,11 +82,13 @@ std::string NodeLink::describe(int node) const {
   return d;
 }
 
-void NodeLink::report_failure(int status, const std::string& description) {
+void NodeLink::report_failure(int status, const std::string& description, bool rank_failed) {
   if (store_lost_.load()) return;
   std::string v = std::to_string(status) + "|" + std::to_string(node_rank_) + "|" + description;
   try {
-    store_->compare_set(key("failed"), {}, Bytes(v.begin(), v.end()));
+    const Bytes mine(v.begin(), v.end());
+    if (store_->compare_set(key("failed"), {}, mine) == mine)
+      store_->set_str(key("failed_kind"), rank_failed ? "rank" : "launcher");
   } catch (const Error& e) {
     BRAID_LOG(kWarn, "could not tell the other nodes about the failure: " << e.what());
   }
@@ -138,6 +143,13 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
   if (watcher_.joinable()) watcher_.join();
   if (store_lost_.load()) return 0;
   try {
+    // The job's first failure, read while the store is sure to be up (node
+    // 0 keeps it until this node's exit is in). Its kind follows it within
+    // moments (report_failure).
+    if (store_->check(key("failed"))) {
+      store_->wait({key("failed_kind")}, std::chrono::seconds(5));
+      restart_wanted_ = store_->get_str(key("failed_kind")) == "rank";
+    }
     store_->set_str(key("exit/" + std::to_string(node_rank_)), std::to_string(status));
   } catch (const Error& e) {
     if (node_rank_ == 0) throw;
@@ -194,6 +206,38 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
     }
   }
   return other;
+}
+
+void mark_attempt(Store& store, int attempt) {
+  store.set_str("braid/launch/attempt", std::to_string(attempt));
+}
+
+std::shared_ptr<Store> connect_attempt(const std::string& host, int port, const std::string& secret,
+                                       int attempt, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string want = std::to_string(attempt);
+  std::string seen = "none";
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    try {
+      auto store = connect_tcp_store(host, port, secret, left);
+      store->wait({"braid/launch/attempt"}, std::min(left, std::chrono::milliseconds(2000)));
+      seen = store->get_str("braid/launch/attempt");
+      if (seen == want) return store;
+    } catch (const Error& e) {
+      // A store closing under us, or not yet made: try again; a wrong
+      // secret will not mend.
+      if (e.code() == Errc::kAuth) throw;
+      seen = e.what();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  throw Error(Errc::kTimeout, "the job's store at " + host + ":" + std::to_string(port) +
+                                  " did not start attempt " + want + " within " +
+                                  std::to_string(timeout.count() / 1000) + " s (last: " +
+                                  seen + ")");
 }
 
 }  // namespace braid::launch

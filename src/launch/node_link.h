@@ -3,10 +3,20 @@
 // once), tell each other about the first failed rank so every node stops its
 // ranks, and node 0 keeps the store up until every node has finished.
 //
-// Keys (all under "braid/launch/"): node/<i> (claim: host and pid),
-// nproc/<i>, failed ("<status>|<node>|<description>"), exit/<i>, beat/<i>
-// (a counter every node but 0 raises while its ranks run, so node 0 can
-// tell a node that is still working from one it can no longer hear).
+// Keys (all under "braid/launch/"): attempt (set by node 0 when it makes
+// the store: which run of a restarting job, --max-restarts, the store is
+// for), node/<i> (claim: host and pid), nproc/<i>, failed
+// ("<status>|<node>|<description>"), failed_kind ("rank": a rank failed,
+// which a restart may mend; "launcher": a signal, a time limit), exit/<i>,
+// beat/<i> (a counter every node but 0 raises while its ranks run, so node
+// 0 can tell a node that is still working from one it can no longer hear).
+//
+// Restarts. Node 0 makes a fresh store for every attempt, on the same
+// port; another node connects with connect_attempt, which waits until the
+// store it reaches is the one for its attempt (the previous one may still
+// be closing). Every node reads the job's first failure before it posts
+// its exit (node 0 keeps the store until every exit is in), so all of them
+// decide alike whether to run again (restart_wanted).
 //
 // Nothing waits for an unreachable node for ever: a node whose store has
 // not answered for the job's timeout calls the store lost (and names node
@@ -38,7 +48,9 @@ class NodeLink {
   void rendezvous();
 
   // Publishes a local failure (the first one in the job is kept).
-  void report_failure(int status, const std::string& description);
+  // `rank_failed`: a rank failed (a restart may mend it), not the launcher
+  // (a signal, a time limit).
+  void report_failure(int status, const std::string& description, bool rank_failed = true);
 
   // Starts a thread that calls on_failure(status, description) once, when
   // another node reports a failure or the store goes away or stops
@@ -56,6 +68,11 @@ class NodeLink {
   // description in *what.
   int finish(int status, const std::function<bool()>& stop, std::string* what);
 
+  // After finish(): whether the job's first failure was a rank's (so a
+  // --max-restarts job runs again); false without a failure, or when this
+  // node lost the store. The same on every node that reached the store.
+  bool restart_wanted() const { return restart_wanted_; }
+
  private:
   std::string key(const std::string& k) const { return "braid/launch/" + k; }
   // "node 1 (node1 pid 42)", from its claim.
@@ -67,8 +84,18 @@ class NodeLink {
   std::chrono::milliseconds timeout_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> store_lost_{false};
+  bool restart_wanted_ = false;
   std::vector<std::string> claims_;  // node/<i> of every node, after rendezvous
   std::thread watcher_;
 };
+
+// Node 0: records in `store` (just made) that it serves attempt `attempt`.
+void mark_attempt(Store& store, int attempt);
+// Another node: connects to node 0's store at host:port and returns it once
+// it says it serves `attempt`; an earlier attempt's store (still closing)
+// is dropped and the connection tried again. Throws Error(kTimeout) naming
+// the address when no such store answers within `timeout`.
+std::shared_ptr<Store> connect_attempt(const std::string& host, int port, const std::string& secret,
+                                       int attempt, std::chrono::milliseconds timeout);
 
 }  // namespace braid::launch

@@ -4,8 +4,8 @@
 // and finishes; under BRAID_DETERMINISTIC=1 every step's loss and the final
 // weights equal the uninterrupted run's bit for bit. The JSON log keeps both
 // runs, a restart record between them. A job that keeps failing is started
-// 1 + N times and ends with its status; restarting a multi-node job is
-// refused by name.
+// 1 + N times and ends with its status. A job over two test hosts restarts
+// on both together.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "support/host_launch.h"
 #include "support/multiproc.h"
+#include "support/test_hosts.h"
 #include "support/tool.h"
 #include "support/weights.h"
 
@@ -93,13 +95,39 @@ TEST(Restart, AJobThatKeepsFailingRunsOnePlusNTimesAndKeepsItsStatus) {
   EXPECT_EQ(r.out.find("restarting"), std::string::npos) << r.out;
 }
 
-TEST(Restart, RestartingAMultiNodeJobIsRefused) {
-  CommandResult r = run_command("BRAID_SECRET=x " + braid_bin() +
-                                " run -n 1 --nnodes 2 --node-rank 0 --master 127.0.0.1:1 "
-                                "--max-restarts 1 -- true");
-  EXPECT_NE(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("--max-restarts restarts the ranks of one node"), std::string::npos)
-      << r.out;
+// The same job over two test hosts (one rank each), every launcher with
+// --max-restarts 1: rank 1, on node1, dies in step 15; both nodes stop
+// their ranks, meet again at node 0's fresh store, and run on from the
+// step-10 checkpoint to the uninterrupted run's losses and weights.
+TEST(Restart, AMultiNodeJobRestartsOnEveryNodeTogether) {
+  BRAID_TEST_HOSTS(hosts, 2);
+  const std::string dir = braid::testing::temp_dir("restart_hosts");
+  const std::string train = braid_bin() + " train mlp --steps 30 --batch 60 --threads 1 --quiet";
+  const auto ref = braid::testing::launch_on_hosts(
+      *hosts, 1, train + " --json-log " + dir + "/ref.jsonl --checkpoint " + dir + "/ref.ck", dir,
+      std::chrono::seconds(120), "BRAID_DETERMINISTIC=1");
+  ASSERT_EQ(ref.status[0], 0) << ref.all();
+  ASSERT_EQ(ref.status[1], 0) << ref.all();
+  const auto l = braid::testing::launch_on_hosts(
+      *hosts, 1,
+      train + " --json-log " + dir + "/run.jsonl --checkpoint " + dir + "/run.ck --checkpoint-every 10",
+      dir, std::chrono::seconds(180), "BRAID_DETERMINISTIC=1 BRAID_DP_KILL=1:15", "--max-restarts 1");
+  ASSERT_EQ(l.status[0], 0) << l.all();
+  ASSERT_EQ(l.status[1], 0) << l.all();
+  for (int node = 0; node < 2; ++node)
+    EXPECT_EQ(count(l.out[size_t(node)], "restarting the job (restart 1 of 1)"), 1u)
+        << node << "\n" << l.all();
+  const auto a = braid::testing::read_json_lines(dir + "/ref.jsonl");
+  const auto b = braid::testing::read_json_lines(dir + "/run.jsonl");
+  size_t restarts = 0;
+  for (const auto& r : b) restarts += r.value("event", "") == "restart";
+  EXPECT_EQ(restarts, 1u) << l.all();
+  const auto want = losses(a), got = losses(b);
+  ASSERT_EQ(want.size(), 30u);
+  EXPECT_EQ(got, want) << "losses differ from the uninterrupted run's";
+  const auto diffs = braid::testing::weight_diffs(dir + "/ref.ck", dir + "/run.ck");
+  EXPECT_FALSE(diffs.empty());
+  for (const auto& [name, d] : diffs) EXPECT_EQ(d, 0.0) << name;
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ std::string HostLaunch::all() const {
 }
 
 std::vector<HostJob> start_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
-                                    const std::string& dir, int timeout_s, const std::string& env) {
+                                    const std::string& dir, int timeout_s, const std::string& env,
+                                    const std::string& flags) {
   const std::string secret = "multihost-test-" + std::to_string(::getpid());
   std::vector<HostJob> jobs;
   for (int r = 0; r < hosts.size(); ++r) {
@@ -23,16 +24,18 @@ std::vector<HostJob> start_on_hosts(const TestHosts& hosts, int per_host, const 
                             "; exec " + braid_bin() + " run -n " + std::to_string(per_host) +
                             " --nnodes " + std::to_string(hosts.size()) + " --node-rank " +
                             std::to_string(r) + " --master " + hosts.address(0) + ":" +
-                            std::to_string(kHostLaunchPort) + " -- " + program;
+                            std::to_string(kHostLaunchPort) + (flags.empty() ? "" : " " + flags) +
+                            " -- " + program;
     jobs.push_back(hosts.start(r, cmd, dir + "/node" + std::to_string(r) + ".out"));
   }
   return jobs;
 }
 
 HostLaunch launch_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
-                           const std::string& dir, std::chrono::seconds limit, const std::string& env) {
+                           const std::string& dir, std::chrono::seconds limit, const std::string& env,
+                           const std::string& flags) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<HostJob> jobs = start_on_hosts(hosts, per_host, program, dir, 60, env);
+  std::vector<HostJob> jobs = start_on_hosts(hosts, per_host, program, dir, 60, env, flags);
   HostLaunch l;
   for (auto& j : jobs) l.status.push_back(j.wait(t0 + limit));
   for (auto& j : jobs) l.out.push_back(j.output());

@@ -3,7 +3,8 @@
 // `program` on its `per_host` ranks, as a user starts a multi-node job by
 // hand. The ranks get BRAID_SECRET, BRAID_PROBE=0 (a test leaves the
 // machine's tuning cache alone) and BRAID_TIMEOUT, then `env` (more
-// "NAME=value" words for `export`, "" for none).
+// "NAME=value" words for `export`, "" for none); `flags` go to every
+// launcher (e.g. "--max-restarts 1").
 #pragma once
 
 #include <chrono>
@@ -27,10 +28,10 @@ struct HostLaunch {
 // Starts the launchers and returns at once; output to DIR/nodeI.out.
 std::vector<HostJob> start_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
                                     const std::string& dir, int timeout_s = 60,
-                                    const std::string& env = "");
+                                    const std::string& env = "", const std::string& flags = "");
 // Starts them and waits for every one to end (or kills it) within `limit`.
 HostLaunch launch_on_hosts(const TestHosts& hosts, int per_host, const std::string& program,
                            const std::string& dir, std::chrono::seconds limit,
-                           const std::string& env = "");
+                           const std::string& env = "", const std::string& flags = "");
 
 }  // namespace braid::testing

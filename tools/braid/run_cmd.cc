@@ -44,8 +44,9 @@ int run_main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--env", env, "K=V to set in every rank (repeatable)");
   app.add_option("--max-restarts", opt.max_restarts,
-                 "when a rank fails, restart the whole job up to N times (one node); the ranks "
-                 "see BRAID_RESTART_COUNT, and `braid train --checkpoint` resumes from it")
+                 "when a rank fails, restart the whole job up to N times (every node: give each "
+                 "the same N); the ranks see BRAID_RESTART_COUNT, and `braid train --checkpoint` "
+                 "resumes from it")
       ->check(CLI::NonNegativeNumber);
   app.prefix_command();
   app.footer("Usage: braid run -n N [options] -- PROGRAM [ARGS...]");
