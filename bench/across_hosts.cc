@@ -7,6 +7,9 @@
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
+//   * first, `braid bench --probe` across two hosts, so that every braid
+//     run prices the link between hosts ("net") as a user's first job
+//     across hosts leaves it;
 //   * braid bench under one `braid run --nnodes H` launcher per host, with
 //     the selector's own choice ("auto") and with each algorithm forced
 //     (BRAID_ALGO=all_reduce:X: ring, hd, rd, direct, hier where it
@@ -58,6 +61,47 @@ struct Config {
 using Row = std::map<int64_t, double>;
 // bytes -> the algorithm braid's rows name (what auto picked).
 std::map<int64_t, std::string> g_picked;
+// The tuning file every braid run reads: this machine's cache with the
+// link between the hosts probed ("net"), as a first job across hosts
+// leaves it.
+std::string g_tuning;
+
+// `braid bench --probe` across two hosts (one rank each) into a copy of
+// this machine's tuning cache; prints what it measured. A probe refused
+// because the ranks shared their cores is tried again (five times).
+void probe_between_hosts(const TestHosts& hosts, const std::string& dir) {
+  g_tuning = dir + "/tuning.json";
+  const std::string cache = braid::testing::run_command(
+      braid::testing::braid_bin() + " doctor --no-all-reduce --json").out;
+  std::string from;
+  try {
+    from = nlohmann::json::parse(cache)["checks"]["tuning"]["data"]["path"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    braid::testing::run_command("cp " + from + " " + g_tuning + " 2>/dev/null || true");
+    std::vector<braid::testing::HostJob> jobs;
+    for (int r = 0; r < 2; ++r)
+      jobs.push_back(hosts.start(
+          r,
+          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120; exec " +
+              braid::testing::braid_bin() + " run -n 1 --nnodes 2 --node-rank " +
+              std::to_string(r) + " --master " + hosts.address(0) + ":" + std::to_string(kPort) +
+              " -- " + braid::testing::braid_bin() + " bench --probe --probe-out " + g_tuning,
+          dir + "/probe" + std::to_string(r) + ".out"));
+    int status = 0;
+    for (auto& j : jobs) status |= j.wait(std::chrono::steady_clock::now() + std::chrono::seconds(120));
+    const std::string out = jobs[0].output();
+    const size_t at = out.find("probe net:");
+    if (status == 0 && at != std::string::npos) {
+      std::printf("# the link between hosts, as braid bench --probe measured it:\n# %s\n\n",
+                  out.substr(at, out.find('\n', out.find("model net:", at)) - at).c_str());
+      return;
+    }
+  }
+  std::printf("# the link between hosts could not be probed (other work shared the cores): "
+              "its figures are the loopback TCP ones\n\n");
+}
 
 Row parse_rows(const std::string& out, bool record_algo = false) {
   Row r;
@@ -85,7 +129,8 @@ Row run_braid(const TestHosts& hosts, const Config& c, const std::string& algo,
                             " bench --op all_reduce -b 4K -e 64M -f 4 --iters 10 --warmup 3 --json";
   std::vector<braid::testing::HostJob> jobs;
   for (int r = 0; r < c.hosts; ++r) {
-    std::string cmd = "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120";
+    std::string cmd = "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120 "
+                      "BRAID_TUNING=" + g_tuning;
     if (algo != "auto") cmd += " BRAID_ALGO=all_reduce:" + algo;
     cmd += "; exec " + braid::testing::braid_bin() + " run -n " + std::to_string(c.per_host) +
            " --nnodes " + std::to_string(c.hosts) + " --node-rank " + std::to_string(r) +
@@ -203,6 +248,7 @@ int main(int argc, char** argv) {
 
   std::printf("# all_reduce across %d namespaced hosts (veth + bridge), busbw GB/s, medians of %d "
               "rounds\n\n", most, rounds);
+  probe_between_hosts(*hosts, dir);
   for (const Config& c : configs) {
     // Each run's name -> per-size busbw samples.
     std::map<std::string, std::map<int64_t, std::vector<double>>> got;
@@ -249,7 +295,7 @@ int main(int argc, char** argv) {
     for (int h = 0; h < 2; ++h)
       jobs.push_back(hosts->start(
           h,
-          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120; exec " +
+          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120 BRAID_TUNING=" + g_tuning + "; exec " +
               braid::testing::braid_bin() + " run -n 1 --nnodes 2 --node-rank " +
               std::to_string(h) + " --master " + hosts->address(0) + ":" + std::to_string(kPort) +
               " -- " + train + " --json-log " + dir + "/dp_across.jsonl",
