@@ -100,6 +100,16 @@ class Tensor {
   std::unique_ptr<void, Free> owned_;
 };
 
+// Tensor storage of this process, in bytes: allocated now, and the most at
+// any moment since the start or the last reset_tensor_peak_bytes() (as
+// torch.cuda.max_memory_allocated counts a device's). It is what a model's
+// weights, gradients, optimizer state and activations take — what the
+// planner's memory model predicts (braid/plan_cost.h) — without the
+// program, the BLAS's buffers or communication rings. Thread-safe.
+size_t tensor_bytes_in_use();
+size_t tensor_peak_bytes();
+void reset_tensor_peak_bytes();
+
 // Throws Error(kInvalidArgument) naming both shapes when a != b.
 void check_same_shape(const Tensor& a, const Tensor& b, const std::string& what);
 

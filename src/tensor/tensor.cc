@@ -1,5 +1,9 @@
 #include "braid/tensor.h"
 
+#include <malloc.h>
+
+#include <atomic>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -25,7 +29,25 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-void Tensor::Free::operator()(void* p) const { std::free(p); }
+namespace {
+std::atomic<size_t> g_in_use{0}, g_peak{0};
+
+void count_alloc(size_t bytes) {
+  const size_t now = g_in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+size_t tensor_bytes_in_use() { return g_in_use.load(std::memory_order_relaxed); }
+size_t tensor_peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
+void reset_tensor_peak_bytes() { g_peak.store(g_in_use.load(std::memory_order_relaxed)); }
+
+void Tensor::Free::operator()(void* p) const {
+  g_in_use.fetch_sub(::malloc_usable_size(p), std::memory_order_relaxed);
+  std::free(p);
+}
 
 namespace {
 void check_dtype(DType t) {
@@ -40,6 +62,7 @@ void* alloc_zeroed(size_t bytes) {
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw Error(Errc::kIo, "out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, rounded);
+  count_alloc(::malloc_usable_size(p));
   return p;
 }
 }  // namespace
