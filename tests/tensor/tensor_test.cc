@@ -108,3 +108,22 @@ TEST(Kernels, ThreadCountIsSettable) {
   EXPECT_EQ(num_threads(), 1);
   EXPECT_THROW(set_num_threads(0), Error);
 }
+
+// The storage counter sees a tensor's buffer come and go, and its peak
+// holds the most there was until reset.
+TEST(TensorBytes, InUseAndPeakFollowAllocationsAndReleases) {
+  const size_t before = braid::tensor_bytes_in_use();
+  braid::reset_tensor_peak_bytes();
+  {
+    braid::Tensor a({1024, 256});  // 1 MiB of f32
+    EXPECT_GE(braid::tensor_bytes_in_use(), before + (1u << 20));
+    braid::Tensor b = a;  // a deep copy: another MiB
+    EXPECT_GE(braid::tensor_bytes_in_use(), before + (2u << 20));
+    b.release();
+    EXPECT_LT(braid::tensor_bytes_in_use(), before + (2u << 20));
+  }
+  EXPECT_EQ(braid::tensor_bytes_in_use(), before);
+  EXPECT_GE(braid::tensor_peak_bytes(), before + (2u << 20));
+  braid::reset_tensor_peak_bytes();
+  EXPECT_EQ(braid::tensor_peak_bytes(), before);
+}
