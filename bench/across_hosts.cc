@@ -16,8 +16,8 @@
 //     applies);
 //   * bench/mpi_bench.c under mpirun across the same hosts (a launch agent
 //     enters the other hosts' namespaces in place of ssh; --mca btl
-//     tcp,self,vader on eth0; yielding when idle where the hosts' ranks
-//     outnumber this machine's cores, which the hosts share), built with
+//     tcp,self,vader on eth0; yielding when idle where a core has more
+//     than one rank), built with
 //     mpicc into BUILD/bench-mpi;
 //   * one TCP stream from node0 to node1 (python3 sockets, 256 MiB), the
 //     wire's own figure;
@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,8 @@ std::map<int64_t, std::string> g_picked;
 // link between the hosts probed ("net"), as a first job across hosts
 // leaves it.
 std::string g_tuning;
+// Each host pinned to one core (main): a host's ranks then share it.
+bool g_pinned = false;
 
 // `braid bench --probe` across two hosts (one rank each) into a copy of
 // this machine's tuning cache; prints what it measured. A probe refused
@@ -149,7 +152,8 @@ Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_benc
   // The test hosts share this machine's cores: where their ranks outnumber
   // them Open MPI must yield when idle, as --oversubscribe makes it on one
   // host (RIVALS.md: busy-polling is thousands of times slower there).
-  const bool shared = c.hosts * c.per_host > int(::sysconf(_SC_NPROCESSORS_ONLN));
+  const bool shared = c.hosts * c.per_host > int(::sysconf(_SC_NPROCESSORS_ONLN)) ||
+                      (g_pinned && c.per_host > 1);
   const std::string yield = shared ? "--mca mpi_yield_when_idle 1 " : "";
   std::string list;
   for (int i = 0; i < c.hosts; ++i)
@@ -244,10 +248,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   hosts->name_hosts(dir);
+  // Each host on a core of its own (host i on CPU i mod the machine's
+  // cores), as separate machines would be, instead of every host's ranks
+  // contending for every core: where two hosts' ranks shared a core, the
+  // same run of one algorithm measured 1 or 2.5 GB/s by where the
+  // scheduler put them. PIN=0 leaves them unpinned.
+  const int ncpu = int(::sysconf(_SC_NPROCESSORS_ONLN));
+  const bool pin = std::getenv("PIN") == nullptr || std::string(std::getenv("PIN")) != "0";
+  g_pinned = pin;
+  if (pin)
+    for (int i = 0; i < hosts->size(); ++i) hosts->set_cpus(i, std::to_string(i % ncpu));
   hosts->write_launch_agent(dir);
 
   std::printf("# all_reduce across %d namespaced hosts (veth + bridge), busbw GB/s, medians of %d "
-              "rounds\n\n", most, rounds);
+              "rounds; %s\n\n", most, rounds,
+              pin ? "host i pinned to CPU i mod the machine's cores" : "hosts unpinned");
   probe_between_hosts(*hosts, dir);
   for (const Config& c : configs) {
     // Each run's name -> per-size busbw samples.

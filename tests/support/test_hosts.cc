@@ -184,8 +184,12 @@ TestHosts::Holder TestHosts::spawn_holder(const std::string& script) {
 std::string TestHosts::port_name(int i) const { return "v" + std::to_string(i) + "p" + tag_; }
 
 std::string TestHosts::enter(int i) const {
-  return "nsenter -t " + std::to_string(hosts_.at(size_t(i)).pid) + " -u -i -m -n --";
+  const Holder& h = hosts_.at(size_t(i));
+  return "nsenter -t " + std::to_string(h.pid) + " -u -i -m -n --" +
+         (h.cpus.empty() ? "" : " taskset -c " + h.cpus);
 }
+
+void TestHosts::set_cpus(int i, const std::string& list) { hosts_.at(size_t(i)).cpus = list; }
 
 int TestHosts::run(int i, const std::string& cmd, std::string* out) const {
   CommandResult r = run_command(enter(i) + " sh -c " + quote(cmd));
@@ -205,7 +209,11 @@ HostJob TestHosts::start(int i, const std::string& cmd, const std::string& out_p
     ::dup2(null, 0);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    exec_argv({"nsenter", "-t", holder, "-u", "-i", "-m", "-n", "--", "sh", "-c", cmd});
+    const std::string& cpus = hosts_.at(size_t(i)).cpus;
+    if (cpus.empty())
+      exec_argv({"nsenter", "-t", holder, "-u", "-i", "-m", "-n", "--", "sh", "-c", cmd});
+    exec_argv({"nsenter", "-t", holder, "-u", "-i", "-m", "-n", "--", "taskset", "-c", cpus, "sh",
+               "-c", cmd});
   }
   ::setpgid(pid, pid);
   return HostJob(pid, out_path);

@@ -72,6 +72,10 @@ class TestHosts {
   // namespace) naming every host at its address, as a cluster's DNS would;
   // the machine's own /etc/hosts is untouched. Throws std::runtime_error.
   void name_hosts(const std::string& dir) const;
+  // From now on every command on host i (run, start, the launch agent)
+  // runs on CPUs `list` only ("0", "1-3"; "" for all), as a real host runs
+  // on its own cores: the hosts otherwise share all of this machine's.
+  void set_cpus(int i, const std::string& list);
   // Writes DIR/agent, an executable that runs `agent HOST CMD...` on test
   // host HOST (entering its namespaces), for mpirun's --mca plm_rsh_agent
   // in place of ssh; returns its path. Throws std::runtime_error.
@@ -82,6 +86,7 @@ class TestHosts {
   struct Holder {
     pid_t pid = -1;
     std::string netns;  // readlink of /proc/PID/ns/net, to find every process in it
+    std::string cpus;   // set_cpus
   };
   Holder spawn_holder(const std::string& script);
   std::string port_name(int i) const;
