@@ -120,7 +120,8 @@ TEST(MultiHost, DataParallelTrainingEqualsOneProcess) {
 // (`per_host` ranks each, with `flags`): both succeed, every step's loss
 // and the final weights agree. Returns the launched run's output.
 std::string expect_equal_across_hosts(const TestHosts& hosts, int per_host, const std::string& train,
-                                      const std::string& flags, const std::string& tag) {
+                                      const std::string& flags, const std::string& tag,
+                                      const std::string& env = "") {
   const std::string dir = braid::testing::temp_dir("multihost_" + tag);
   std::string one_out;
   EXPECT_EQ(hosts.run(0, train + " --json-log " + dir + "/one.jsonl --checkpoint " + dir + "/one.ckpt",
@@ -130,7 +131,7 @@ std::string expect_equal_across_hosts(const TestHosts& hosts, int per_host, cons
   const std::string program = "sh -c 'echo \"rank $BRAID_RANK on $(uname -n)\"; exec " + train + " " +
                               flags + " --json-log " + dir + "/mp.jsonl --checkpoint " + dir +
                               "/mp.ckpt'";
-  HostLaunch l = launch_on_hosts(hosts, per_host, program, dir, std::chrono::seconds(120));
+  HostLaunch l = launch_on_hosts(hosts, per_host, program, dir, std::chrono::seconds(120), env);
   const std::string all = l.all();
   std::printf("%d hosts x %d ranks, %s: %.1f s\n", hosts.size(), per_host, flags.c_str(), l.seconds);
   for (int i = 0; i < hosts.size(); ++i) EXPECT_EQ(l.status[size_t(i)], 0) << all;
@@ -170,6 +171,17 @@ TEST(MultiHost, TensorInsideAHostPipelineAndDataAcrossHosts) {
   expect_equal_across_hosts(*hosts, 2,
                             braid_bin() + " train mlp --steps 6 --batch 60 --threads 1 --quiet",
                             "--tp 2 --pp 2 --micro-batches 2", "mlp_tp2_pp2");
+}
+
+// Data parallel at 2 hosts x 2 ranks with its all_reduces forced onto the
+// hierarchy (a tree in each host over shared memory, the hosts' leaders
+// over the wire; a forced algorithm that cannot run fails the call): equal
+// to one process.
+TEST(MultiHost, DataParallelReducingHierarchicallyEqualsOneProcess) {
+  BRAID_TEST_HOSTS(hosts, 2);
+  expect_equal_across_hosts(*hosts, 2,
+                            braid_bin() + " train mlp --steps 6 --batch 60 --threads 1 --quiet", "",
+                            "mlp_dp4_hier", "BRAID_ALGO=all_reduce:hier");
 }
 
 // Three hosts, one rank each: data parallel training equals one process.
