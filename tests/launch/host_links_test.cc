@@ -8,9 +8,12 @@
 //     each link class, and warns when the model's figures for a class are
 //     far off what the link measures;
 //   * a link that goes down for a few seconds and comes back within the
-//     deadline: the job carries on and ends as the clean run does.
+//     deadline: the job carries on and ends as the clean run does;
+//   * a host whose every process is killed: the other host's launcher
+//     ends within the deadline, naming the lost rank and its host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -198,6 +201,40 @@ TEST(HostLinks, ALinkThatComesBackWithinTheDeadlineLetsTheJobCarryOn) {
   const auto diffs = braid::testing::weight_diffs(dir + "/one.ck", dir + "/dp.ck");
   EXPECT_FALSE(diffs.empty());
   for (const auto& [name, d] : diffs) EXPECT_LE(d, 1e-5) << name;
+}
+
+// Every process on node1 SIGKILLed mid-training (its launcher and its
+// rank): node0's launcher ends within the deadline, naming the rank on
+// node1 that it lost.
+TEST(HostLinks, AHostWhoseProcessesAreAllKilledIsNamed) {
+  BRAID_TEST_HOSTS(hosts, 2);
+  const std::string dir = braid::testing::temp_dir("host_links_killed");
+  const std::string train = braid_bin() +
+                            " train mlp --steps 100000 --batch 60 --threads 1 --quiet --json-log " +
+                            dir + "/dp.jsonl";
+  std::vector<HostJob> jobs = start_on_hosts(*hosts, 1, train, dir, 10);
+  const auto t0 = Clock::now();
+  size_t steps = 0;
+  while (Clock::now() - t0 < std::chrono::seconds(30)) {
+    std::ifstream log(dir + "/dp.jsonl");
+    steps = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
+    if (steps >= 10) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(steps, 10u) << jobs[0].output() << jobs[1].output();
+  EXPECT_GE(hosts->kill_host(1), 2);  // the launcher and its rank at least
+  const auto killed = Clock::now();
+  const int status = jobs[0].wait(killed + std::chrono::seconds(40));
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  const std::string out = jobs[0].output();
+  std::printf("node0 ended %.1f s after node1's processes were killed\n", took);
+  EXPECT_GT(status, 0) << "(-1: still running 40 s later)\n" << out;
+  EXPECT_LT(took, 25.0) << out;
+  // Rank 0 names its lost peer and that peer's host at once; the launcher
+  // then waits out BRAID_TIMEOUT (10 s) for node 1's launcher, and names it.
+  EXPECT_NE(out.find("peer rank 1 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find(" on host node1) reset the connection"), std::string::npos) << out;
+  EXPECT_NE(out.find("node 1 (node1 pid "), std::string::npos) << out;
 }
 
 }  // namespace

@@ -267,6 +267,18 @@ std::string TestHosts::write_launch_agent(const std::string& dir) const {
 
 TestHosts::~TestHosts() { teardown(); }
 
+int TestHosts::kill_host(int i) const {
+  const Holder& h = hosts_.at(size_t(i));
+  int killed = 0;
+  for (int tries = 0; tries < 100; ++tries) {  // forks racing the kill: at most ~2 s
+    auto left = pids_in(h.netns, h.pid);
+    if (left.empty()) break;
+    for (pid_t p : left) killed += ::kill(p, SIGKILL) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return killed;
+}
+
 void TestHosts::teardown() {
   // The links first (deleting one end of a veth deletes both), then every
   // process in each namespace while its holder still pins it, then the

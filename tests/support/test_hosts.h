@@ -66,6 +66,10 @@ class TestHosts {
   HostJob start(int i, const std::string& cmd, const std::string& out_path) const;
   // Bytes host i's eth0 (its link to the bridge) has received so far.
   uint64_t rx_bytes(int i) const;
+  // SIGKILLs every process on host i (all that run in its namespaces but
+  // the holder), as when a machine's processes are all killed at once; its
+  // network stays, so its kernel closes their connections. Returns how many.
+  int kill_host(int i) const;
   // Takes host i's link to the bridge down (or up), at the bridge's end.
   void set_link(int i, bool up) const;
   // Gives every host an /etc/hosts (bind-mounted in its own mount
