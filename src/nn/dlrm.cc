@@ -60,34 +60,69 @@ DlrmConfig dlrm_config_for(const ClickConfig& data, int64_t dim) {
   return c;
 }
 
-Dlrm::Dlrm(std::string name, DlrmConfig cfg, uint64_t seed)
-    : Module(std::move(name)), cfg_(std::move(cfg)), bottom_("bot"), top_("top") {
+void dlrm_table_init(const DlrmConfig& cfg, uint64_t seed, int64_t f, int64_t row_begin,
+                     int64_t row_end, int64_t col_begin, int64_t col_end, float* out) {
+  BRAID_CHECK_ARG(f >= 0 && f < cfg.features(),
+                  "dlrm_table_init: feature " + std::to_string(f) + " outside [0, " +
+                      std::to_string(cfg.features()) + ")");
+  const int64_t rows = cfg.rows[size_t(f)];
+  BRAID_CHECK_ARG(0 <= row_begin && row_begin <= row_end && row_end <= rows && 0 <= col_begin &&
+                      col_begin <= col_end && col_end <= cfg.dim,
+                  "dlrm_table_init: block rows [" + std::to_string(row_begin) + ", " +
+                      std::to_string(row_end) + ") columns [" + std::to_string(col_begin) +
+                      ", " + std::to_string(col_end) + ") outside table " + std::to_string(f) +
+                      " [" + std::to_string(rows) + ", " + std::to_string(cfg.dim) + "]");
+  // The parameter index: the bottom MLP's weights and biases come first.
+  const uint64_t index = uint64_t(2 * (cfg.bottom.size() + 1) + size_t(f));
+  CounterRng rng(counter_hash(seed, kInitTag, index));
+  const float bound = 1.0f / std::sqrt(float(rows));
+  const int64_t w = col_end - col_begin;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    rng.set_counter(uint64_t(r * cfg.dim + col_begin));  // element r·dim + c draws counter it
+    float* o = out + (r - row_begin) * w;
+    for (int64_t c = 0; c < w; ++c) o[c] = (2.0f * rng.uniform() - 1.0f) * bound;
+  }
+}
+
+Dlrm::Dlrm(std::string name, DlrmConfig cfg, uint64_t seed, std::unique_ptr<DlrmTables> tables)
+    : Module(std::move(name)), cfg_(std::move(cfg)), bottom_("bot"), top_("top"),
+      tables_(std::move(tables)) {
   check_config(cfg_);
   build_mlp(bottom_, with_ends(cfg_.dense, cfg_.bottom, cfg_.dim), true);
-  for (int64_t f = 0; f < cfg_.features(); ++f)
-    bags_.push_back(std::make_unique<EmbeddingBag>("emb." + std::to_string(f),
-                                                   cfg_.rows[size_t(f)], cfg_.dim, cfg_.mode));
+  if (!tables_)
+    for (int64_t f = 0; f < cfg_.features(); ++f)
+      bags_.push_back(std::make_unique<EmbeddingBag>("emb." + std::to_string(f),
+                                                     cfg_.rows[size_t(f)], cfg_.dim, cfg_.mode));
   build_mlp(top_, with_ends(cfg_.interaction_width(), cfg_.top, 1), false);
   bottom_.set_input_grad(false);
   ids_.resize(size_t(cfg_.features()));
   e_.resize(size_t(cfg_.features()));
   de_.resize(size_t(cfg_.features()));
 
-  uint64_t index = 0;
-  for (Parameter* p : parameters()) {
-    CounterRng rng(counter_hash(seed, kInitTag, index++));
+  // Parameter indices: bottom MLP, then one per table, then the top MLP,
+  // whether or not the tables are local (dlrm_table_init keys them so).
+  auto init_linear = [&](Parameter* p, uint64_t index) {
+    // Linear weight [out, in]: N(0, 2/(in+out)); bias [out]: N(0, 1/out).
+    CounterRng rng(counter_hash(seed, kInitTag, index));
     float* d = p->data.f32();
     const Shape& s = p->data.shape();
-    if (p->name.rfind("emb.", 0) == 0) {
-      const float bound = 1.0f / std::sqrt(float(s[0]));
-      for (int64_t i = 0; i < p->size(); ++i) d[i] = (2.0f * rng.uniform() - 1.0f) * bound;
-    } else {
-      // Linear weight [out, in]: N(0, 2/(in+out)); bias [out]: N(0, 1/out).
-      const float std = s.size() == 2 ? std::sqrt(2.0f / float(s[0] + s[1]))
-                                      : std::sqrt(1.0f / float(s[0]));
-      for (int64_t i = 0; i < p->size(); ++i) d[i] = rng.normal() * std;
-    }
-  }
+    const float std = s.size() == 2 ? std::sqrt(2.0f / float(s[0] + s[1]))
+                                    : std::sqrt(1.0f / float(s[0]));
+    for (int64_t i = 0; i < p->size(); ++i) d[i] = rng.normal() * std;
+  };
+  uint64_t index = 0;
+  for (Parameter* p : bottom_.parameters()) init_linear(p, index++);
+  for (int64_t f = 0; f < cfg_.features(); ++f, ++index)
+    if (!tables_)
+      dlrm_table_init(cfg_, seed, f, 0, cfg_.rows[size_t(f)], 0, cfg_.dim,
+                      bags_[size_t(f)]->weight().data.f32());
+  for (Parameter* p : top_.parameters()) init_linear(p, index++);
+}
+
+EmbeddingBag& Dlrm::table(int64_t f) {
+  BRAID_CHECK_ARG(!tables_, "dlrm " + name_ + ": the tables are not local EmbeddingBags");
+  BRAID_CHECK_ARG(f >= 0 && f < cfg_.features(), "dlrm " + name_ + ": no table " + std::to_string(f));
+  return *bags_[size_t(f)];
 }
 
 const Tensor& Dlrm::forward(const Tensor& x, Context& ctx) {
@@ -115,8 +150,11 @@ const Tensor& Dlrm::forward(const Tensor& x, Context& ctx) {
     }
   }
   z0_ = &bottom_.forward(dense_, ctx);
-  for (int64_t f = 0; f < cfg_.features(); ++f)
-    e_[size_t(f)] = &bags_[size_t(f)]->forward(ids_[size_t(f)], ctx);
+  if (tables_)
+    tables_->forward(ids_, e_, ctx);
+  else
+    for (int64_t f = 0; f < cfg_.features(); ++f)
+      e_[size_t(f)] = &bags_[size_t(f)]->forward(ids_[size_t(f)], ctx);
   interact(B);
   return top_.forward(inter_, ctx);
 }
@@ -195,19 +233,24 @@ const Tensor& Dlrm::backward(const Tensor& dy, Context& ctx) {
   BRAID_CHECK_ARG(z0_ != nullptr, "dlrm " + name_ + ": backward before forward");
   const Tensor& dinter = top_.backward(dy, ctx);
   interact_backward(dinter, dy.dim(0));
-  for (int64_t f = cfg_.features(); f-- > 0;) bags_[size_t(f)]->backward(de_[size_t(f)], ctx);
+  if (tables_)
+    tables_->backward(de_, ctx);
+  else
+    for (int64_t f = cfg_.features(); f-- > 0;) bags_[size_t(f)]->backward(de_[size_t(f)], ctx);
   bottom_.backward(dz0_, ctx);
   return empty_;
 }
 
 void Dlrm::collect_parameters(std::vector<Parameter*>& out) {
   bottom_.collect_parameters(out);
+  if (tables_) tables_->collect_parameters(out);
   for (auto& b : bags_) b->collect_parameters(out);
   top_.collect_parameters(out);
 }
 
 void Dlrm::release_activations() {
   bottom_.release_activations();
+  if (tables_) tables_->release_activations();
   for (auto& b : bags_) b->release_activations();
   top_.release_activations();
   inter_.release();
@@ -219,9 +262,10 @@ void Dlrm::set_dense_table_grads(bool on) {
   for (auto& b : bags_) b->set_dense_grad(on);
 }
 
-std::unique_ptr<Sequential> make_dlrm(const DlrmConfig& cfg, uint64_t seed) {
+std::unique_ptr<Sequential> make_dlrm(const DlrmConfig& cfg, uint64_t seed,
+                                      std::unique_ptr<DlrmTables> tables) {
   auto m = std::make_unique<Sequential>("dlrm");
-  m->emplace<Dlrm>("dlrm", cfg, seed);
+  m->emplace<Dlrm>("dlrm", cfg, seed, std::move(tables));
   m->set_input_grad(false);
   return m;
 }
