@@ -61,7 +61,8 @@ torchrec_note=""
 if python3 -c "import torchrec, fbgemm_gpu" 2>/dev/null; then
   torchrec_note="torchrec imports, but no braid driver for it is written yet: not run"
 else
-  torchrec_note="torchrec / fbgemm-gpu-cpu do not import here ($(python3 -c 'import torchrec' 2>&1 | tail -1)): not run"
+  why=$(python3 -c 'import torchrec, fbgemm_gpu' 2>&1 | tail -1 || true)
+  torchrec_note="torchrec / fbgemm-gpu-cpu do not import here ($why): not run"
 fi
 
 python3 - "$torchrec_note" "${logs[@]}" <<'PY'

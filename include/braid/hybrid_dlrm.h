@@ -94,6 +94,7 @@ class HybridDlrmTrainer {
   std::unique_ptr<nn::Trainer> trainer_;
   std::unique_ptr<Hooks> hooks_;
   double exchange_s_ = 0;
+  std::vector<int64_t> train_batches_;  // every rank's micro-batch size
 };
 
 }  // namespace braid::parallel

@@ -71,6 +71,11 @@ class ShardedTables : public nn::DlrmTables {
   void backward(const std::vector<Tensor>& dpooled, nn::Context& ctx) override;
   void release_activations() override;
 
+  // Every rank's sample count in the forwards to come (one per rank, the
+  // same list on every rank), which spares the exchange asking for them
+  // each time; empty (the default): asked each forward.
+  void set_batches(std::vector<int64_t> per_rank) { batches_ = std::move(per_rank); }
+
   // Forgets the step's row gradients (begin of a step).
   void begin_step();
   // Collective: the row-wise update of every touched row of this rank's
@@ -109,6 +114,7 @@ class ShardedTables : public nn::DlrmTables {
   std::unique_ptr<embed::Exchange> ex_;
   std::vector<Shard> shards_;  // this rank's, in Exchange::owned order
   std::vector<Tensor> out_;    // per feature, [b, dim]
+  std::vector<int64_t> batches_;
   int64_t touched_ = 0;
 };
 

@@ -43,11 +43,18 @@ void Exchange::run(const void* send, const Layout& out, void* recv, const Layout
   seconds_ += now_s() - t0;
 }
 
-void Exchange::send_ids(const std::vector<Tensor>& ids) {
+void Exchange::send_ids(const std::vector<Tensor>& ids, const std::vector<int64_t>& known) {
   const int64_t b = ids.empty() ? 0 : ids.front().dim(0);
-  const double t0 = now_s();
-  comm_->all_gather(&b, batch_.data(), 1, DType::kI64);
-  seconds_ += now_s() - t0;
+  if (known.empty()) {
+    const double t0 = now_s();
+    comm_->all_gather(&b, batch_.data(), 1, DType::kI64);
+    seconds_ += now_s() - t0;
+  } else {
+    BRAID_CHECK_ARG(int(known.size()) == world_ && known[size_t(rank_)] == b,
+                    "sharded embeddings: this rank's batch of " + std::to_string(b) +
+                        " samples is not the one announced for it");
+    batch_ = known;
+  }
   ids_batch_ = layout(false, true);
   ids_owner_ = layout(true, true);
   cols_batch_ = layout(false, false);

@@ -6,8 +6,10 @@
 // r's blocks by feature. Each step's micro-batch, on every rank at once:
 //   send_ids      every rank sends each block owner its ids of the block's
 //                 feature, i32 [b, bag]; the owner reads ids(s, k): rank
-//                 s's ids for its block k (batch(s) rows; the batch sizes
-//                 are all_gathered first, so ranks may hold different b);
+//                 s's ids for its block k (batch(s) rows). Ranks may hold
+//                 different b: the sizes are all_gathered first, unless the
+//                 caller knows them all (`known`, one per rank; this rank's
+//                 must be its b, else Error(kInvalidArgument));
 //   return_pooled the owner has written pooled_out(s, k), [batch(s),
 //                 cols_k], for every (s, k); each batch owner receives
 //                 pooled_in(o, k), [b, cols of o's block k];
@@ -42,7 +44,7 @@ class Exchange {
   int world() const { return world_; }
   const std::vector<Block>& owned(int r) const { return owned_[size_t(r)]; }
 
-  void send_ids(const std::vector<Tensor>& ids);
+  void send_ids(const std::vector<Tensor>& ids, const std::vector<int64_t>& known = {});
   int64_t batch(int s) const { return batch_[size_t(s)]; }
   const int32_t* ids(int s, size_t k) const;
 

@@ -70,6 +70,11 @@ HybridDlrmTrainer::HybridDlrmTrainer(std::shared_ptr<Communicator> comm,
   trainer_ = std::make_unique<nn::Trainer>(*model_, data, opt, schedule, placed(opts, *comm_));
   hooks_ = std::make_unique<Hooks>(*dp_, *tables_);
   trainer_->set_hooks(*hooks_);
+  // Every rank's micro-batch: its contiguous share of the global batch
+  // (nn::Sampler) over accum.
+  const int64_t B = opts.global_batch, w = comm_->size();
+  for (int64_t q = 0; q < w; ++q)
+    train_batches_.push_back(((q + 1) * B / w - q * B / w) / std::max(1, opts.accum));
 }
 
 HybridDlrmTrainer::~HybridDlrmTrainer() = default;
@@ -80,6 +85,7 @@ int64_t HybridDlrmTrainer::mlp_parameters() const {
 
 nn::StepStats HybridDlrmTrainer::step() {
   tables_->take_exchange_seconds();
+  tables_->set_batches(train_batches_);
   nn::StepStats st = trainer_->step();
   exchange_s_ = tables_->take_exchange_seconds();
   return st;
@@ -102,13 +108,20 @@ nn::EvalStats HybridDlrmTrainer::evaluate(const nn::Dataset& data, int64_t batch
                       " batches");
   // The same number of batches on every rank (each forward is collective).
   nn::EvalSums mine;
+  std::vector<int64_t> sizes(static_cast<size_t>(w));
   for (int64_t k = 0; k < batches; ++k) {
+    for (int64_t q = 0; q < w; ++q) {
+      const int64_t lq = (q + 1) * n / w - q * n / w;
+      sizes[size_t(q)] = (k + 1) * lq / batches - k * lq / batches;
+    }
+    tables_->set_batches(sizes);
     const int64_t a = begin + k * local / batches, b = begin + (k + 1) * local / batches;
     nn::EvalSums s = trainer_->eval_sums(data, b - a, a, b);
     mine.loss += s.loss;
     mine.correct += s.correct;
     mine.rows += s.rows;
   }
+  tables_->set_batches({});
   return all_reduce_eval(*comm_, mine);
 }
 

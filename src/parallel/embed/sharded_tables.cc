@@ -107,7 +107,7 @@ void ShardedTables::forward(const std::vector<Tensor>& ids, std::vector<const Te
                         std::to_string(t.i32()[i]) + " outside [0, " +
                         std::to_string(cfg_.rows[size_t(f)]) + ") (−1 is padding)");
   }
-  ex_->send_ids(ids);
+  ex_->send_ids(ids, batches_);
   for (int s = 0; s < ex_->world(); ++s)
     for (size_t k = 0; k < shards_.size(); ++k) pool(s, k);
   ex_->return_pooled();
