@@ -77,12 +77,16 @@ for entry in "${logs[@]}"; do
   python3 "$here/bench/same_losses.py" "${entry#*=}" "$out/hybrid.1.jsonl" --what "$name" >/dev/null
 done
 
+# TorchRec: the Python the other PyTorch benchmarks use (PY), when it has
+# torchrec and fbgemm-gpu-cpu (they need PyTorch 2; Debian 12's is 1.13).
+py=${PY:-/usr/bin/python3}
 torchrec_note=""
-if python3 -c "import torchrec, fbgemm_gpu" 2>/dev/null; then
-  torchrec_note="torchrec imports, but no braid driver for it is written yet: not run"
+if "$py" -c "import torchrec, fbgemm_gpu" 2>/dev/null; then
+  torchrec_note="torchrec imports, but no driver for DistributedModelParallel is written yet: not run"
 else
-  why=$(python3 -c 'import torchrec, fbgemm_gpu' 2>&1 | tail -1 || true)
-  torchrec_note="torchrec / fbgemm-gpu-cpu do not import here ($why): not run"
+  why=$("$py" -c 'import torch; print("torch", torch.__version__); import torchrec, fbgemm_gpu' 2>&1 |
+    tr '\n' ' ' || true)
+  torchrec_note="torchrec / fbgemm-gpu-cpu do not import in $py ($why): not run"
 fi
 
 python3 - "$torchrec_note" "${logs[@]}" <<'PY'

@@ -228,6 +228,7 @@ TEST(TrainDlrmHybrid, BadPlansAreRefusedBeforeAnyRankStarts) {
            {" --rows 200 --dp 2 --clip 1", "--clip"},
            {" --rows 200 --dp 2 --shard diagonal", "--shard"},
            {" --rows 200 --dp 2 --table-optimizer adam", "--table-optimizer"},
+           {" --rows 200 --dp 2 --auto", "use --shard auto"},
        }) {
     auto r = run_command(job + c.args + " 2>&1");
     EXPECT_NE(r.status, 0) << c.args;

@@ -250,6 +250,10 @@ int train_hybrid_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (app.count("--auto") > 0)
+    throw Error(Errc::kInvalidArgument,
+                "--auto plans dp/tp/pp for gpt and mlp; it does not plan sharded tables (use "
+                "--shard auto)");
   const int job = job_world_from_env();
   if (job > 1 && f.dp > 1 && f.dp != job)
     throw Error(Errc::kInvalidArgument, "--dp " + std::to_string(f.dp) +
