@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/data.h"
@@ -69,6 +70,13 @@ DlrmConfig dlrm_config_for(const ClickConfig& data, int64_t dim);
 // feature or block outside the table.
 void dlrm_table_init(const DlrmConfig& cfg, uint64_t seed, int64_t f, int64_t row_begin,
                      int64_t row_end, int64_t col_begin, int64_t col_end, float* out);
+
+// An input row block x [B, input_width] split as Dlrm::forward reads it:
+// the dense features [B, D] and each feature's ids, i32 [B, bag]. Throws
+// Error(kInvalidArgument) naming `who` and the feature for a bad shape or a
+// value that is not an integer id in [−1, 2^24).
+void dlrm_split_input(const DlrmConfig& cfg, const Tensor& x, Tensor& dense,
+                      std::vector<Tensor>& ids, const std::string& who);
 
 // The embedding lookups of a Dlrm. forward gets every feature's ids, i32
 // [B, bag] (−1 padding; in range, checked by Dlrm), and sets pooled[f] to

@@ -86,8 +86,17 @@ class HybridDlrmTrainer {
 
  private:
   class Hooks;
+  // Announces the ids of the micro-batch after (step, micro) to the
+  // tables (ShardedTables::prefetch).
+  void prefetch(int64_t step, int micro);
   std::shared_ptr<Communicator> comm_, table_comm_;
   nn::Optimizer& opt_;
+  nn::Dataset& data_;
+  nn::DlrmConfig cfg_;
+  int accum_ = 1;
+  std::vector<int64_t> next_rows_;
+  Tensor next_x_, next_y_, next_dense_;
+  std::vector<Tensor> next_ids_;
   ShardedTables* tables_ = nullptr;  // owned by model_'s Dlrm
   std::unique_ptr<nn::Sequential> model_;
   std::unique_ptr<DataParallel> dp_;

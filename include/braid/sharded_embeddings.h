@@ -16,7 +16,8 @@
 //      which add the pieces into [b, dim] per feature (row-wise: partial
 //      sums in rank order; column-wise: side by side; table-wise: whole).
 // Backward: the batch owner sends each owner its dL/dpooled columns (one
-// all_to_all_v) and the owner scatters them into the rows its shard holds
+// all_to_all_v, which also carries the next forward's ids when the trainer
+// announced them: prefetch) and the owner scatters them into the rows its shard holds
 // (only the touched rows: a sparse gradient, nn::RowGrads, gathered over
 // the step's micro-batches). apply(lr), in the optimizer step, updates the
 // touched rows with the row-wise optimizer (braid/row_optimizer.h);
@@ -76,6 +77,14 @@ class ShardedTables : public nn::DlrmTables {
   // each time; empty (the default): asked each forward.
   void set_batches(std::vector<int64_t> per_rank) { batches_ = std::move(per_rank); }
 
+  // The ids (per feature, i32 [b, bag]) this rank's NEXT training forward
+  // will look up, given before a backward by every rank or by none: they
+  // travel with that backward's gradients, and that forward sends no ids
+  // (one all_to_all_v fewer; needs set_batches, the same sizes). That
+  // forward checks its ids are these: Error(kInternal) if not. An
+  // evaluation forward (ctx.training false) in between leaves them be.
+  void prefetch(const std::vector<Tensor>& next_ids);
+
   // Forgets the step's row gradients (begin of a step).
   void begin_step();
   // Collective: the row-wise update of every touched row of this rank's
@@ -115,6 +124,9 @@ class ShardedTables : public nn::DlrmTables {
   std::vector<Shard> shards_;  // this rank's, in Exchange::owned order
   std::vector<Tensor> out_;    // per feature, [b, dim]
   std::vector<int64_t> batches_;
+  std::vector<Tensor> next_ids_;                  // to send with the next backward
+  std::vector<std::vector<int32_t>> prefetched_;  // sent, for the next forward
+  bool has_next_ = false, has_prefetched_ = false;
   int64_t touched_ = 0;
 };
 

@@ -125,37 +125,43 @@ EmbeddingBag& Dlrm::table(int64_t f) {
   return *bags_[size_t(f)];
 }
 
-const Tensor& Dlrm::forward(const Tensor& x, Context& ctx) {
-  x.check_shape({-1, cfg_.input_width()}, "dlrm " + name_ + " input");
-  const int64_t B = x.dim(0), D = cfg_.dense, W = cfg_.input_width(), bag = cfg_.bag;
-  dense_.resize({B, D}, DType::kF32);
-  for (auto& t : ids_) t.resize({B, bag}, DType::kI32);
+void dlrm_split_input(const DlrmConfig& cfg, const Tensor& x, Tensor& dense,
+                      std::vector<Tensor>& ids, const std::string& who) {
+  x.check_shape({-1, cfg.input_width()}, who + " input");
+  const int64_t B = x.dim(0), D = cfg.dense, W = cfg.input_width(), bag = cfg.bag;
+  dense.resize({B, D}, DType::kF32);
+  ids.resize(size_t(cfg.features()));
+  for (auto& t : ids) t.resize({B, bag}, DType::kI32);
   const float* xp = x.f32();
-  float* dp = dense_.f32();
+  float* dp = dense.f32();
   for (int64_t b = 0; b < B; ++b) {
     const float* row = xp + b * W;
     for (int64_t d = 0; d < D; ++d) dp[b * D + d] = row[d];
-    for (int64_t f = 0; f < cfg_.features(); ++f) {
-      int32_t* ids = ids_[size_t(f)].i32() + b * bag;
+    for (int64_t f = 0; f < cfg.features(); ++f) {
+      int32_t* out = ids[size_t(f)].i32() + b * bag;
       for (int64_t j = 0; j < bag; ++j) {
         const float v = row[D + f * bag + j];
         // The table checks the range; an id must first be an exact integer.
         if (!(v >= -1.0f && v < float(kMaxRows)) || v != std::floor(v))
-          throw Error(Errc::kInvalidArgument, "dlrm " + name_ + ": feature " + std::to_string(f) +
+          throw Error(Errc::kInvalidArgument, who + ": feature " + std::to_string(f) +
                                                   " of sample " + std::to_string(b) +
                                                   " holds id " + std::to_string(v) +
                                                   ", not an integer id (−1 is padding)");
-        ids[j] = int32_t(v);
+        out[j] = int32_t(v);
       }
     }
   }
+}
+
+const Tensor& Dlrm::forward(const Tensor& x, Context& ctx) {
+  dlrm_split_input(cfg_, x, dense_, ids_, "dlrm " + name_);
   z0_ = &bottom_.forward(dense_, ctx);
   if (tables_)
     tables_->forward(ids_, e_, ctx);
   else
     for (int64_t f = 0; f < cfg_.features(); ++f)
       e_[size_t(f)] = &bags_[size_t(f)]->forward(ids_[size_t(f)], ctx);
-  interact(B);
+  interact(x.dim(0));
   return top_.forward(inter_, ctx);
 }
 

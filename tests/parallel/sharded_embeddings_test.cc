@@ -37,9 +37,9 @@ braid::nn::DlrmConfig config() {
 
 // Feature f's ids of the global batch, [kBatch, kBag]: some padding, one
 // bag of padding only, repeated ids.
-Tensor global_ids(const braid::nn::DlrmConfig& c, int64_t f) {
+Tensor global_ids(const braid::nn::DlrmConfig& c, int64_t f, int64_t draw = 0) {
   Tensor t({kBatch, kBag}, braid::DType::kI32);
-  braid::CounterRng rng(uint64_t(100 + f));
+  braid::CounterRng rng(uint64_t(100 + f + 10 * draw));
   for (int64_t i = 0; i < t.numel(); ++i)
     t.i32()[i] = rng.uniform() < 0.2f ? -1 : int32_t(rng.below(uint64_t(c.rows[size_t(f)])));
   for (int64_t j = 0; j < kBag; ++j) t.i32()[4 * kBag + j] = -1;
@@ -143,6 +143,67 @@ TEST(ShardedEmbeddings, AnIdOutsideItsTableIsRefusedBeforeItIsSent) {
     } catch (const braid::Error& e) {
       EXPECT_NE(std::string(e.what()).find("feature 1 holds id 7 outside [0, 7)"), std::string::npos)
           << e.what();
+    }
+  });
+}
+
+// Ids announced before a backward (prefetch) ride with its gradients; the
+// next training forward then sends none and pools what the plain exchange
+// pools. A forward with other ids than the announced ones is an error.
+TEST(ShardedEmbeddings, PrefetchedIdsPoolAsSentOnes) {
+  braid::testing::expect_all_pass(2, [](int rank, int n, std::shared_ptr<braid::Store> store) {
+    braid::nn::DlrmConfig c = config();
+    c.mode = braid::nn::EmbeddingBag::Mode::kSum;
+    auto comm = braid::testing::make_comm(rank, n, store);
+    braid::parallel::EmbeddingPlanOptions po;
+    po.shard = "row";
+    const auto plan = braid::parallel::plan_embeddings(c, n, po);
+    const int64_t b0 = rank * 8 / n, b1 = (rank + 1) * 8 / n;
+    auto batch = [&](int64_t step) {  // rows [b0, b1) of global batch `step`
+      std::vector<Tensor> ids;
+      for (int64_t f = 0; f < 2; ++f) ids.push_back(rows_of(global_ids(c, f, step), b0, b1));
+      return ids;
+    };
+    std::vector<Tensor> dpooled;
+    for (int64_t f = 0; f < 2; ++f) dpooled.push_back(rows_of(global_dpooled(f, c.dim), b0, b1));
+    // Two steps, with and without the second step's ids announced.
+    std::vector<std::vector<float>> second[2];
+    for (int pre = 0; pre < 2; ++pre) {
+      braid::parallel::ShardedTables t(comm, c, 5, plan, braid::nn::RowOptimizer());
+      t.set_batches({b1 - b0, 8 - (b1 - b0)});
+      braid::nn::Context ctx;
+      std::vector<const Tensor*> pooled(2);
+      t.begin_step();
+      t.forward(batch(0), pooled, ctx);
+      if (pre) t.prefetch(batch(1));
+      t.backward(dpooled, ctx);
+      t.apply(0.5f);
+      if (pre) {
+        // An evaluation forward in between leaves the announced ids be.
+        braid::nn::Context eval;
+        eval.training = false;
+        t.forward(batch(3), pooled, eval);
+      }
+      t.forward(batch(1), pooled, ctx);
+      for (int64_t f = 0; f < 2; ++f)
+        second[pre].emplace_back(pooled[size_t(f)]->f32(),
+                                 pooled[size_t(f)]->f32() + pooled[size_t(f)]->numel());
+    }
+    EXPECT_EQ(second[0], second[1]);
+    // Announced ids that the forward does not bring.
+    braid::parallel::ShardedTables t(comm, c, 5, plan, braid::nn::RowOptimizer());
+    t.set_batches({b1 - b0, 8 - (b1 - b0)});
+    braid::nn::Context ctx;
+    std::vector<const Tensor*> pooled(2);
+    t.forward(batch(0), pooled, ctx);
+    t.prefetch(batch(1));
+    t.backward(dpooled, ctx);
+    try {
+      t.forward(batch(2), pooled, ctx);
+      ADD_FAILURE() << "no error";
+    } catch (const braid::Error& e) {
+      EXPECT_EQ(e.code(), braid::Errc::kInternal);
+      EXPECT_NE(std::string(e.what()).find("not the ones prefetched"), std::string::npos);
     }
   });
 }

@@ -3,6 +3,7 @@
 #include "exchange.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "braid/error.h"
 #include "braid/env.h"
@@ -43,8 +44,7 @@ void Exchange::run(const void* send, const Layout& out, void* recv, const Layout
   seconds_ += now_s() - t0;
 }
 
-void Exchange::send_ids(const std::vector<Tensor>& ids, const std::vector<int64_t>& known) {
-  const int64_t b = ids.empty() ? 0 : ids.front().dim(0);
+void Exchange::set_sizes(int64_t b, const std::vector<int64_t>& known) {
   if (known.empty()) {
     const double t0 = now_s();
     comm_->all_gather(&b, batch_.data(), 1, DType::kI64);
@@ -59,16 +59,29 @@ void Exchange::send_ids(const std::vector<Tensor>& ids, const std::vector<int64_
   ids_owner_ = layout(true, true);
   cols_batch_ = layout(false, false);
   cols_owner_ = layout(true, false);
+  pooled_out_.resize(cols_owner_.total);
+  pooled_in_.resize(cols_batch_.total);
+}
+
+void Exchange::send_ids(const std::vector<Tensor>& ids, const std::vector<int64_t>& known) {
+  set_sizes(ids.empty() ? 0 : ids.front().dim(0), known);
   ids_out_.resize(ids_batch_.total);
   ids_in_.resize(ids_owner_.total);
+  pack_ids(ids, ids_out_.data());
+  run(ids_out_.data(), ids_batch_, ids_in_.data(), ids_owner_, DType::kI32);
+}
+
+// Each owner's blocks' ids, in ids_batch_'s layout.
+void Exchange::pack_ids(const std::vector<Tensor>& ids, int32_t* out) const {
+  const int64_t b = batch_[size_t(rank_)];
   for (int o = 0; o < world_; ++o)
     for (size_t k = 0; k < owned_[size_t(o)].size(); ++k) {
       const Tensor& t = ids[size_t(owned_[size_t(o)][k].f)];
-      std::copy(t.i32(), t.i32() + b * bag_, ids_out_.data() + ids_batch_.at[size_t(o)][k]);
+      BRAID_CHECK_ARG(t.dim(0) == b, "sharded embeddings: prefetched ids of " +
+                                         std::to_string(t.dim(0)) + " samples for a batch of " +
+                                         std::to_string(b));
+      std::copy(t.i32(), t.i32() + b * bag_, out + ids_batch_.at[size_t(o)][k]);
     }
-  run(ids_out_.data(), ids_batch_, ids_in_.data(), ids_owner_, DType::kI32);
-  pooled_out_.resize(cols_owner_.total);
-  pooled_in_.resize(cols_batch_.total);
 }
 
 const int32_t* Exchange::ids(int s, size_t k) const {
@@ -92,10 +105,53 @@ float* Exchange::grad_out(int o, size_t k) {
   return grad_out_.data() + cols_batch_.at[size_t(o)][k];
 }
 
-void Exchange::send_grads() {
+void Exchange::send_grads(const std::vector<Tensor>* next_ids) {
   grad_out_.resize(cols_batch_.total);
   grad_in_.resize(cols_owner_.total);
-  run(grad_out_.data(), cols_batch_, grad_in_.data(), cols_owner_, DType::kF32);
+  if (next_ids == nullptr) {
+    run(grad_out_.data(), cols_batch_, grad_in_.data(), cols_owner_, DType::kF32);
+    return;
+  }
+  // Per peer: its gradient columns, then its next ids, as 4-byte words
+  // (an all_to_all_v moves bytes; nothing is reduced).
+  auto joined = [&](const Layout& a, const Layout& b) {
+    Layout l;
+    for (int p = 0; p < world_; ++p) {
+      l.displs.push_back(l.total);
+      l.counts.push_back(a.counts[size_t(p)] + b.counts[size_t(p)]);
+      l.total += l.counts.back();
+    }
+    return l;
+  };
+  const Layout out = joined(cols_batch_, ids_batch_), in = joined(cols_owner_, ids_owner_);
+  std::vector<int32_t> next(ids_batch_.total);
+  pack_ids(*next_ids, next.data());
+  packed_out_.resize(out.total);
+  packed_in_.resize(in.total);
+  for (int p = 0; p < world_; ++p) {
+    const size_t g = cols_batch_.counts[size_t(p)];
+    std::memcpy(packed_out_.data() + out.displs[size_t(p)],
+                grad_out_.data() + cols_batch_.displs[size_t(p)], g * 4);
+    std::memcpy(packed_out_.data() + out.displs[size_t(p)] + g,
+                next.data() + ids_batch_.displs[size_t(p)], ids_batch_.counts[size_t(p)] * 4);
+  }
+  run(packed_out_.data(), out, packed_in_.data(), in, DType::kI32);
+  ids_next_in_.resize(ids_owner_.total);
+  for (int p = 0; p < world_; ++p) {
+    const size_t g = cols_owner_.counts[size_t(p)];
+    std::memcpy(grad_in_.data() + cols_owner_.displs[size_t(p)],
+                packed_in_.data() + in.displs[size_t(p)], g * 4);
+    std::memcpy(ids_next_in_.data() + ids_owner_.displs[size_t(p)],
+                packed_in_.data() + in.displs[size_t(p)] + g, ids_owner_.counts[size_t(p)] * 4);
+  }
+}
+
+void Exchange::use_prefetched_ids(int64_t b, const std::vector<int64_t>& known) {
+  BRAID_CHECK_ARG(!known.empty(), "sharded embeddings: prefetched ids need known batch sizes");
+  set_sizes(b, known);
+  BRAID_CHECK_ARG(ids_next_in_.size() == ids_owner_.total,
+                  "sharded embeddings: the prefetched ids are for batches of other sizes");
+  ids_in_.swap(ids_next_in_);
 }
 
 const float* Exchange::grad_in(int s, size_t k) const {

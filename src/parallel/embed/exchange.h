@@ -15,7 +15,12 @@
 //                 pooled_in(o, k), [b, cols of o's block k];
 //   send_grads    the batch owner has written grad_out(o, k), its
 //                 dL/dpooled columns of o's block k; the owner receives
-//                 grad_in(s, k), [batch(s), cols_k].
+//                 grad_in(s, k), [batch(s), cols_k]. Given the ids of this
+//                 rank's NEXT forward (same batch sizes), they travel in
+//                 the same all_to_all_v, and use_prefetched_ids() later
+//                 makes them what ids(s, k) reads, in place of a
+//                 send_ids: one collective fewer per micro-batch (the
+//                 pipelining of TorchRec's sparse-distribution trainer).
 // Each is one all_to_all_v on the communicator given (collective, in
 // step on every rank). seconds() is the time spent in them since the last
 // take_seconds().
@@ -53,7 +58,9 @@ class Exchange {
   const float* pooled_in(int o, size_t k) const;
 
   float* grad_out(int o, size_t k);
-  void send_grads();
+  void send_grads(const std::vector<Tensor>* next_ids = nullptr);
+  // b: this rank's batch; known: every rank's (required).
+  void use_prefetched_ids(int64_t b, const std::vector<int64_t>& known);
   const float* grad_in(int s, size_t k) const;
 
   double take_seconds();
@@ -70,6 +77,9 @@ class Exchange {
   // of this rank's; else one [batch(me), width] piece per block of p's.
   // width: the bag (ids) or the block's columns.
   Layout layout(bool owner_side, bool ids) const;
+  // Every rank's batch size (known, else all_gathered) and the layouts
+  // and buffers that follow from them.
+  void set_sizes(int64_t b, const std::vector<int64_t>& known);
   void run(const void* send, const Layout& out, void* recv, const Layout& in, DType t);
 
   std::shared_ptr<Communicator> comm_;
@@ -78,7 +88,8 @@ class Exchange {
   std::vector<std::vector<Block>> owned_;
   std::vector<int64_t> batch_;
   Layout ids_batch_, ids_owner_, cols_batch_, cols_owner_;
-  std::vector<int32_t> ids_out_, ids_in_;
+  void pack_ids(const std::vector<Tensor>& ids, int32_t* out) const;
+  std::vector<int32_t> ids_out_, ids_in_, ids_next_in_, packed_out_, packed_in_;
   std::vector<float> pooled_out_, pooled_in_, grad_out_, grad_in_;
   double seconds_ = 0;
 };

@@ -3,6 +3,7 @@
 #include "braid/hybrid_dlrm.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "braid/checkpoint.h"
 #include "braid/dp_trainer.h"
@@ -14,14 +15,20 @@ namespace braid::parallel {
 // DataParallel's stages, with the tables' around the optimizer step.
 class HybridDlrmTrainer::Hooks : public nn::StepHooks {
  public:
-  Hooks(DataParallel& dp, ShardedTables& t) : dp_(dp), t_(t) {}
+  Hooks(DataParallel& dp, ShardedTables& t, std::function<void(int64_t, int)> prefetch)
+      : dp_(dp), t_(t), prefetch_(std::move(prefetch)) {}
   void begin_step(int64_t step, const std::vector<nn::Parameter*>& p) override {
+    step_ = step;
+    micro_ = 0;
     t_.begin_step();
     dp_.begin_step(step, p);
   }
   void before_forward(size_t u) override { dp_.before_forward(u); }
   void after_forward(size_t u) override { dp_.after_forward(u); }
-  void before_backward(size_t u) override { dp_.before_backward(u); }
+  void before_backward(size_t u) override {
+    prefetch_(step_, micro_++);  // the micro-batch after this one
+    dp_.before_backward(u);
+  }
   void after_backward(size_t u) override { dp_.after_backward(u); }
   nn::GradReadyHook grad_ready_hook() override { return dp_.grad_ready_hook(); }
   void before_optimizer_step(const std::vector<nn::Parameter*>& p) override {
@@ -40,6 +47,9 @@ class HybridDlrmTrainer::Hooks : public nn::StepHooks {
  private:
   DataParallel& dp_;
   ShardedTables& t_;
+  std::function<void(int64_t, int)> prefetch_;
+  int64_t step_ = 0;
+  int micro_ = 0;
 };
 
 namespace {
@@ -55,7 +65,7 @@ HybridDlrmTrainer::HybridDlrmTrainer(std::shared_ptr<Communicator> comm,
                                      nn::RowOptimizer table_opt, nn::Dataset& data,
                                      nn::Optimizer& opt, nn::LrSchedule schedule,
                                      nn::TrainOptions opts, DpOptions dpo)
-    : comm_(std::move(comm)), opt_(opt) {
+    : comm_(std::move(comm)), opt_(opt), data_(data), cfg_(cfg), accum_(std::max(1, opts.accum)) {
   BRAID_CHECK_ARG(opts.clip <= 0, "gradient clipping (--clip) is not built for sharded tables: "
                                   "the norm would span their sparse gradients");
   BRAID_CHECK_ARG(plan.world == comm_->size(),
@@ -68,7 +78,8 @@ HybridDlrmTrainer::HybridDlrmTrainer(std::shared_ptr<Communicator> comm,
   model_ = nn::make_dlrm(cfg, seed, std::move(tables));
   dp_ = std::make_unique<DataParallel>(comm_, *model_, dpo);
   trainer_ = std::make_unique<nn::Trainer>(*model_, data, opt, schedule, placed(opts, *comm_));
-  hooks_ = std::make_unique<Hooks>(*dp_, *tables_);
+  hooks_ = std::make_unique<Hooks>(*dp_, *tables_,
+                                   [this](int64_t step, int micro) { prefetch(step, micro); });
   trainer_->set_hooks(*hooks_);
   // Every rank's micro-batch: its contiguous share of the global batch
   // (nn::Sampler) over accum.
@@ -78,6 +89,19 @@ HybridDlrmTrainer::HybridDlrmTrainer(std::shared_ptr<Communicator> comm,
 }
 
 HybridDlrmTrainer::~HybridDlrmTrainer() = default;
+
+void HybridDlrmTrainer::prefetch(int64_t step, int micro) {
+  // The sampler is deterministic: the next micro-batch's rows are known.
+  if (++micro == accum_) {
+    ++step;
+    micro = 0;
+  }
+  trainer_->sampler().shard(step, next_rows_);
+  const int64_t n = int64_t(next_rows_.size()) / accum_;
+  data_.gather(next_rows_.data() + micro * n, n, next_x_, next_y_);
+  nn::dlrm_split_input(cfg_, next_x_, next_dense_, next_ids_, "dlrm (next batch)");
+  tables_->prefetch(next_ids_);
+}
 
 int64_t HybridDlrmTrainer::mlp_parameters() const {
   return nn::count_parameters(model_->parameters());

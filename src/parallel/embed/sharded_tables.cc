@@ -3,6 +3,7 @@
 // (include/braid/sharded_embeddings.h).
 #include "braid/sharded_embeddings.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "braid/checkpoint.h"
@@ -92,7 +93,7 @@ void ShardedTables::pool(int s, size_t k) {
 }
 
 void ShardedTables::forward(const std::vector<Tensor>& ids, std::vector<const Tensor*>& pooled,
-                            nn::Context&) {
+                            nn::Context& ctx) {
   const int64_t F = cfg_.features(), dim = cfg_.dim;
   BRAID_CHECK_ARG(int64_t(ids.size()) == F, "ShardedTables: ids of " +
                                                 std::to_string(ids.size()) + " features for " +
@@ -107,7 +108,19 @@ void ShardedTables::forward(const std::vector<Tensor>& ids, std::vector<const Te
                         std::to_string(t.i32()[i]) + " outside [0, " +
                         std::to_string(cfg_.rows[size_t(f)]) + ") (−1 is padding)");
   }
-  ex_->send_ids(ids, batches_);
+  if (has_prefetched_ && ctx.training) {
+    for (int64_t f = 0; f < F; ++f) {
+      const Tensor& t = ids[size_t(f)];
+      const auto& want = prefetched_[size_t(f)];
+      if (int64_t(want.size()) != t.numel() || !std::equal(want.begin(), want.end(), t.i32()))
+        throw Error(Errc::kInternal, "sharded embeddings: feature " + std::to_string(f) +
+                                         "'s ids are not the ones prefetched for this forward");
+    }
+    ex_->use_prefetched_ids(b, batches_);
+    has_prefetched_ = false;
+  } else {
+    ex_->send_ids(ids, batches_);
+  }
   for (int s = 0; s < ex_->world(); ++s)
     for (size_t k = 0; k < shards_.size(); ++k) pool(s, k);
   ex_->return_pooled();
@@ -141,7 +154,14 @@ void ShardedTables::backward(const std::vector<Tensor>& dpooled, nn::Context&) {
         std::memcpy(g + i * s.cols(), d.f32() + i * dim + s.col_begin, size_t(s.cols()) * 4);
     }
   }
-  ex_->send_grads();
+  ex_->send_grads(has_next_ ? &next_ids_ : nullptr);
+  if (has_next_) {
+    prefetched_.assign(next_ids_.size(), {});
+    for (size_t f = 0; f < next_ids_.size(); ++f)
+      prefetched_[f].assign(next_ids_[f].i32(), next_ids_[f].i32() + next_ids_[f].numel());
+    has_next_ = false;
+    has_prefetched_ = true;
+  }
   for (size_t k = 0; k < shards_.size(); ++k) {
     Shard& sh = shards_[k];
     const int64_t cols = sh.s.cols();
@@ -160,6 +180,18 @@ void ShardedTables::backward(const std::vector<Tensor>& dpooled, nn::Context&) {
       }
     }
   }
+}
+
+void ShardedTables::prefetch(const std::vector<Tensor>& next_ids) {
+  BRAID_CHECK_ARG(int64_t(next_ids.size()) == cfg_.features() && !batches_.empty(),
+                  "ShardedTables::prefetch: ids of every feature and known batch sizes "
+                  "(set_batches) are needed");
+  next_ids_.resize(next_ids.size());
+  for (size_t f = 0; f < next_ids.size(); ++f) {
+    next_ids_[f].resize(next_ids[f].shape(), DType::kI32);
+    std::memcpy(next_ids_[f].raw(), next_ids[f].raw(), next_ids[f].nbytes());
+  }
+  has_next_ = true;
 }
 
 void ShardedTables::release_activations() {
