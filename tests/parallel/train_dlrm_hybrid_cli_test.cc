@@ -236,6 +236,10 @@ TEST(TrainDlrmHybrid, BadPlansAreRefusedBeforeAnyRankStarts) {
     // No rank got as far as training: rank 0's banner never came.
     EXPECT_EQ(r.out.find("tables sharded"), std::string::npos) << c.args << ": " << r.out;
   }
+  // The parameter server keeps its tables on the servers.
+  auto ps = run_command(braid_bin() + " ps train dlrm --steps 2 --embeddings sharded 2>&1");
+  EXPECT_NE(ps.status, 0);
+  EXPECT_NE(ps.out.find("--server-rule"), std::string::npos) << ps.out;
   // Replicated tables with row-wise optimizers are the one-process reference only.
   auto r = run_command(braid_bin() + " train dlrm --steps 2 --dp 2 --table-optimizer sgd 2>&1");
   EXPECT_NE(r.status, 0);

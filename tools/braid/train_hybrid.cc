@@ -39,15 +39,14 @@ namespace {
 
 struct HybridFlags : TrainFlags {
   int dp = 1;
-  std::string embeddings = "replicated", shard = "auto", table_optimizer = "sgd", transport;
-  double table_memory_limit_mib = 0;
+  std::string transport;
 };
 
 parallel::EmbeddingPlanOptions plan_options(const HybridFlags& f) {
   parallel::EmbeddingPlanOptions o;
-  o.shard = f.shard;
-  o.row_state = nn::RowOptimizer::parse(f.table_optimizer).has_state();
-  o.memory_limit_bytes = int64_t(f.table_memory_limit_mib * 1048576.0);
+  o.shard = f.dlrm.shard;
+  o.row_state = nn::RowOptimizer::parse(f.dlrm.table_optimizer).has_state();
+  o.memory_limit_bytes = int64_t(f.dlrm.table_memory_limit_mib * 1048576.0);
   return o;
 }
 
@@ -57,7 +56,7 @@ void settle(HybridFlags& f, int world) {
   if (f.model != "dlrm")
     reject("--embeddings, --shard, --table-optimizer and --table-memory-limit are for the dlrm "
            "model, not " + f.model);
-  if (f.embeddings != "sharded" && world > 1)
+  if (f.dlrm.embeddings != "sharded" && world > 1)
     reject("row-wise table optimizers with replicated tables run in one process only (the "
            "reference run); over " + std::to_string(world) + " ranks use --embeddings sharded");
   if (f.clip > 0) reject("--clip is not built with row-wise table optimizers");
@@ -82,7 +81,7 @@ int run_serial(HybridFlags f) {
   resume_after_restart(f, true);
   TrainSetup setup = data_setup(f);
   auto model = nn::make_dlrm(dlrm_model_config(f.dlrm), f.seed);
-  nn::DlrmRowwiseHooks hooks(*model, nn::RowOptimizer::parse(f.table_optimizer));
+  nn::DlrmRowwiseHooks hooks(*model, nn::RowOptimizer::parse(f.dlrm.table_optimizer));
   nn::Trainer trainer(*model, *setup.train, *setup.opt, setup.sched, setup.opts);
   trainer.set_hooks(hooks);
   trainer.set_loss(*setup.loss);
@@ -93,7 +92,7 @@ int run_serial(HybridFlags f) {
                  "braid train dlrm: one process, %lld steps, batch %lld, MLPs %s lr %g, tables "
                  "row-wise %s (%.1f MiB)\n",
                  (long long)setup.steps, (long long)f.batch, f.optimizer.c_str(), f.lr,
-                 f.table_optimizer.c_str(), double(hooks.table_bytes()) / 1048576.0);
+                 f.dlrm.table_optimizer.c_str(), double(hooks.table_bytes()) / 1048576.0);
   const int64_t first = trainer.next_step();
   StepReporter report(f, first, setup.steps, std::min<int64_t>(20, setup.steps / 5), true);
   double last_loss = 0;
@@ -109,7 +108,7 @@ int run_serial(HybridFlags f) {
   nlohmann::json done = done_record(f, setup.steps, last_loss, report.seconds(), throughput);
   const std::string dlrm = dlrm_summary(*setup.test, trainer.evaluate(*setup.test, 1000), done);
   done.update({{"embeddings", "local"},
-               {"table_optimizer", f.table_optimizer},
+               {"table_optimizer", f.dlrm.table_optimizer},
                {"table_bytes_total", hooks.table_bytes()},
                {"row_state_bytes_total", hooks.state_bytes()},
                {"peak_rss_bytes", peak_rss_bytes()}});
@@ -129,7 +128,7 @@ int run_rank(std::shared_ptr<Communicator> comm, HybridFlags f,
   TrainSetup setup = data_setup(f);
   parallel::DpOptions dpo;
   parallel::HybridDlrmTrainer trainer(comm, dlrm_model_config(f.dlrm), f.seed, plan,
-                                      nn::RowOptimizer::parse(f.table_optimizer), *setup.train,
+                                      nn::RowOptimizer::parse(f.dlrm.table_optimizer), *setup.train,
                                       *setup.opt, setup.sched, setup.opts, dpo);
   trainer.set_loss(*setup.loss);
   if (!f.resume.empty()) trainer.load(f.resume);
@@ -140,7 +139,7 @@ int run_rank(std::shared_ptr<Communicator> comm, HybridFlags f,
                  "parallel (%s lr %g), tables sharded (--shard %s, row-wise %s), %d thread%s "
                  "per rank\n",
                  (long long)setup.steps, (long long)f.batch, world, f.optimizer.c_str(), f.lr,
-                 f.shard.c_str(), f.table_optimizer.c_str(), f.threads, f.threads > 1 ? "s" : "");
+                 f.dlrm.shard.c_str(), f.dlrm.table_optimizer.c_str(), f.threads, f.threads > 1 ? "s" : "");
   struct Split {
     double compute_s, exposed_comm_s, idle_s, exchange_s;
   };
@@ -191,9 +190,9 @@ int run_rank(std::shared_ptr<Communicator> comm, HybridFlags f,
   const std::string dlrm = dlrm_summary(*setup.test, ev, done);
   done.update({{"dp", world},
                {"embeddings", "sharded"},
-               {"shard", f.shard},
+               {"shard", f.dlrm.shard},
                {"plan", plan_json(plan)},
-               {"table_optimizer", f.table_optimizer},
+               {"table_optimizer", f.dlrm.table_optimizer},
                {"table_bytes_per_rank", bytes},
                {"table_bytes_total", total},
                {"row_state_bytes_per_rank", state},
@@ -231,19 +230,6 @@ int train_hybrid_main(int argc, char** argv) {
   add_train_options(app, f, true);
   app.add_option("--dp", f.dp, "ranks to start (under a launcher: the job's size)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--embeddings", f.embeddings,
-                 "replicated (one process: the reference) or sharded (tables split over the "
-                 "ranks, MLPs data parallel)")
-      ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_option("--shard", f.shard,
-                 "sharded: table, row, column or auto (per table by size and cost; prints its "
-                 "plan) (auto)")
-      ->check(CLI::IsMember({"table", "row", "column", "auto"}));
-  app.add_option("--table-optimizer", f.table_optimizer,
-                 "row-wise optimizer of the tables' touched rows: sgd or adagrad (sgd)")
-      ->check(CLI::IsMember({"sgd", "adagrad"}));
-  app.add_option("--table-memory-limit", f.table_memory_limit_mib,
-                 "MiB of tables (and row state) one rank may hold; a plan over it is refused");
   app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
   try {
     app.parse(argc, argv);
@@ -261,12 +247,12 @@ int train_hybrid_main(int argc, char** argv) {
                                             " ranks");
   const int world = job > 1 ? job : f.dp;
   settle(f, world);
-  if (f.embeddings != "sharded") return run_serial(f);
+  if (f.dlrm.embeddings != "sharded") return run_serial(f);
   // The plan, before any rank starts: its errors stop the run here.
   const parallel::EmbeddingPlan plan =
       parallel::plan_embeddings(dlrm_model_config(f.dlrm), world, plan_options(f));
   if (!f.quiet && (job <= 1 || job_rank_from_env() == 0))
-    std::fprintf(stderr, "embedding plan (--shard %s) over %d rank%s:\n%s", f.shard.c_str(),
+    std::fprintf(stderr, "embedding plan (--shard %s) over %d rank%s:\n%s", f.dlrm.shard.c_str(),
                  world, world > 1 ? "s" : "", plan.describe().c_str());
   if (job > 1 || world == 1) return run_rank(Communicator::from_env(), f, plan);
   CommOptions co;
