@@ -21,6 +21,7 @@ plan=(
   "model_parallel.sh|ROUNDS=1"
   "ps.sh|REPS=1 HOT_STEPS=40"
   "ps_failover.sh|REPS=1"
+  "dlrm_hybrid.sh|REPS=1 STEPS=20 ROWS=20000 BIG=0"
   "across_hosts.sh|ROUNDS=1 CONFIGS=2x2"
 )
 case $tier in quick | full) ;; *) echo "run_all.sh: TIER is quick or full, not '$tier'" >&2; exit 2 ;; esac

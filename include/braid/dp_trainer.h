@@ -28,6 +28,10 @@
 
 namespace braid::parallel {
 
+// Collective: every rank's evaluation sums added up (one all_reduce), as
+// the whole data set's mean loss and accuracy.
+nn::EvalStats all_reduce_eval(Communicator& comm, const nn::EvalSums& mine);
+
 class DpTrainer {
  public:
   // Keeps references: model, data and optimizer must outlive it.

@@ -60,64 +60,108 @@ DlrmConfig dlrm_config_for(const ClickConfig& data, int64_t dim) {
   return c;
 }
 
-Dlrm::Dlrm(std::string name, DlrmConfig cfg, uint64_t seed)
-    : Module(std::move(name)), cfg_(std::move(cfg)), bottom_("bot"), top_("top") {
+void dlrm_table_init(const DlrmConfig& cfg, uint64_t seed, int64_t f, int64_t row_begin,
+                     int64_t row_end, int64_t col_begin, int64_t col_end, float* out) {
+  BRAID_CHECK_ARG(f >= 0 && f < cfg.features(),
+                  "dlrm_table_init: feature " + std::to_string(f) + " outside [0, " +
+                      std::to_string(cfg.features()) + ")");
+  const int64_t rows = cfg.rows[size_t(f)];
+  BRAID_CHECK_ARG(0 <= row_begin && row_begin <= row_end && row_end <= rows && 0 <= col_begin &&
+                      col_begin <= col_end && col_end <= cfg.dim,
+                  "dlrm_table_init: block rows [" + std::to_string(row_begin) + ", " +
+                      std::to_string(row_end) + ") columns [" + std::to_string(col_begin) +
+                      ", " + std::to_string(col_end) + ") outside table " + std::to_string(f) +
+                      " [" + std::to_string(rows) + ", " + std::to_string(cfg.dim) + "]");
+  // The parameter index: the bottom MLP's weights and biases come first.
+  const uint64_t index = uint64_t(2 * (cfg.bottom.size() + 1) + size_t(f));
+  CounterRng rng(counter_hash(seed, kInitTag, index));
+  const float bound = 1.0f / std::sqrt(float(rows));
+  const int64_t w = col_end - col_begin;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    rng.set_counter(uint64_t(r * cfg.dim + col_begin));  // element r·dim + c draws counter it
+    float* o = out + (r - row_begin) * w;
+    for (int64_t c = 0; c < w; ++c) o[c] = (2.0f * rng.uniform() - 1.0f) * bound;
+  }
+}
+
+Dlrm::Dlrm(std::string name, DlrmConfig cfg, uint64_t seed, std::unique_ptr<DlrmTables> tables)
+    : Module(std::move(name)), cfg_(std::move(cfg)), bottom_("bot"), top_("top"),
+      tables_(std::move(tables)) {
   check_config(cfg_);
   build_mlp(bottom_, with_ends(cfg_.dense, cfg_.bottom, cfg_.dim), true);
-  for (int64_t f = 0; f < cfg_.features(); ++f)
-    bags_.push_back(std::make_unique<EmbeddingBag>("emb." + std::to_string(f),
-                                                   cfg_.rows[size_t(f)], cfg_.dim, cfg_.mode));
+  if (!tables_)
+    for (int64_t f = 0; f < cfg_.features(); ++f)
+      bags_.push_back(std::make_unique<EmbeddingBag>("emb." + std::to_string(f),
+                                                     cfg_.rows[size_t(f)], cfg_.dim, cfg_.mode));
   build_mlp(top_, with_ends(cfg_.interaction_width(), cfg_.top, 1), false);
   bottom_.set_input_grad(false);
   ids_.resize(size_t(cfg_.features()));
   e_.resize(size_t(cfg_.features()));
   de_.resize(size_t(cfg_.features()));
 
-  uint64_t index = 0;
-  for (Parameter* p : parameters()) {
-    CounterRng rng(counter_hash(seed, kInitTag, index++));
+  // Parameter indices: bottom MLP, then one per table, then the top MLP,
+  // whether or not the tables are local (dlrm_table_init keys them so).
+  auto init_linear = [&](Parameter* p, uint64_t index) {
+    // Linear weight [out, in]: N(0, 2/(in+out)); bias [out]: N(0, 1/out).
+    CounterRng rng(counter_hash(seed, kInitTag, index));
     float* d = p->data.f32();
     const Shape& s = p->data.shape();
-    if (p->name.rfind("emb.", 0) == 0) {
-      const float bound = 1.0f / std::sqrt(float(s[0]));
-      for (int64_t i = 0; i < p->size(); ++i) d[i] = (2.0f * rng.uniform() - 1.0f) * bound;
-    } else {
-      // Linear weight [out, in]: N(0, 2/(in+out)); bias [out]: N(0, 1/out).
-      const float std = s.size() == 2 ? std::sqrt(2.0f / float(s[0] + s[1]))
-                                      : std::sqrt(1.0f / float(s[0]));
-      for (int64_t i = 0; i < p->size(); ++i) d[i] = rng.normal() * std;
+    const float std = s.size() == 2 ? std::sqrt(2.0f / float(s[0] + s[1]))
+                                    : std::sqrt(1.0f / float(s[0]));
+    for (int64_t i = 0; i < p->size(); ++i) d[i] = rng.normal() * std;
+  };
+  uint64_t index = 0;
+  for (Parameter* p : bottom_.parameters()) init_linear(p, index++);
+  for (int64_t f = 0; f < cfg_.features(); ++f, ++index)
+    if (!tables_)
+      dlrm_table_init(cfg_, seed, f, 0, cfg_.rows[size_t(f)], 0, cfg_.dim,
+                      bags_[size_t(f)]->weight().data.f32());
+  for (Parameter* p : top_.parameters()) init_linear(p, index++);
+}
+
+EmbeddingBag& Dlrm::table(int64_t f) {
+  BRAID_CHECK_ARG(!tables_, "dlrm " + name_ + ": the tables are not local EmbeddingBags");
+  BRAID_CHECK_ARG(f >= 0 && f < cfg_.features(), "dlrm " + name_ + ": no table " + std::to_string(f));
+  return *bags_[size_t(f)];
+}
+
+void dlrm_split_input(const DlrmConfig& cfg, const Tensor& x, Tensor& dense,
+                      std::vector<Tensor>& ids, const std::string& who) {
+  x.check_shape({-1, cfg.input_width()}, who + " input");
+  const int64_t B = x.dim(0), D = cfg.dense, W = cfg.input_width(), bag = cfg.bag;
+  dense.resize({B, D}, DType::kF32);
+  ids.resize(size_t(cfg.features()));
+  for (auto& t : ids) t.resize({B, bag}, DType::kI32);
+  const float* xp = x.f32();
+  float* dp = dense.f32();
+  for (int64_t b = 0; b < B; ++b) {
+    const float* row = xp + b * W;
+    for (int64_t d = 0; d < D; ++d) dp[b * D + d] = row[d];
+    for (int64_t f = 0; f < cfg.features(); ++f) {
+      int32_t* out = ids[size_t(f)].i32() + b * bag;
+      for (int64_t j = 0; j < bag; ++j) {
+        const float v = row[D + f * bag + j];
+        // The table checks the range; an id must first be an exact integer.
+        if (!(v >= -1.0f && v < float(kMaxRows)) || v != std::floor(v))
+          throw Error(Errc::kInvalidArgument, who + ": feature " + std::to_string(f) +
+                                                  " of sample " + std::to_string(b) +
+                                                  " holds id " + std::to_string(v) +
+                                                  ", not an integer id (−1 is padding)");
+        out[j] = int32_t(v);
+      }
     }
   }
 }
 
 const Tensor& Dlrm::forward(const Tensor& x, Context& ctx) {
-  x.check_shape({-1, cfg_.input_width()}, "dlrm " + name_ + " input");
-  const int64_t B = x.dim(0), D = cfg_.dense, W = cfg_.input_width(), bag = cfg_.bag;
-  dense_.resize({B, D}, DType::kF32);
-  for (auto& t : ids_) t.resize({B, bag}, DType::kI32);
-  const float* xp = x.f32();
-  float* dp = dense_.f32();
-  for (int64_t b = 0; b < B; ++b) {
-    const float* row = xp + b * W;
-    for (int64_t d = 0; d < D; ++d) dp[b * D + d] = row[d];
-    for (int64_t f = 0; f < cfg_.features(); ++f) {
-      int32_t* ids = ids_[size_t(f)].i32() + b * bag;
-      for (int64_t j = 0; j < bag; ++j) {
-        const float v = row[D + f * bag + j];
-        // The table checks the range; an id must first be an exact integer.
-        if (!(v >= -1.0f && v < float(kMaxRows)) || v != std::floor(v))
-          throw Error(Errc::kInvalidArgument, "dlrm " + name_ + ": feature " + std::to_string(f) +
-                                                  " of sample " + std::to_string(b) +
-                                                  " holds id " + std::to_string(v) +
-                                                  ", not an integer id (−1 is padding)");
-        ids[j] = int32_t(v);
-      }
-    }
-  }
+  dlrm_split_input(cfg_, x, dense_, ids_, "dlrm " + name_);
   z0_ = &bottom_.forward(dense_, ctx);
-  for (int64_t f = 0; f < cfg_.features(); ++f)
-    e_[size_t(f)] = &bags_[size_t(f)]->forward(ids_[size_t(f)], ctx);
-  interact(B);
+  if (tables_)
+    tables_->forward(ids_, e_, ctx);
+  else
+    for (int64_t f = 0; f < cfg_.features(); ++f)
+      e_[size_t(f)] = &bags_[size_t(f)]->forward(ids_[size_t(f)], ctx);
+  interact(x.dim(0));
   return top_.forward(inter_, ctx);
 }
 
@@ -195,19 +239,24 @@ const Tensor& Dlrm::backward(const Tensor& dy, Context& ctx) {
   BRAID_CHECK_ARG(z0_ != nullptr, "dlrm " + name_ + ": backward before forward");
   const Tensor& dinter = top_.backward(dy, ctx);
   interact_backward(dinter, dy.dim(0));
-  for (int64_t f = cfg_.features(); f-- > 0;) bags_[size_t(f)]->backward(de_[size_t(f)], ctx);
+  if (tables_)
+    tables_->backward(de_, ctx);
+  else
+    for (int64_t f = cfg_.features(); f-- > 0;) bags_[size_t(f)]->backward(de_[size_t(f)], ctx);
   bottom_.backward(dz0_, ctx);
   return empty_;
 }
 
 void Dlrm::collect_parameters(std::vector<Parameter*>& out) {
   bottom_.collect_parameters(out);
+  if (tables_) tables_->collect_parameters(out);
   for (auto& b : bags_) b->collect_parameters(out);
   top_.collect_parameters(out);
 }
 
 void Dlrm::release_activations() {
   bottom_.release_activations();
+  if (tables_) tables_->release_activations();
   for (auto& b : bags_) b->release_activations();
   top_.release_activations();
   inter_.release();
@@ -219,9 +268,10 @@ void Dlrm::set_dense_table_grads(bool on) {
   for (auto& b : bags_) b->set_dense_grad(on);
 }
 
-std::unique_ptr<Sequential> make_dlrm(const DlrmConfig& cfg, uint64_t seed) {
+std::unique_ptr<Sequential> make_dlrm(const DlrmConfig& cfg, uint64_t seed,
+                                      std::unique_ptr<DlrmTables> tables) {
   auto m = std::make_unique<Sequential>("dlrm");
-  m->emplace<Dlrm>("dlrm", cfg, seed);
+  m->emplace<Dlrm>("dlrm", cfg, seed, std::move(tables));
   m->set_input_grad(false);
   return m;
 }

@@ -135,6 +135,11 @@ int ps_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (hybrid_requested(argc, argv))  // braid train's (train_hybrid.cc): the servers keep the tables
+    throw Error(Errc::kInvalidArgument,
+                "--embeddings, --shard, --table-optimizer and --table-memory-limit are braid "
+                "train dlrm's; braid ps train keeps the tables on the servers (--server-rule picks "
+                "their update)");
   check_flags(f);
   const int world = ps_world(f);
   if (job_world_from_env() > 1) {

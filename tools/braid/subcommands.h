@@ -26,4 +26,7 @@ bool mp_requested(int argc, char** argv);
 bool auto_requested(int argc, char** argv);
 int train_auto_main(int argc, char** argv);
 int train_mp_main(int argc, char** argv);
+// train_hybrid.cc: braid train dlrm --embeddings sharded / --table-optimizer.
+bool hybrid_requested(int argc, char** argv);
+int train_hybrid_main(int argc, char** argv);
 }  // namespace braid::tool

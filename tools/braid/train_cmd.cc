@@ -32,6 +32,7 @@ using Flags = TrainFlags;
 }  // namespace
 
 int train_main(int argc, char** argv) {
+  if (hybrid_requested(argc, argv)) return train_hybrid_main(argc, argv);  // train_hybrid.cc
   if (auto_requested(argc, argv)) return train_auto_main(argc, argv);  // the planner's: train_auto.cc
   if (mp_requested(argc, argv)) return train_mp_main(argc, argv);  // model parallel: train_mp.cc
   if (dp_requested(argc, argv)) return train_dp_main(argc, argv);  // data parallel: train_dp.cc

@@ -23,6 +23,21 @@ void add_dlrm_options(CLI::App& app, DlrmFlags& f) {
   app.add_option("--data-seed", f.data_seed, "dlrm: seed of the click data and its teacher (1)");
   app.add_option("--interaction", f.interaction, "dlrm: dot (pairwise dot products) or cat")
       ->check(CLI::IsMember({"dot", "cat"}));
+  app.add_option("--embeddings", f.embeddings,
+                 "dlrm: replicated (every rank holds every table) or sharded (tables split over "
+                 "the --dp ranks, MLPs data parallel)")
+      ->check(CLI::IsMember({"replicated", "sharded"}));
+  app.add_option("--shard", f.shard,
+                 "dlrm, sharded: table, row, column or auto (per table by size and cost; prints "
+                 "its plan) (auto)")
+      ->check(CLI::IsMember({"table", "row", "column", "auto"}));
+  app.add_option("--table-optimizer", f.table_optimizer,
+                 "dlrm: row-wise optimizer of the tables' touched rows, sgd or adagrad (given, "
+                 "or with --embeddings sharded; else the tables train with --optimizer)")
+      ->check(CLI::IsMember({"sgd", "adagrad"}));
+  app.add_option("--table-memory-limit", f.table_memory_limit_mib,
+                 "dlrm, sharded: MiB of tables (and row state) one rank may hold; a plan over it "
+                 "is refused");
 }
 
 namespace {

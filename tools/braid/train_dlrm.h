@@ -23,6 +23,10 @@ struct DlrmFlags {
   double zipf = 1.1;
   uint64_t data_seed = 1;
   std::string interaction = "dot";
+  // Tables sharded over the ranks and row-wise table optimizers
+  // (train_hybrid.cc takes any run that names one of these).
+  std::string embeddings = "replicated", shard = "auto", table_optimizer = "sgd";
+  double table_memory_limit_mib = 0;
 };
 
 void add_dlrm_options(CLI::App& app, DlrmFlags& f);

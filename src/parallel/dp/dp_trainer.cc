@@ -16,6 +16,16 @@ nn::TrainOptions placed(nn::TrainOptions o, Communicator& c) {
 }
 }  // namespace
 
+nn::EvalStats all_reduce_eval(Communicator& comm, const nn::EvalSums& mine) {
+  double v[3] = {mine.loss, double(mine.correct), double(mine.rows)};
+  comm.all_reduce(v, v, 3, DType::kF64, ReduceOp::kSum);
+  nn::EvalSums all;
+  all.loss = v[0];
+  all.correct = int64_t(v[1]);
+  all.rows = int64_t(v[2]);
+  return all.stats();
+}
+
 DpTrainer::DpTrainer(std::shared_ptr<Communicator> comm, nn::Module& model, nn::Dataset& data,
                      nn::Optimizer& opt, nn::LrSchedule schedule, nn::TrainOptions opts,
                      DpOptions dp)
@@ -32,13 +42,7 @@ nn::EvalStats DpTrainer::evaluate(const nn::Dataset& data, int64_t batch) {
   dp_.gather_all_params();
   nn::EvalSums mine = trainer_.eval_sums(data, batch, r * n / w, (r + 1) * n / w);
   dp_.release_all_params();
-  double v[3] = {mine.loss, double(mine.correct), double(mine.rows)};
-  comm_->all_reduce(v, v, 3, DType::kF64, ReduceOp::kSum);
-  nn::EvalSums all;
-  all.loss = v[0];
-  all.correct = int64_t(v[1]);
-  all.rows = int64_t(v[2]);
-  return all.stats();
+  return all_reduce_eval(*comm_, mine);
 }
 
 void DpTrainer::save(const std::string& path) {

@@ -1,6 +1,7 @@
 // nn::make_dlrm's model as a ModelSpec: one unit, since its tables and
 // both MLPs meet in the interaction; nothing of it is split, so it trains
-// data parallel (sharded tables are a spec of their own, still to come).
+// data parallel. Its tables sharded over the ranks are a trainer of their
+// own, parallel::HybridDlrmTrainer (braid/hybrid_dlrm.h says why).
 #include "braid/error.h"
 #include "braid/model_spec.h"
 
