@@ -17,7 +17,10 @@ class GptSpec : public ModelSpec {
     BRAID_CHECK_ARG(c_.dim % c_.heads == 0, "GPT: d_model " + std::to_string(c_.dim) +
                                                 " not divisible by heads " +
                                                 std::to_string(c_.heads));
+    if (c_.moe.experts > 0) nn::check_moe(c_.moe);
   }
+
+  int64_t experts() const override { return c_.moe.experts; }
 
   std::string name() const override { return "gpt"; }
   uint64_t seed() const override { return seed_; }
@@ -36,6 +39,11 @@ class GptSpec : public ModelSpec {
   std::vector<double> unit_costs() const override {
     const double d = double(c_.dim), T = double(c_.context), V = double(c_.vocab);
     std::vector<double> cost(unit_count(), 12 * d * d + 2 * T * d);
+    // An MoE block: attention, the gate, and top_k experts' MLPs per token.
+    for (int64_t l = 0; l < c_.layers; ++l)
+      if (nn::moe_block(c_.moe, l))
+        cost[size_t(l) + 1] = 4 * d * d + 2 * T * d + d * double(c_.moe.experts) +
+                              8 * d * d * double(c_.moe.top_k);
     cost.front() = 2 * d;           // token row + position row
     cost[cost.size() - 2] = 5 * d;  // a layer norm
     cost.back() = d * V;
@@ -43,6 +51,10 @@ class GptSpec : public ModelSpec {
   }
 
   void check_split(int n, bool) const override {
+    BRAID_CHECK_ARG(c_.moe.experts == 0 || n == 1,
+                    "GPT with MoE (--moe-experts " + std::to_string(c_.moe.experts) +
+                        "): tensor parallelism (tp " + std::to_string(n) +
+                        ") is not supported for the MoE blocks yet; use tp 1");
     tp::divide(c_.heads, n, "GPT heads");
     tp::divide(c_.vocab, n, "GPT vocabulary");
     tp::divide(4 * c_.dim, n, "GPT MLP hidden size");
@@ -51,7 +63,30 @@ class GptSpec : public ModelSpec {
   std::unique_ptr<nn::Module> build_unit(size_t i, const std::shared_ptr<Communicator>& tp,
                                          bool sequence_parallel,
                                          std::vector<tp::Sharded>& shards) const override {
+    return build_unit_ep(i, tp, nullptr, sequence_parallel, shards);
+  }
+
+  std::unique_ptr<nn::Module> build_unit_ep(size_t i, const std::shared_ptr<Communicator>& tp,
+                                            const std::shared_ptr<nn::ExpertExchange>& ep,
+                                            bool sequence_parallel,
+                                            std::vector<tp::Sharded>& shards) const override {
     const size_t L = size_t(c_.layers);
+    if (i >= 1 && i <= L && nn::moe_block(c_.moe, int64_t(i) - 1)) {
+      // Replicated over tp (which check_split keeps at 1); the expert
+      // tensors are this ep rank's block of the serial model's.
+      auto b = std::make_unique<nn::MoeTransformerBlock>(
+          "h." + std::to_string(i - 1), c_.dim, c_.heads, c_.moe, c_.dropout, uint64_t(i - 1),
+          c_.recompute, ep);
+      for (nn::Parameter* p : b->parameters()) {
+        tp::Sharded s{p, tp::ShardSpec{-1, 1, false}, p->data.shape()};
+        if (nn::MoeLayer::is_expert_param(p->name)) {
+          s.expert = true;
+          s.full[0] = c_.moe.experts;
+        }
+        shards.push_back(s);
+      }
+      return b;
+    }
     const tp::SeqMode mode =
         sequence_parallel ? tp::SeqMode::kSequenceParallel : tp::SeqMode::kReplicated;
     if (i == 0) {
