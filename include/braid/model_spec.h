@@ -87,10 +87,10 @@ class ModelSpec {
 // ln_f, L + 2 lm_head. Under tp: attention heads and the MLP's hidden
 // features split (Megatron's column/row pairs), the embedding and the head
 // split by vocabulary, the loss vocabulary-parallel. With cfg.moe.experts >
-// 0 the blocks moe_block() picks are MoE blocks (nn::MoeTransformerBlock):
-// under expert parallelism their experts split over ep (build_unit_ep);
-// under tp > 1 they are refused (Error(kInvalidArgument) from check_split:
-// the MoE blocks are not tensor-parallel yet).
+// 0 the blocks moe_block() picks are MoE blocks (tp::TpMoeBlock: attention
+// split over tp, the MoE replicated over tp): under expert parallelism their
+// experts split over ep (build_unit_ep). Sequence parallelism with MoE is
+// refused by check_split.
 std::unique_ptr<ModelSpec> gpt_spec(const nn::GptConfig& cfg, uint64_t seed);
 
 // nn::make_mlp's model over `sizes`. Unit k is layer fc{k+1} with the ReLU

@@ -1,7 +1,9 @@
 // braid train gpt --moe-experts … --dp/--ep/--pp, end to end with the real
 // binary (BRAID_BIN): expert parallelism over real processes.
-//   * with capacity large enough that no token drops, every layout's step
-//     losses, per-expert token counts and final weights equal the
+//   * with capacity large enough that no token drops, the layouts (dp, ep,
+//     tp, pp) = (2,2,1,1), (4,2,1,1), (2,1,1,1), (2,2,1,2), (4,4,1,1) and
+//     (2,2,2,1) each give step losses, per-expert token counts and final
+//     weights equal to the
 //     single-process run's (losses 1e-5 relative; every weight tensor
 //     within 1e-5 of its largest element);
 //   * with a small capacity the drops are the same in two runs and in the
@@ -104,7 +106,8 @@ TEST(TrainMoe, ExpertParallelLayoutsMatchSingleProcess) {
   }
   for (const std::string& layout :
        {std::string("--dp 2 --ep 2"), std::string("--dp 4 --ep 2"), std::string("--dp 2 --ep 1"),
-        std::string("--dp 2 --ep 2 --pp 2"), std::string("--dp 4 --ep 4")}) {
+        std::string("--dp 2 --ep 2 --pp 2"), std::string("--dp 4 --ep 4"),
+        std::string("--dp 2 --ep 2 --tp 2")}) {
     const auto v = train(cap + " " + layout, 4, "layout");
     expect_same_losses(serial, v, layout);
     expect_same_routing(serial, v, layout);
@@ -164,7 +167,8 @@ TEST(TrainMoe, BadLayoutsAreRefusedBeforeTraining) {
         Case{"--moe-experts 2 --moe-top-k 3", "top-k 3 > experts 2"},
         Case{"--moe-experts 4 --dp 3 --ep 2", "--ep 2 does not divide --dp 3"},
         Case{"--moe-experts 4 --dp 2 --ep 2 --zero 1", "ZeRO 0 only"},
-        Case{"--dp 2 --ep 2", "--ep 2 needs an MoE model"}}) {
+        Case{"--dp 2 --ep 2", "--ep 2 needs an MoE model"},
+        Case{"--moe-experts 4 --tp 2 --sequence-parallel", "sequence parallelism is not supported"}}) {
     CommandResult r = run_command(braid_bin() + kBase + " --steps 1 " + c.flags);
     EXPECT_NE(r.status, 0) << c.flags << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;

@@ -51,9 +51,13 @@ inline nn::MoeConfig moe_config(const MoeFlags& f) {
 // else collective: every rank calls it after each step), as a JSON object; null when the model has no
 // experts. `step_s`: this rank's step time, for the exposed all_to_all
 // share (the largest over ranks of all_to_all time over step time).
-inline nlohmann::json moe_step_record(Communicator* world, int64_t experts, double step_s) {
+// `counted` false: this rank's routing repeats another's (a tensor-parallel
+// replica of the MoE: tp rank > 0) and adds no tokens.
+inline nlohmann::json moe_step_record(Communicator* world, int64_t experts, double step_s,
+                                      bool counted = true) {
   if (experts <= 0) return nullptr;
-  const nn::MoeCounts c = nn::moe_take_counts();
+  nn::MoeCounts c = nn::moe_take_counts();
+  if (!counted) c = nn::MoeCounts{.exchange_s = c.exchange_s};
   std::vector<double> v(size_t(experts) + 5, 0.0);
   for (size_t e = 0; e < c.tokens.size() && e < size_t(experts); ++e) v[e] = double(c.tokens[e]);
   v[size_t(experts)] = double(c.routed);

@@ -267,7 +267,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
       stage_peak[size_t(stage)] = std::max(stage_peak[size_t(stage)], int64_t(q.peak_act));
     }
     if (report.measured(s)) add_bubble(split, f, bubble_acc, bubble_spans);
-    const nlohmann::json moe = moe_step_record(comm.get(), f.moe.experts, r.step_s);
+    const nlohmann::json moe = moe_step_record(comm.get(), f.moe.experts, r.step_s, mesh.coord().tp == 0);
     report.after_step(s, st, r.comm_s / std::max(1e-12, r.step_s));
     if (logger && !moe.is_null() && !f.quiet && report.measured(s) && (s + 1) % 20 == 0)
       std::fprintf(stderr, "  moe: tokens/expert %s, dropped %lld, aux %.4f, imbalance %.2f, "

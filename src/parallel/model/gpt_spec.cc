@@ -4,6 +4,7 @@
 #include "braid/error.h"
 #include "braid/model_spec.h"
 #include "braid/tp_layers.h"
+#include "braid/tp_moe_block.h"
 
 namespace braid::parallel {
 
@@ -50,11 +51,11 @@ class GptSpec : public ModelSpec {
     return cost;
   }
 
-  void check_split(int n, bool) const override {
-    BRAID_CHECK_ARG(c_.moe.experts == 0 || n == 1,
+  void check_split(int n, bool sequence_parallel) const override {
+    BRAID_CHECK_ARG(c_.moe.experts == 0 || !sequence_parallel || n == 1,
                     "GPT with MoE (--moe-experts " + std::to_string(c_.moe.experts) +
-                        "): tensor parallelism (tp " + std::to_string(n) +
-                        ") is not supported for the MoE blocks yet; use tp 1");
+                        "): sequence parallelism is not supported (the MoE blocks route "
+                        "whole sequences)");
     tp::divide(c_.heads, n, "GPT heads");
     tp::divide(c_.vocab, n, "GPT vocabulary");
     tp::divide(4 * c_.dim, n, "GPT MLP hidden size");
@@ -72,19 +73,12 @@ class GptSpec : public ModelSpec {
                                             std::vector<tp::Sharded>& shards) const override {
     const size_t L = size_t(c_.layers);
     if (i >= 1 && i <= L && nn::moe_block(c_.moe, int64_t(i) - 1)) {
-      // Replicated over tp (which check_split keeps at 1); the expert
-      // tensors are this ep rank's block of the serial model's.
-      auto b = std::make_unique<nn::MoeTransformerBlock>(
-          "h." + std::to_string(i - 1), c_.dim, c_.heads, c_.moe, c_.dropout, uint64_t(i - 1),
-          c_.recompute, ep);
-      for (nn::Parameter* p : b->parameters()) {
-        tp::Sharded s{p, tp::ShardSpec{-1, 1, false}, p->data.shape()};
-        if (nn::MoeLayer::is_expert_param(p->name)) {
-          s.expert = true;
-          s.full[0] = c_.moe.experts;
-        }
-        shards.push_back(s);
-      }
+      // Attention over tp, the MoE replicated over tp; the expert tensors
+      // are this ep rank's block of the serial model's.
+      auto b = std::make_unique<tp::TpMoeBlock>("h." + std::to_string(i - 1), c_.dim, c_.heads,
+                                                c_.moe, tp, c_.dropout, uint64_t(i - 1),
+                                                c_.recompute, ep);
+      b->collect_shards(shards, c_.moe.experts);
       return b;
     }
     const tp::SeqMode mode =
