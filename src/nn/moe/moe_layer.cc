@@ -17,6 +17,15 @@ const MoeConfig& checked(const MoeConfig& c, int ep) {
   check_moe(c, ep);
   return c;
 }
+// f(token, choice index t·k + j, slot) for every kept choice, in token order.
+template <class F>
+void for_kept(const Routing& r, int64_t k, F&& f) {
+  for (int64_t t = 0; t < r.tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t c = size_t(t * k + j);
+      if (r.slot[c] >= 0) f(t, c, r.slot[c]);
+    }
+}
 }  // namespace
 
 MoeLayer::MoeLayer(std::string name, int64_t dim, int64_t hidden, const MoeConfig& c,
@@ -85,11 +94,9 @@ const Tensor& MoeLayer::forward(const Tensor& x, Context& ctx) {
   int64_t kept = 0;
   for (int64_t e = 0; e < E; ++e) kept += r.per_expert[size_t(e)];
   send_.resize({kept, C}, DType::kF32);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t s = r.slot[size_t(t * k + j)];
-      if (s >= 0) std::memcpy(send_.f32() + s * C, x.f32() + t * C, size_t(C) * 4);
-    }
+  for_kept(r, k, [&](int64_t t, size_t, int64_t s) {
+    std::memcpy(send_.f32() + s * C, x.f32() + t * C, size_t(C) * 4);
+  });
   send_counts_.assign(size_t(ep_), 0);
   for (int64_t e = 0; e < E; ++e) send_counts_[size_t(e / El)] += size_t(r.per_expert[size_t(e)] * C);
 
@@ -136,16 +143,12 @@ const Tensor& MoeLayer::forward(const Tensor& x, Context& ctx) {
   // Combine: y[t] = Σ_j gate · expert output.
   y_.resize(x.shape(), DType::kF32);
   y_.zero();
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const size_t c = size_t(t * k + j);
-      const int64_t s = r.slot[c];
-      if (s < 0) continue;
-      const float g = r.gate[c];
-      const float* o = home->f32() + s * C;
-      float* y = y_.f32() + t * C;
-      for (int64_t d = 0; d < C; ++d) y[d] += g * o[d];
-    }
+  for_kept(r, k, [&](int64_t t, size_t c, int64_t s) {
+    const float g = r.gate[c];
+    const float* o = home->f32() + s * C;
+    float* y = y_.f32() + t * C;
+    for (int64_t d = 0; d < C; ++d) y[d] += g * o[d];
+  });
   return y_;
 }
 
@@ -158,22 +161,18 @@ const Tensor& MoeLayer::backward(const Tensor& dy, Context& ctx) {
   // Per kept choice: the output's gradient gate · dy, and the gate's <dy, output>.
   dret_.resize({kept, C}, DType::kF32);
   dgate_.assign(size_t(n * k), 0.0f);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const size_t c = size_t(t * k + j);
-      const int64_t s = r.slot[c];
-      if (s < 0) continue;
-      const float g = r.gate[c];
-      const float* d = dy.f32() + t * C;
-      const float* o = ret_.f32() + s * C;
-      float* dr = dret_.f32() + s * C;
-      double dot = 0;
-      for (int64_t i = 0; i < C; ++i) {
-        dr[i] = g * d[i];
-        dot += double(d[i]) * o[i];
-      }
-      dgate_[c] = float(dot);
+  for_kept(r, k, [&](int64_t t, size_t c, int64_t s) {
+    const float g = r.gate[c];
+    const float* d = dy.f32() + t * C;
+    const float* o = ret_.f32() + s * C;
+    float* dr = dret_.f32() + s * C;
+    double dot = 0;
+    for (int64_t i = 0; i < C; ++i) {
+      dr[i] = g * d[i];
+      dot += double(d[i]) * o[i];
     }
+    dgate_[c] = float(dot);
+  });
   // Output gradients to the experts' ranks, expert-major there; input
   // gradients home, in slot order.
   to_experts(dret_, back_, dein_);
@@ -185,14 +184,11 @@ const Tensor& MoeLayer::backward(const Tensor& dy, Context& ctx) {
   // group is one sample of T = group targets, so 1/groups = loss_scale · T.
   const float aux_grad = c_.aux_coef * ctx.loss_scale * float(r.group);
   router_.backward(x_->f32(), dgate_.data(), aux_grad, input_grad_ ? dx_.f32() : nullptr, ctx);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t s = r.slot[size_t(t * k + j)];
-      if (s < 0) continue;
-      const float* g = home->f32() + s * C;
-      float* d = dx_.f32() + t * C;
-      for (int64_t i = 0; i < C; ++i) d[i] += g[i];
-    }
+  for_kept(r, k, [&](int64_t t, size_t, int64_t s) {
+    const float* g = home->f32() + s * C;
+    float* d = dx_.f32() + t * C;
+    for (int64_t i = 0; i < C; ++i) d[i] += g[i];
+  });
   return dx_;
 }
 
