@@ -9,6 +9,7 @@
 //   * with a small capacity the drops are the same in two runs and in the
 //     single process and ep layouts (a group is one sequence, so the drop
 //     rule does not see the layout), and the losses still agree;
+//   * the clipping norm counts every expert once (equal to one process);
 //   * a checkpoint written at one layout resumes at another;
 //   * the JSON log carries the MoE record (tokens per expert, dropped,
 //     aux loss, imbalance, all_to_all time);
@@ -173,5 +174,27 @@ TEST(TrainMoe, BadLayoutsAreRefusedBeforeTraining) {
     EXPECT_NE(r.status, 0) << c.flags << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
     EXPECT_EQ(r.out.find("step"), std::string::npos) << c.flags << ": trained before refusing";
+  }
+}
+
+TEST(TrainMoe, ClippingNormCountsEveryExpertOnce) {
+  // The global gradient norm (logged before clipping) over experts split
+  // across ep ranks must equal the one-process norm, without and with a
+  // pipeline (DataParallel's and the pipeline hooks' norms).
+  const std::string opts = " --moe-capacity 8 --clip 0.05";
+  const auto serial = train(opts, 3, "clip_serial");
+  ASSERT_EQ(serial.size(), 4u);
+  for (const std::string& layout :
+       {std::string("--dp 4 --ep 2"), std::string("--dp 2 --ep 2 --pp 2"),
+        std::string("--dp 2 --ep 2 --tp 2")}) {
+    const auto v = train(opts + " " + layout, 3, "clip_layout");
+    ASSERT_EQ(v.size(), serial.size()) << layout;
+    for (size_t i = 0; i + 1 < v.size(); ++i) {
+      const double a = serial[i]["grad_norm"], b = v[i]["grad_norm"];
+      EXPECT_GT(a, 0.05) << "the clip must bite for this to test it";
+      EXPECT_NEAR(b, a, 1e-5 * a) << layout << " step " << i;
+    }
+    expect_same_losses(serial, v, layout);
+    expect_same_weights_rel(ck("clip_serial"), ck("clip_layout"), layout);
   }
 }
