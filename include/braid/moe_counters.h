@@ -1,5 +1,5 @@
 // nn::MoeCounts — what the MoE layers (moe.h) of this process routed in
-// training forwards since the counters were last taken: the per-expert
+// training since the counters were last taken: the per-expert
 // token counts, the dropped choices, the auxiliary loss and the time spent
 // in the expert-parallel exchanges. `braid train gpt` takes them once per
 // step for its log.
@@ -7,8 +7,11 @@
 // Process-wide: every MoeLayer (a pipeline's activation-slot copies
 // included) adds to one set of counters under a mutex, so whoever reports
 // need not find the layers. Counts are this rank's tokens only; a job
-// sums them over its data-parallel ranks. Evaluation forwards
-// (Context::training false) are not counted; a recomputed forward is.
+// sums them over its data-parallel ranks. Routing is counted by a layer's
+// backward, once per trained micro-batch however often its forward ran
+// (recomputation routes the same way); forwards without a backward
+// (evaluation, a pipeline learning its shapes) are not counted. Exchange
+// time is counted wherever an exchange runs, recomputed forwards included.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +26,7 @@ struct MoeCounts {
   double aux_sum = 0;           // Σ over layers and groups of aux_b
   int64_t groups = 0;           // groups (layer × sequence) behind aux_sum
   double exchange_s = 0;        // seconds in the expert-parallel all_to_alls, forward and backward
-  int64_t forwards = 0;         // MoE layer forwards counted
+  int64_t forwards = 0;         // MoE layer micro-batches counted
   double aux_mean() const { return groups > 0 ? aux_sum / double(groups) : 0.0; }
 };
 

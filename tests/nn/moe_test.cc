@@ -232,6 +232,10 @@ TEST(Moe, GptWithExpertsTrainsAndCounts) {
   Context ctx;
   const Tensor& y = m->forward(x, ctx);
   EXPECT_EQ(y.shape(), (Shape{2, 8, 16}));
+  EXPECT_EQ(moe_take_counts().routed, 0) << "a forward alone is not counted";
+  m->forward(x, ctx);
+  Tensor dy(y.shape());
+  m->backward(dy, ctx);
   const MoeCounts mc = moe_take_counts();
   EXPECT_EQ(mc.routed, 2 * 8 * 2);
   int64_t total = 0;

@@ -57,7 +57,11 @@ inline nlohmann::json moe_step_record(Communicator* world, int64_t experts, doub
                                       bool counted = true) {
   if (experts <= 0) return nullptr;
   nn::MoeCounts c = nn::moe_take_counts();
-  if (!counted) c = nn::MoeCounts{.exchange_s = c.exchange_s};
+  if (!counted) {
+    nn::MoeCounts time_only;
+    time_only.exchange_s = c.exchange_s;
+    c = time_only;
+  }
   std::vector<double> v(size_t(experts) + 5, 0.0);
   for (size_t e = 0; e < c.tokens.size() && e < size_t(experts); ++e) v[e] = double(c.tokens[e]);
   v[size_t(experts)] = double(c.routed);

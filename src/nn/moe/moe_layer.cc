@@ -87,8 +87,6 @@ const Tensor& MoeLayer::forward(const Tensor& x, Context& ctx) {
   x_ = &x;
   router_.forward(x.f32(), n, group);
   const Routing& r = router_.routing();
-  if (ctx.training)
-    moe_count_routing(r.per_expert, n * k, r.dropped, r.aux_sum, n / group);
 
   // This rank's chosen rows in slot order (expert-major: rank-major too).
   int64_t kept = 0;
@@ -158,6 +156,9 @@ const Tensor& MoeLayer::backward(const Tensor& dy, Context& ctx) {
   const Routing& r = router_.routing();
   const int64_t C = dim_, n = r.tokens, k = c_.top_k;
   const int64_t kept = send_.dim(0);
+  // Counted here, once per trained micro-batch, however often its forward
+  // ran (recomputation repeats the same routing).
+  moe_count_routing(r.per_expert, n * k, r.dropped, r.aux_sum, n / r.group);
   // Per kept choice: the output's gradient gate · dy, and the gate's <dy, output>.
   dret_.resize({kept, C}, DType::kF32);
   dgate_.assign(size_t(n * k), 0.0f);
