@@ -19,6 +19,7 @@ plan=(
   "torch_backend.sh|REPS=1 DDP_STEPS=60 ENVS=user"
   "thread_scaling.sh|ROUNDS=1 GPT_STEPS=10"
   "model_parallel.sh|ROUNDS=1"
+  "moe.sh|ROUNDS=1 STEPS=6 SPEED_STEPS=3"
   "ps.sh|REPS=1 HOT_STEPS=40"
   "ps_failover.sh|REPS=1"
   "dlrm_hybrid.sh|REPS=1 STEPS=20 ROWS=20000 BIG=0"

@@ -74,6 +74,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,6 +118,16 @@ struct DpOptions {
   // algorithm: no staging copies). Elsewhere the memory is private and
   // nothing changes. false: ordinary buckets (for comparison).
   bool shared_buckets = true;
+  // Expert parallelism (expert_parallel.h; ZeRO 0 with f32 gradients
+  // only): the parameters `expert_param` picks belong to experts that only
+  // some ranks of the group hold. They get buckets of their own (private
+  // memory), summed over `expert_dp` (the ranks that hold the same
+  // experts) instead of the group, broadcast from expert_dp's rank 0 at
+  // construction; the clipping norm counts every other parameter on
+  // expert_ep's rank 0 only and sums over `expert_ep`, so each expert
+  // counts once. Empty: no experts.
+  std::function<bool(const nn::Parameter&)> expert_param;
+  std::shared_ptr<Communicator> expert_dp, expert_ep;
 };
 
 // Bytes of training state this rank holds.

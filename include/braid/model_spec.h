@@ -23,6 +23,7 @@
 #include "braid/dlrm.h"
 #include "braid/loss.h"
 #include "braid/models.h"
+#include "braid/moe.h"
 #include "braid/module.h"
 #include "braid/tp_shard.h"
 
@@ -52,6 +53,20 @@ class ModelSpec {
   virtual std::unique_ptr<nn::Module> build_unit(size_t i, const std::shared_ptr<Communicator>& tp,
                                                  bool sequence_parallel,
                                                  std::vector<tp::Sharded>& shards) const = 0;
+  // Models with experts (an MoE GPT, moe.h): unit i with its MoE layers'
+  // experts split over the expert-parallel group behind `ep` (null: all
+  // here), each expert tensor appended to `shards` with expert = true and
+  // its full (serial) shape. The default builds build_unit(i, …): a model
+  // without experts ignores `ep`.
+  virtual std::unique_ptr<nn::Module> build_unit_ep(size_t i, const std::shared_ptr<Communicator>& tp,
+                                                    const std::shared_ptr<nn::ExpertExchange>& ep,
+                                                    bool sequence_parallel,
+                                                    std::vector<tp::Sharded>& shards) const {
+    (void)ep;
+    return build_unit(i, tp, sequence_parallel, shards);
+  }
+  // Experts per MoE layer (0: the model has none).
+  virtual int64_t experts() const { return 0; }
   // The one-process model, parameters initialised from seed().
   virtual std::unique_ptr<nn::Sequential> build_serial() const = 0;
   // The loss on the last unit's output over `tp` (its block of the output,
@@ -71,7 +86,11 @@ class ModelSpec {
 // nn::make_gpt's model. Units: 0 the embedding, 1 … L the blocks, L + 1
 // ln_f, L + 2 lm_head. Under tp: attention heads and the MLP's hidden
 // features split (Megatron's column/row pairs), the embedding and the head
-// split by vocabulary, the loss vocabulary-parallel.
+// split by vocabulary, the loss vocabulary-parallel. With cfg.moe.experts >
+// 0 the blocks moe_block() picks are MoE blocks (tp::TpMoeBlock: attention
+// split over tp, the MoE replicated over tp): under expert parallelism their
+// experts split over ep (build_unit_ep). Sequence parallelism with MoE is
+// refused by check_split.
 std::unique_ptr<ModelSpec> gpt_spec(const nn::GptConfig& cfg, uint64_t seed);
 
 // nn::make_mlp's model over `sizes`. Unit k is layer fc{k+1} with the ReLU

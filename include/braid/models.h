@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "braid/layers.h"
+#include "braid/moe.h"
 
 namespace braid::nn {
 
@@ -23,13 +24,18 @@ struct GptConfig {
   int64_t heads = 4;
   float dropout = 0.0f;
   bool recompute = false;  // activation recomputation in every block
+  // Mixture of experts (moe.h): with moe.experts > 0 the MLP of every
+  // moe.every-th block (moe_block) is an MoeLayer of that many experts.
+  MoeConfig moe;
 };
 
 // Embedding(tokens+positions) → blocks h.0 … h.{L-1} → ln_f → lm_head
 // (Linear dim→vocab, no bias; not tied to the embedding). Weights ~
 // N(0, 0.02), biases 0, LayerNorm γ=1 β=0 (GPT-2's scheme, without the
 // residual-projection rescale). Input: i32 tokens [B, T]; output: logits
-// [B, T, vocab].
+// [B, T, vocab]. With cfg.moe.experts > 0 the blocks moe_block() picks are
+// MoeTransformerBlocks (all experts here); their gate and expert weights
+// are N(0, 0.02) too. Throws check_moe's errors.
 std::unique_ptr<Sequential> make_gpt(const GptConfig& cfg, uint64_t seed);
 
 // The blocks of a GPT built by make_gpt (to toggle recomputation).

@@ -44,6 +44,10 @@ struct Context {
   uint64_t seed = 0;           // run seed (dropout keys)
   int64_t step = 0;            // optimizer step (dropout keys)
   int64_t sample_offset = 0;   // global index of row 0 of this batch (dropout keys)
+  // The trainer's dL/dlogits scale, 1 / (global batch · targets per
+  // sample); 0 outside training. A layer that adds a loss of its own (the
+  // MoE load-balancing loss, moe.h) scales its gradient by it.
+  float loss_scale = 0;
   GradReadyHook grad_ready;    // see the file comment; may be empty
 
   void param_ready(Parameter& p) const {

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "braid/data_parallel.h"
+#include "braid/expert_parallel.h"
 #include "braid/mesh.h"
 #include "braid/model_spec.h"
 #include "braid/optim.h"
@@ -61,6 +62,13 @@ struct ParallelOptions {
   // Data parallelism over the mesh's dp group: the ZeRO stage (any with
   // tp = pp = 1; 0 or 1 beside tp or pp), buckets, overlap, bf16 gradients.
   DpOptions dp;
+  // Expert parallelism for a spec with experts (ModelSpec::experts() > 0;
+  // expert_parallel.h): each MoE layer's experts split over groups of `ep`
+  // consecutive dp ranks, expert gradients summed over the dp/ep replicas
+  // of each expert, the rest data parallel over dp as always. ep must
+  // divide dp and the experts, and needs ZeRO 0; ep > 1 for a model
+  // without experts is refused.
+  int ep = 1;
   // Cost of each of the spec's units for cutting the stages (unit_count()
   // entries); empty: ModelSpec::unit_costs(), each unit's multiply-adds.
   std::vector<double> unit_costs;
@@ -128,6 +136,9 @@ class ParallelModel {
   // gradient buckets: its memory, its time split, and (ZeRO-3)
   // gather_all_params() for reading every parameter whole between steps.
   DataParallel& data_parallel() const;
+  // The expert-parallel groups (ep = 1 and null communicators unless
+  // ParallelOptions::ep > 1).
+  const ExpertGroups& expert_groups() const;
   // Bytes of optimizer state this rank holds (what the optimizer has
   // allocated: 0 before its first step).
   int64_t optimizer_bytes(const nn::Optimizer& opt) const;

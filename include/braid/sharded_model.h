@@ -11,6 +11,7 @@
 
 #include "braid/layers.h"
 #include "braid/model_spec.h"
+#include "braid/moe.h"
 
 namespace braid::parallel {
 
@@ -29,6 +30,10 @@ struct ShardedOptions {
   // are then pointed at another's (a pipeline's activation slots) or whose
   // values do not matter (timing a unit).
   bool initialise = true;
+  // Expert parallelism: the MoE layers' exchange over the ep group; their
+  // expert tensors are this ep rank's block (ModelSpec::build_unit_ep).
+  // Null: every expert here.
+  std::shared_ptr<nn::ExpertExchange> experts;
 };
 
 // The spec's model over `tp`: a Sequential whose children are the units

@@ -23,6 +23,10 @@ struct Sharded {
   nn::Parameter* param = nullptr;
   ShardSpec spec;
   Shape full;  // the serial parameter's shape
+  // An MoE layer's stacked expert tensor (moe.h): split along dimension 0
+  // over the expert-parallel group (expert_parallel.h), replicated over tp
+  // (spec is then replicated).
+  bool expert = false;
 };
 
 // This rank's shard of a full tensor.

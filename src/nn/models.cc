@@ -38,11 +38,17 @@ std::unique_ptr<Sequential> make_mlp(const std::vector<int64_t>& sizes, uint64_t
 std::unique_ptr<Sequential> make_gpt(const GptConfig& c, uint64_t seed) {
   BRAID_CHECK_ARG(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.dim > 0 && c.heads > 0,
                   "GPT sizes must be positive");
+  if (c.moe.experts > 0) check_moe(c.moe);
   auto m = std::make_unique<Sequential>("gpt");
   m->emplace<Embedding>("emb", c.vocab, c.dim, c.context);
-  for (int64_t l = 0; l < c.layers; ++l)
-    m->emplace<TransformerBlock>("h." + std::to_string(l), c.dim, c.heads, c.dropout,
-                                 uint64_t(l), c.recompute);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string name = "h." + std::to_string(l);
+    if (moe_block(c.moe, l))
+      m->emplace<MoeTransformerBlock>(name, c.dim, c.heads, c.moe, c.dropout, uint64_t(l),
+                                      c.recompute);
+    else
+      m->emplace<TransformerBlock>(name, c.dim, c.heads, c.dropout, uint64_t(l), c.recompute);
+  }
   m->emplace<LayerNorm>("ln_f", c.dim);
   m->emplace<Linear>("lm_head", c.dim, c.vocab, false);
   uint64_t index = 0;

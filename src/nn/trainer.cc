@@ -105,6 +105,7 @@ void Trainer::forward_backward(StepState& st) {
   ctx.training = true;
   ctx.seed = opts_.seed;
   ctx.step = step_;
+  ctx.loss_scale = scale;
   for (int m = 0; m < opts_.accum; ++m) {
     load_micro_batch(st, m, micro);
     ctx.sample_offset = sampler_.shard_begin() + m * micro;

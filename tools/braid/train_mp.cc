@@ -2,7 +2,7 @@
 //
 // train_cmd.cc hands over here when a model-parallel flag is given (--tp,
 // --pp, --micro-batches, --schedule, --virtual-stages, --sequence-parallel,
-// --print-schedule, --trace, --pp-balance). The model is the flags' model
+// --print-schedule, --trace, --pp-balance, --ep, --moe-experts). The model is the flags' model
 // spec (train_setup.h: model_spec) laid over an A × B × C Mesh by
 // parallel::parallelize, and trained by parallel::ParallelTrainer: what a
 // library user writes for any model and layout. Started plainly, A·B·C ranks are forked under
@@ -67,6 +67,7 @@ struct MpFlags : TrainFlags {
   bool sequence_parallel = false, print_schedule = false, pp_balance = false;
   std::string trace;
   int zero = 0;
+  int ep = 1;  // expert parallelism (MoE GPT): ranks of dp that split the experts
   std::string transport;
 
   int world() const { return dp * tp * pp; }
@@ -75,6 +76,27 @@ struct MpFlags : TrainFlags {
            std::to_string(pp);
   }
 };
+
+// --moe-* and --ep, before any rank starts: the MoE configuration, ep
+// dividing --dp and the experts, ZeRO 0.
+void check_moe_layout(const MpFlags& f) {
+  auto reject = [](const std::string& why) { throw Error(Errc::kInvalidArgument, why); };
+  if (f.moe.experts == 0) {
+    if (f.ep != 1) reject("--ep " + std::to_string(f.ep) + " needs an MoE model (--moe-experts)");
+    return;
+  }
+  if (f.model != "gpt") reject("--moe-experts applies to model gpt, not " + f.model);
+  nn::check_moe(moe_config(f.moe));
+  if (f.dp % f.ep != 0)
+    reject("--ep " + std::to_string(f.ep) + " does not divide --dp " + std::to_string(f.dp) +
+           " (expert-parallel groups are --ep of the --dp copies)");
+  if (f.moe.experts % f.ep != 0)
+    reject("--moe-experts " + std::to_string(f.moe.experts) + " not divisible by --ep " +
+           std::to_string(f.ep));
+  if (f.ep > 1 && f.zero != 0)
+    reject("--ep " + std::to_string(f.ep) + " with --zero " + std::to_string(f.zero) +
+           ": expert parallelism runs with ZeRO 0 only");
+}
 
 // Fills the defaults that depend on the layout and rejects what the
 // model-parallel path does not do, naming the flag.
@@ -107,6 +129,7 @@ void settle(MpFlags& f) {
            " pipeline stages, but model " + f.model + " has only " + std::to_string(units) +
            " units to cut between them: " + spec->describe_units());
   spec->check_split(f.tp, f.sequence_parallel);
+  check_moe_layout(f);
   if (f.batch % (int64_t(f.dp) * f.accum * f.micro_batches) != 0)
     reject("--batch " + std::to_string(f.batch) + " does not split into --dp " +
            std::to_string(f.dp) + " copies of --accum " + std::to_string(f.accum) +
@@ -187,6 +210,7 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
   po.chunks = f.virtual_stages;
   po.sequence_parallel = f.sequence_parallel;
   po.dp.zero = f.zero;
+  po.ep = f.ep;
   po.init_from = f.init_from;  // as build_setup in one process
   if (f.pp_balance)
     po.unit_costs = parallel::measure_unit_costs(
@@ -243,12 +267,20 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
       stage_peak[size_t(stage)] = std::max(stage_peak[size_t(stage)], int64_t(q.peak_act));
     }
     if (report.measured(s)) add_bubble(split, f, bubble_acc, bubble_spans);
+    const nlohmann::json moe = moe_step_record(comm.get(), f.moe.experts, r.step_s, mesh.coord().tp == 0);
     report.after_step(s, st, r.comm_s / std::max(1e-12, r.step_s));
+    if (logger && !moe.is_null() && !f.quiet && report.measured(s) && (s + 1) % 20 == 0)
+      std::fprintf(stderr, "  moe: tokens/expert %s, dropped %lld, aux %.4f, imbalance %.2f, "
+                           "all_to_all %.1f%% of step\n",
+                   moe["tokens_per_expert"].dump().c_str(), (long long)moe["dropped"].get<int64_t>(),
+                   moe["aux_loss"].get<double>(), moe["imbalance"].get<double>(),
+                   100.0 * moe["a2a_fraction"].get<double>());
     if (jlog.is_open())
       log_step_per_rank(jlog, st, split,
                         {{"compute_s", &RankSplit::compute_s},
                          {"exposed_comm_s", &RankSplit::comm_s},
-                         {"bubble_s", &RankSplit::bubble_s}});
+                         {"bubble_s", &RankSplit::bubble_s}},
+                        moe);
     if (checkpoint_due(f, s)) trainer.save(f.checkpoint);
   }
   const double throughput = report.finish();
@@ -267,6 +299,8 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                {"virtual_stages", f.virtual_stages},
                {"sequence_parallel", f.sequence_parallel},
                {"zero", f.zero},
+               {"ep", f.ep},
+               {"moe_experts", f.moe.experts},
                {"bubble_fraction", bubble_frac},
                // "span": idle share of the pipelines' spans, check_schedule's
                // bubble measured; "waits": communication waits over step time
@@ -297,7 +331,8 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
 bool mp_requested(int argc, char** argv) {
   return has_any_flag(argc, argv,
                       {"--tp", "--pp", "--micro-batches", "--schedule", "--virtual-stages",
-                       "--sequence-parallel", "--print-schedule", "--trace", "--pp-balance"});
+                       "--sequence-parallel", "--print-schedule", "--trace", "--pp-balance",
+                       "--ep", "--moe-experts"});
 }
 
 int train_mp_main(int argc, char** argv) {
@@ -328,6 +363,10 @@ int train_mp_main(int argc, char** argv) {
                  "ZeRO stage over dp: 0 none, 1 optimizer state sharded (2 +gradients, 3 "
                  "+parameters: --tp 1 --pp 1 only)")
       ->check(CLI::Range(0, 3));
+  app.add_option("--ep", f.ep,
+                 "gpt with --moe-experts: expert-parallel ranks (a divisor of --dp) that split "
+                 "each MoE layer's experts (1)")
+      ->check(kAtLeastOne);
   app.add_option("--transport", f.transport, "auto, shm or tcp (forked ranks)");
   try {
     app.parse(argc, argv);

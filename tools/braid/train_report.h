@@ -164,8 +164,10 @@ inline nlohmann::json step_record(const nn::StepStats& st) {
 // array of that field of every rank in `ranks` (the ranks' time split).
 template <class Rank>
 void log_step_per_rank(std::ofstream& log, const nn::StepStats& st, const std::vector<Rank>& ranks,
-                       std::initializer_list<std::pair<const char*, double Rank::*>> fields) {
+                       std::initializer_list<std::pair<const char*, double Rank::*>> fields,
+                       const nlohmann::json& moe = nullptr) {
   nlohmann::json rec = step_record(st);
+  if (!moe.is_null()) rec["moe"] = moe;  // train_moe.h's record
   for (const auto& [name, field] : fields) {
     nlohmann::json column = nlohmann::json::array();
     for (const Rank& r : ranks) column.push_back(r.*field);

@@ -29,6 +29,7 @@
 #include "braid/threads.h"
 #include "braid/trainer.h"
 #include "train_dlrm.h"
+#include "train_moe.h"
 
 namespace braid::tool {
 
@@ -54,6 +55,7 @@ struct TrainFlags {
   int64_t log_every = 0;
   bool quiet = false;
   DlrmFlags dlrm;
+  MoeFlags moe;
   int64_t restart = 0;  // BRAID_RESTART_COUNT (resume_after_restart)
 };
 
@@ -114,6 +116,7 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--log-every", f.log_every, "plain-text log interval (default: ~20 lines)");
   app.add_flag("-q,--quiet", f.quiet, "only the summary line");
   add_dlrm_options(app, f.dlrm);
+  add_moe_options(app, f.moe);
 }
 
 // Settles the compute thread count (--threads, else the environment, else
@@ -162,6 +165,7 @@ nn::GptConfig gpt_config(const Flags& f) {
   c.context = f.context;
   c.dropout = f.dropout;
   c.recompute = f.recompute;
+  c.moe = moe_config(f.moe);
   return c;
 }
 

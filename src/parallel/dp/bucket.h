@@ -12,6 +12,10 @@ namespace braid::parallel::dp {
 
 struct Bucket {
   size_t index = 0;
+  // Expert parameters (DpOptions::expert_param): reduced over comm (the
+  // expert-data-parallel group) instead of the DataParallel's group.
+  bool expert = false;
+  Communicator* comm = nullptr;
   std::vector<nn::Parameter*> params;  // grad-ready order
   std::vector<Shape> shapes;
   std::vector<int64_t> offsets;        // of each parameter in the flat buffer

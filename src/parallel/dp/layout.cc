@@ -33,16 +33,24 @@ void group(State& s, const ZeroPolicy& policy,
     return;
   }
   // The first bucket small, so that communication starts early in backward.
-  Bucket* b = nullptr;
-  size_t bytes = 0;
-  for (size_t k = s.params.size(); k-- > 0;) {
-    size_t cap = (b != nullptr && b->index == 0) ? s.opts.first_bucket_bytes : s.opts.bucket_bytes;
-    if (b == nullptr || bytes >= cap) {
-      b = new_bucket(s);
-      bytes = 0;
+  // Expert parameters (DpOptions::expert_param) fill buckets of their own.
+  for (const bool expert : {false, true}) {
+    Bucket* b = nullptr;
+    size_t bytes = 0;
+    for (size_t k = s.params.size(); k-- > 0;) {
+      nn::Parameter* p = s.params[k];
+      if (bool(s.opts.expert_param) && s.opts.expert_param(*p) != expert) continue;
+      if (!s.opts.expert_param && expert) continue;
+      size_t cap = (b != nullptr && b->index == 0) ? s.opts.first_bucket_bytes : s.opts.bucket_bytes;
+      if (b == nullptr || bytes >= cap) {
+        b = new_bucket(s);
+        b->expert = expert;
+        if (expert) b->comm = s.opts.expert_dp.get();
+        bytes = 0;
+      }
+      b->params.push_back(p);
+      bytes += size_t(p->size()) * 4;
     }
-    b->params.push_back(s.params[k]);
-    bytes += size_t(s.params[k]->size()) * 4;
   }
 }
 
@@ -59,6 +67,14 @@ void cut_slices(Bucket& b, int rank) {
 }  // namespace
 
 void lay_out(State& s, ZeroPolicy& policy, nn::Module& model) {
+  if (s.opts.expert_param) {
+    BRAID_CHECK_ARG(s.opts.zero == 0 && !s.opts.bf16_grads,
+                    "DataParallel: expert parallelism needs ZeRO stage 0 and f32 gradients "
+                    "(got ZeRO " + std::to_string(s.opts.zero) +
+                        (s.opts.bf16_grads ? ", bf16 gradients)" : ")"));
+    BRAID_CHECK_ARG(s.opts.expert_dp != nullptr && s.opts.expert_ep != nullptr,
+                    "DataParallel: expert parameters without their groups");
+  }
   s.params = model.parameters();
   BRAID_CHECK_ARG(!s.params.empty(), "DataParallel: the model has no parameters");
   s.units = nn::units_of(model);
@@ -92,7 +108,7 @@ void lay_out(State& s, ZeroPolicy& policy, nn::Module& model) {
     for (size_t i = 0; i < b.params.size(); ++i)
       std::memcpy(full.f32() + b.offsets[i], b.params[i]->data.f32(),
                   size_t(b.params[i]->size()) * 4);
-    s.comm->broadcast(full.f32(), size_t(b.padded), DType::kF32, 0);
+    (b.comm != nullptr ? *b.comm : *s.comm).broadcast(full.f32(), size_t(b.padded), DType::kF32, 0);
     policy.place_params(b, std::move(full));
     policy.place_grads(b);
     cut_slices(b, s.rank);

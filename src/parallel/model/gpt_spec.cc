@@ -4,6 +4,7 @@
 #include "braid/error.h"
 #include "braid/model_spec.h"
 #include "braid/tp_layers.h"
+#include "braid/tp_moe_block.h"
 
 namespace braid::parallel {
 
@@ -17,7 +18,10 @@ class GptSpec : public ModelSpec {
     BRAID_CHECK_ARG(c_.dim % c_.heads == 0, "GPT: d_model " + std::to_string(c_.dim) +
                                                 " not divisible by heads " +
                                                 std::to_string(c_.heads));
+    if (c_.moe.experts > 0) nn::check_moe(c_.moe);
   }
+
+  int64_t experts() const override { return c_.moe.experts; }
 
   std::string name() const override { return "gpt"; }
   uint64_t seed() const override { return seed_; }
@@ -36,13 +40,22 @@ class GptSpec : public ModelSpec {
   std::vector<double> unit_costs() const override {
     const double d = double(c_.dim), T = double(c_.context), V = double(c_.vocab);
     std::vector<double> cost(unit_count(), 12 * d * d + 2 * T * d);
+    // An MoE block: attention, the gate, and top_k experts' MLPs per token.
+    for (int64_t l = 0; l < c_.layers; ++l)
+      if (nn::moe_block(c_.moe, l))
+        cost[size_t(l) + 1] = 4 * d * d + 2 * T * d + d * double(c_.moe.experts) +
+                              8 * d * d * double(c_.moe.top_k);
     cost.front() = 2 * d;           // token row + position row
     cost[cost.size() - 2] = 5 * d;  // a layer norm
     cost.back() = d * V;
     return cost;
   }
 
-  void check_split(int n, bool) const override {
+  void check_split(int n, bool sequence_parallel) const override {
+    BRAID_CHECK_ARG(c_.moe.experts == 0 || !sequence_parallel || n == 1,
+                    "GPT with MoE (--moe-experts " + std::to_string(c_.moe.experts) +
+                        "): sequence parallelism is not supported (the MoE blocks route "
+                        "whole sequences)");
     tp::divide(c_.heads, n, "GPT heads");
     tp::divide(c_.vocab, n, "GPT vocabulary");
     tp::divide(4 * c_.dim, n, "GPT MLP hidden size");
@@ -51,7 +64,23 @@ class GptSpec : public ModelSpec {
   std::unique_ptr<nn::Module> build_unit(size_t i, const std::shared_ptr<Communicator>& tp,
                                          bool sequence_parallel,
                                          std::vector<tp::Sharded>& shards) const override {
+    return build_unit_ep(i, tp, nullptr, sequence_parallel, shards);
+  }
+
+  std::unique_ptr<nn::Module> build_unit_ep(size_t i, const std::shared_ptr<Communicator>& tp,
+                                            const std::shared_ptr<nn::ExpertExchange>& ep,
+                                            bool sequence_parallel,
+                                            std::vector<tp::Sharded>& shards) const override {
     const size_t L = size_t(c_.layers);
+    if (i >= 1 && i <= L && nn::moe_block(c_.moe, int64_t(i) - 1)) {
+      // Attention over tp, the MoE replicated over tp; the expert tensors
+      // are this ep rank's block of the serial model's.
+      auto b = std::make_unique<tp::TpMoeBlock>("h." + std::to_string(i - 1), c_.dim, c_.heads,
+                                                c_.moe, tp, c_.dropout, uint64_t(i - 1),
+                                                c_.recompute, ep);
+      b->collect_shards(shards, c_.moe.experts);
+      return b;
+    }
     const tp::SeqMode mode =
         sequence_parallel ? tp::SeqMode::kSequenceParallel : tp::SeqMode::kReplicated;
     if (i == 0) {

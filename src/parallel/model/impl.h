@@ -24,11 +24,14 @@ struct ParallelModel::Impl {
   std::unique_ptr<PipelineExecutor> exec;  // null unless pipelined
   std::vector<nn::Parameter*> params;
   Tensor partial;  // sequence-parallel gradient reduction scratch
+  ExpertGroups experts;  // ep > 1: the ep and expert-data-parallel groups
+  std::shared_ptr<nn::ExpertExchange> exchange;  // over experts.ep_comm
 };
 
 // --init-from: every shard takes its tp rank's slice of the file's full
 // "model/<name>" tensor (model_checkpoint.cc).
+// Expert tensors then keep `ep`'s block of dimension 0 (null: all of it).
 void load_model_slices(const std::string& path, const std::vector<tp::Sharded>& shards, int rank,
-                       int size);
+                       int size, const nn::ExpertExchange* ep = nullptr);
 
 }  // namespace braid::parallel

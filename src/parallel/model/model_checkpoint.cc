@@ -99,6 +99,31 @@ void recv_tensors(Communicator& pp, int peer, std::map<std::string, Tensor>& out
 
 }  // namespace
 
+// Expert parallelism: every expert tensor (and its optimizer state) whole,
+// gathered over the ep group along dimension 0 (collective over each ep
+// group; every rank calls it); `keep`: put them into `local`.
+static void gather_experts(const std::vector<tp::Sharded>& shards, Communicator& ep,
+                           const nn::Optimizer& opt, Checkpoint& local, bool keep) {
+  Checkpoint mine;
+  opt.save_state(mine);
+  const tp::ShardSpec rows{0, 1, false};
+  for (const tp::Sharded& s : shards) {
+    if (!s.expert) continue;
+    Tensor full = tp::gather_shards(s.param->data, rows, s.full, ep);
+    if (keep) local.tensors.insert_or_assign("model/" + s.param->name, std::move(full));
+    for (const std::string& key : optim_keys(mine, s.param->name)) {
+      Tensor t = tp::gather_shards(mine.tensors.at(key), rows, s.full, ep);
+      if (keep) local.tensors.insert_or_assign(key, std::move(t));
+    }
+  }
+}
+
+// This ep rank's block of an expert tensor (dimension 0); others as they are.
+static Tensor expert_block(Tensor t, const tp::Sharded& s, const nn::ExpertExchange* ep) {
+  if (!s.expert || ep == nullptr || ep->size() == 1) return t;
+  return tp::slice_shard(t, tp::ShardSpec{0, 1, false}, ep->rank(), ep->size());
+}
+
 void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int64_t step,
                          uint64_t seed) {
   Impl& m = *impl_;
@@ -107,6 +132,8 @@ void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int6
   // (collective over dp).
   Checkpoint local;
   m.dp->add_state(local, opt);
+  if (m.experts.ep > 1)
+    gather_experts(m.model->shards(), *m.experts.ep_comm, opt, local, c.dp == 0);
   if (c.dp == 0) {
     // Full tensors of this stage, in shard order; the same keys on every
     // tp rank, so the gathers pair up.
@@ -143,11 +170,11 @@ void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int6
 }
 
 void load_model_slices(const std::string& path, const std::vector<tp::Sharded>& shards, int r,
-                       int n) {
+                       int n, const nn::ExpertExchange* ep) {
   const Checkpoint ck = load_checkpoint(path);
   for (const tp::Sharded& s : shards) {
     const std::string key = "model/" + s.param->name;
-    s.param->data.copy_from(rank_slice(ck, "--init-from " + path, key, s, r, n));
+    s.param->data.copy_from(expert_block(rank_slice(ck, "--init-from " + path, key, s, r, n), s, ep));
   }
 }
 
@@ -159,7 +186,7 @@ int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_
   local.meta = ck.meta;
   for (const tp::Sharded& s : m.model->shards()) {
     auto slice = [&](const std::string& key) {
-      return rank_slice(ck, "checkpoint " + path, key, s, r, n);
+      return expert_block(rank_slice(ck, "checkpoint " + path, key, s, r, n), s, m.exchange.get());
     };
     local.tensors.insert_or_assign("model/" + s.param->name, slice("model/" + s.param->name));
     for (const std::string& key : optim_keys(ck, s.param->name))

@@ -40,6 +40,18 @@ ParallelModel::ParallelModel(std::shared_ptr<const ModelSpec> spec, const Mesh& 
   BRAID_CHECK_ARG(costs.size() == count, what + ": " + std::to_string(costs.size()) +
                                              " unit costs for the model's " +
                                              std::to_string(count) + " units");
+  const int64_t experts = m.spec->experts();
+  BRAID_CHECK_ARG(o.ep == 1 || experts > 0,
+                  what + ": ep " + std::to_string(o.ep) + " but the model has no experts");
+  if (experts > 0) {
+    check_expert_layout(mesh_.dp_size(), o.ep);
+    BRAID_CHECK_ARG(experts % o.ep == 0, what + ": experts " + std::to_string(experts) +
+                                             " not divisible by the expert-parallel size ep " +
+                                             std::to_string(o.ep));
+    BRAID_CHECK_ARG(o.ep == 1 || (o.dp.zero == 0 && !o.dp.bf16_grads),
+                    what + ": expert parallelism (ep " + std::to_string(o.ep) +
+                        ") needs ZeRO stage 0 and f32 gradients");
+  }
   m.bounds = partition_layers(costs, sched.stages());
   const std::vector<size_t>& bounds = m.bounds;
 
@@ -47,17 +59,27 @@ ParallelModel::ParallelModel(std::shared_ptr<const ModelSpec> spec, const Mesh& 
   const int s = mesh_.coord().pp;
   ShardedOptions sopts;
   sopts.sequence_parallel = o.sequence_parallel;
+  DpOptions dpo = o.dp;
+  if (o.ep > 1) {
+    m.experts = make_expert_groups(mesh_, o.ep);
+    m.exchange = expert_exchange(m.experts.ep_comm);
+    sopts.experts = m.exchange;
+    dpo.expert_param = [](const nn::Parameter& p) { return nn::MoeLayer::is_expert_param(p.name); };
+    dpo.expert_dp = m.experts.edp_comm;
+    dpo.expert_ep = m.experts.ep_comm;
+  }
   for (int c = 0; c < sched.chunks; ++c) {
     const size_t v = size_t(sched.stage_of(s, c));
     sopts.units.push_back({bounds[v], bounds[v + 1]});
   }
   m.model = std::make_unique<ShardedModel>(m.spec, mesh_.tp(), sopts);
   if (!o.init_from.empty())
-    load_model_slices(o.init_from, m.model->shards(), mesh_.coord().tp, mesh_.tp_size());
+    load_model_slices(o.init_from, m.model->shards(), mesh_.coord().tp, mesh_.tp_size(),
+                      m.exchange.get());
   m.params = m.model->parameters();
   // Before the executor: its slot copies view the buckets' buffers. At
   // tp = pp = 1 it owns the whole model (ZeRO-3 gathers unit by unit).
-  m.dp = std::make_unique<DataParallel>(mesh_.dp(), *m.model, o.dp);
+  m.dp = std::make_unique<DataParallel>(mesh_.dp(), *m.model, dpo);
   if (!m.pipelined) return;
 
   auto chunks_of = [ranges = sopts.units](const ShardedModel& model) {
@@ -104,6 +126,7 @@ int64_t ParallelModel::parameter_bytes() const {
 }
 
 DataParallel& ParallelModel::data_parallel() const { return *impl_->dp; }
+const ExpertGroups& ParallelModel::expert_groups() const { return impl_->experts; }
 
 int64_t ParallelModel::optimizer_bytes(const nn::Optimizer& opt) const {
   return impl_->dp->memory(opt).optim_bytes;

@@ -65,10 +65,16 @@ class ParallelTrainer::Hooks : public PipelineHooks {
     // A shard is counted on its rank; a replicated parameter (the same on
     // every tp rank once reduced) on tp rank 0 only. Stages hold disjoint
     // parameters, so the pp sum counts each once.
+    // Under expert parallelism each rank of an ep group holds its own
+    // experts (counted on tp rank 0: they are replicated over tp) and the
+    // same everything else (counted on ep rank 0); the ep sum adds them.
+    const bool ep0 = m_.experts.ep == 1 || m_.experts.ep_comm->rank() == 0;
     std::vector<nn::GradPiece> pieces;
-    for (const tp::Sharded& sh : m_.model->shards())
-      pieces.push_back(
-          {sh.param->grad.f32(), sh.param->size(), sh.spec.dim >= 0 || mesh_.coord().tp == 0});
+    for (const tp::Sharded& sh : m_.model->shards()) {
+      const bool counted = sh.expert ? mesh_.coord().tp == 0
+                                     : (sh.spec.dim >= 0 || mesh_.coord().tp == 0) && ep0;
+      pieces.push_back({sh.param->grad.f32(), sh.param->size(), counted});
+    }
     return pieces;
   }
 
@@ -76,6 +82,7 @@ class ParallelTrainer::Hooks : public PipelineHooks {
     const double t0 = now_s();
     mesh_.tp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
     mesh_.pp()->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
+    if (m_.experts.ep > 1) m_.experts.ep_comm->all_reduce(&sq, &sq, 1, DType::kF64, ReduceOp::kSum);
     comm_s += now_s() - t0;
   }
 

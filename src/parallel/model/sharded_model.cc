@@ -18,7 +18,8 @@ std::atomic<int64_t> g_serial_builds{0};
 
 // Copies into every shard its slice of the serial model's parameter of the
 // same name and shape.
-void init_from_serial(const ModelSpec& spec, std::vector<tp::Sharded>& shards, int rank, int size) {
+void init_from_serial(const ModelSpec& spec, std::vector<tp::Sharded>& shards, int rank, int size,
+                      const nn::ExpertExchange* ep) {
   g_serial_builds.fetch_add(1, std::memory_order_relaxed);
   auto serial = spec.build_serial();
   std::map<std::string, nn::Parameter*> by_name;
@@ -28,7 +29,10 @@ void init_from_serial(const ModelSpec& spec, std::vector<tp::Sharded>& shards, i
     if (it == by_name.end() || it->second->data.shape() != s.full)
       throw Error(Errc::kInternal, spec.name() + ": parameter " + s.param->name +
                                        " has no serial twin of shape " + shape_str(s.full));
-    s.param->data.copy_from(tp::slice_shard(it->second->data, s.spec, rank, size));
+    Tensor mine = tp::slice_shard(it->second->data, s.spec, rank, size);
+    if (s.expert && ep != nullptr)
+      mine = tp::slice_shard(mine, tp::ShardSpec{0, 1, false}, ep->rank(), ep->size());
+    s.param->data.copy_from(mine);
     by_name.erase(it);
   }
 }
@@ -56,8 +60,9 @@ ShardedModel::ShardedModel(std::shared_ptr<const ModelSpec> spec, std::shared_pt
   }
   units_.assign(count, nullptr);
   for (size_t i = 0; i < count; ++i)
-    if (wanted[i]) units_[i] = &add(spec_->build_unit(i, tp_, opts_.sequence_parallel, shards_));
-  if (opts_.initialise) init_from_serial(*spec_, shards_, tp_->rank(), n);
+    if (wanted[i])
+      units_[i] = &add(spec_->build_unit_ep(i, tp_, opts_.experts, opts_.sequence_parallel, shards_));
+  if (opts_.initialise) init_from_serial(*spec_, shards_, tp_->rank(), n, opts_.experts.get());
 }
 
 int64_t ShardedModel::serial_builds() { return g_serial_builds.load(std::memory_order_relaxed); }

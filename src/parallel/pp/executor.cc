@@ -97,6 +97,7 @@ void PipelineExecutor::forward(int mb, int chunk, bool for_backward) {
   ctx.seed = ps_->seed;
   ctx.step = ps_->step;
   ctx.sample_offset = ps_->first_row + mb * mb_rows_;
+  ctx.loss_scale = ps_->scale;
   if (st.stage == 0) st.in[size_t(mb)] = rows_of(*input_, mb, mb_rows_);
   // The slot's modules keep pointers to their inputs until mb's backward:
   // st.in[mb] and their own outputs, all of which stay put until then.
@@ -136,6 +137,7 @@ void PipelineExecutor::backward(int mb, int chunk) {
   ctx.seed = ps_->seed;
   ctx.step = ps_->step;
   ctx.sample_offset = ps_->first_row + mb * mb_rows_;
+  ctx.loss_scale = ps_->scale;
   if (ps_->grad_ready && mb == st.last_backward)
     ctx.grad_ready = [&](nn::Parameter& p) { ps_->grad_ready(st.slots.model_parameter(p)); };
   const Tensor* dy = &st.grad_in[size_t(mb)];
