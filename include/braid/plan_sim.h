@@ -31,8 +31,6 @@ namespace braid::plan {
 struct SimOptions {
   // The communicator's pipelining chunk (BRAID_CHUNK_BYTES's default).
   size_t chunk_bytes = size_t(1) << 20;
-  // false: links are never busy, every message takes α + B·β.
-  bool contention = true;
   // Move and reduce f32 payloads for real (small worlds: every rank holds
   // its buffers); `fill(rank, buf, count)` writes a rank's input (default:
   // element i of rank r is (r + 1) · (i mod 7 + 1)). Without, only sizes
@@ -60,10 +58,10 @@ struct SimResult {
   uint64_t messages = 0;
   std::map<std::string, double> bytes_by_link;  // "intra_host", "inter_host", "spine"
   double waited_s = 0;  // summed over messages: time waiting for busy links
-  // Without carry_data the algorithm ran on 1/byte_scale of the elements
-  // and each message counted byte_scale times its bytes (so that thousands
-  // of ranks' scratch buffers fit in memory).
-  int byte_scale = 1;
+  // Without carry_data, when all ranks' buffers would pass 256 MiB, the
+  // algorithm ran on 1/byte_scale of the elements (a multiple of ranks, at
+  // least 16 a rank) and each message counted byte_scale times its bytes.
+  double byte_scale = 1;
   double wall_s = 0;  // real seconds the simulation took
   std::vector<std::vector<float>> outputs;  // carry_data: each rank's result
   std::string trace_json;

@@ -185,3 +185,43 @@ TEST(PlanSim, BadInputIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// The schedule checker's play with buffered sends and free transfers is
+// the simulator's with zero-byte messages on links of no latency: both
+// play the same real schedule with the same compute times.
+TEST(PlanSim, PipelinePlaysTheRealScheduleAsTheChecker) {
+  plan::Cluster c = plan::cluster_preset("dgx-h100");
+  c.intra_host.cost.alpha_s = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved"}) {
+    const int pp = 4, m = 8, chunks = std::string(name) == "interleaved" ? 2 : 1;
+    const parallel::Schedule s = parallel::make_schedule(name, pp, m, chunks);
+    std::vector<double> fwd, bwd;
+    for (int v = 0; v < pp * chunks; ++v) {
+      fwd.push_back(1e-3 * (1 + 0.1 * v));
+      bwd.push_back(2 * fwd.back());
+    }
+    parallel::CheckOptions o;
+    o.send_slots = 1 << 20;
+    double F = 0, B = 0;
+    for (int v = 0; v < pp * chunks; ++v) F += fwd[size_t(v)], B += bwd[size_t(v)];
+    o.costs.forward = F / pp;
+    o.costs.backward = B / pp;
+    // The checker scales by fwd + bwd; bwd = 2·fwd on every stage, so its
+    // forward and backward times are fwd[v] and bwd[v] exactly.
+    for (int v = 0; v < pp * chunks; ++v) o.costs.stage_weight.push_back(fwd[size_t(v)] + bwd[size_t(v)]);
+    const parallel::ScheduleReport want = parallel::check_schedule(s, o);
+    const plan::PipelineSimResult got = plan::simulate_pipeline(c, s, fwd, bwd, 0);
+    EXPECT_NEAR(got.makespan, want.makespan, 1e-9 * want.makespan) << name;
+    EXPECT_NEAR(got.bubble, want.bubble, 1e-9) << name;
+    // Real activations over the links only lengthen it.
+    const plan::PipelineSimResult slow = plan::simulate_pipeline(c, s, fwd, bwd, 64 << 20);
+    EXPECT_GT(slow.makespan, got.makespan) << name;
+    EXPECT_GT(slow.transfer_s, 0) << name;
+  }
+  const parallel::Schedule s = parallel::make_schedule("1f1b", 4, 8, 1);
+  EXPECT_THROW(plan::simulate_pipeline(c, s, {1, 1}, {1, 1}, 0), Error);
+}
+
+}  // namespace

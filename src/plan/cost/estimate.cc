@@ -257,6 +257,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     Group pair(c, 2, crosses ? c.devices_per_host : tp, "pp", e);
     const double N = mbs * double(m.gpt.seq) * double(m.gpt.hidden) * eb / (sp ? tp : 1);
     transfer = pair("send", N).s;
+    e.transfer_bytes = N;
     p2p_bytes = 2.0 * M * chunks * N;
     e.comm_bytes[pair.link()] += p2p_bytes;
   }
@@ -296,6 +297,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
   const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
   e.bubble = run.bubble;
+  e.stage_forward_s = fwd;
+  e.stage_backward_s = bwd;
+  e.pipeline_s = run.makespan;
 
   // Per pipeline rank: its chunks' parameters, activations, busy time.
   Group dpg(c, l.dp, tp * pp, "dp", e);
@@ -316,6 +320,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     // backward; ZeRO-1/2 gather the updated weights after the step; ZeRO-3
     // gathers each micro-batch's weights twice, overlapping its compute.
     const double G = params * eb;
+    e.dp_bytes = std::max(e.dp_bytes, G);
     double dp_s = 0, exposed = 0, bytes = 0;
     if (l.zero == 0) {
       const Priced a = dpg("all_reduce", G);

@@ -103,7 +103,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
                                         "the stride");
   const bool hier = a->id == algo::AlgoId::kHier;
   const int devices = (ranks - 1) * o.stride + o.groups;
-  sim::Network net(c, devices, o.contention);
+  sim::Network net(c, devices);
   const int D = net.devices_per_host();
   // Group g's member i is device g + i·stride; its hosts, and for "hier"
   // its members on each host and the first member of each host.
@@ -142,29 +142,31 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
                                             "' cannot run on " + std::to_string(ranks) +
                                             " ranks of " + c.name + ": it " + why);
 
-  // The scale: the elements the algorithm runs on, and what each message counts for.
-  size_t scale = 1;
+  // The scale: the elements the algorithm runs on (a multiple of ranks, at
+  // least 16 a rank), and what each message's bytes count for.
   const size_t elems = bytes / 4;
-  if (!o.carry_data)
-    while (double(ranks) * double(bytes / scale) > kScratchBudget &&
-           elems / (2 * scale) >= 16 * size_t(ranks) && elems % (2 * scale * ranks) == 0 &&
-           o.chunk_bytes / (2 * scale) >= 64)
-      scale *= 2;
-  const Shape sh = shape_of(op, elems / scale, ranks);
-  const size_t chunk = o.chunk_bytes / scale;
+  size_t run_elems = elems;
+  const double fibers = double(ranks) * o.groups;
+  if (!o.carry_data && double(bytes) * fibers > kScratchBudget) {
+    const size_t fit = size_t(kScratchBudget / fibers / 4) / size_t(ranks) * size_t(ranks);
+    run_elems = std::min(elems, std::max(fit, 16 * size_t(ranks)));
+  }
+  const double scale = double(elems) / double(run_elems);
+  const Shape sh = shape_of(op, run_elems, ranks);
+  const size_t chunk = std::max<size_t>(4, size_t(double(o.chunk_bytes) / scale));
 
   SimResult res;
   res.collective = collective;
   res.algorithm = a->name;
   res.ranks = ranks;
   res.bytes = bytes;
-  res.byte_scale = int(scale);
+  res.byte_scale = scale;
 
   sim::Trace trace(o.trace_limit);
   sim::EngineConfig cfg;
   cfg.gamma_s_per_b = place_group(c, ranks, o.stride).links.gamma_s_per_b;
   cfg.carry_data = o.carry_data;
-  cfg.byte_scale = double(scale);
+  cfg.byte_scale = scale;
   cfg.trace = o.trace ? &trace : nullptr;
   sim::Engine eng(net, cfg);
 

@@ -16,10 +16,10 @@ const char* link_kind_name(LinkKind k) {
   return "?";
 }
 
-Network::Network(const Cluster& c, int ranks, bool contention)
+Network::Network(const Cluster& c, int ranks)
     : n_(ranks), per_host_(std::max(1, c.devices_per_host)),
       hosts_per_rack_(std::max(1, c.hosts_per_rack)), nics_(std::max(1, c.nics_per_host)),
-      contention_(contention), intra_(c.intra_host.cost), inter_(c.inter_host.cost) {
+      intra_(c.intra_host.cost), inter_(c.inter_host.cost) {
   if (ranks < 1) throw Error(Errc::kInvalidArgument, "simulator: ranks must be >= 1");
   if (c.spine_oversubscription < 1)
     throw Error(Errc::kInvalidArgument, "simulator: cluster '" + c.name +
@@ -87,18 +87,21 @@ Flow Network::send(int src, int dst, double now, double bytes) {
   double beta = 0;
   for (int i = 0; i < hops; ++i) beta = std::max(beta, links_[size_t(path[i])].beta);
   const double dur = bytes * beta;
-  if (!contention_) {
-    f.start = now;
-  } else {
-    // The earliest-free lane of each link; the message starts when all are free.
-    double* lane[4];
-    f.start = now;
-    for (int i = 0; i < hops; ++i) {
-      auto& busy = links_[size_t(path[i])].busy;
-      lane[i] = &*std::min_element(busy.begin(), busy.end());
-      f.start = std::max(f.start, *lane[i]);
-    }
-    for (int i = 0; i < hops; ++i) *lane[i] = f.start + dur;
+  // The message starts when every link of its path has a lane free. On a
+  // link of several lanes it takes the lane that came free last before
+  // then (best fit), so that a rank's back-to-back messages reuse one lane
+  // instead of reserving every lane ahead of the other ranks.
+  f.start = now;
+  for (int i = 0; i < hops; ++i) {
+    const auto& busy = links_[size_t(path[i])].busy;
+    f.start = std::max(f.start, *std::min_element(busy.begin(), busy.end()));
+  }
+  for (int i = 0; i < hops; ++i) {
+    auto& busy = links_[size_t(path[i])].busy;
+    double* lane = nullptr;
+    for (double& b : busy)
+      if (b <= f.start && (lane == nullptr || b > *lane)) lane = &b;
+    *lane = f.start + dur;
   }
   f.waited = f.start - now;
   waited_ += f.waited;

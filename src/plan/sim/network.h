@@ -13,9 +13,9 @@
 // when that is below one). The message holds one lane of every link of its
 // path for B·β (β the slowest on the path), starting when all of them are
 // free (each link, or lane, is busy until its last reservation ends: first
-// come, first served, no fair sharing), and arrives α after it ends. α is
-// latency only: it holds no link, so messages on one link pipeline.
-// With contention off, links are never busy: every message takes α + B·β.
+// come, first served, no fair sharing; of several free lanes it takes the
+// one free the shortest time), and arrives α after it ends. α is latency
+// only: it holds no link, so messages on one link pipeline.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct Flow {
 class Network {
  public:
   // Throws Error(kInvalidArgument) for ranks < 1.
-  Network(const Cluster& c, int ranks, bool contention = true);
+  Network(const Cluster& c, int ranks);
   int ranks() const { return n_; }
   int host_of(int r) const { return r / per_host_; }
   int rack_of(int r) const { return host_of(r) / hosts_per_rack_; }
@@ -61,7 +61,6 @@ class Network {
   };
   int add_link(int lanes, double beta);
   int n_, per_host_, hosts_per_rack_, nics_;
-  bool contention_;
   comm::LinkCost intra_, inter_;
   std::vector<Link> links_;
   int port_out_ = 0, port_in_ = 0, nic_out_ = 0, nic_in_ = 0, up_ = 0, down_ = 0;
