@@ -86,6 +86,8 @@ class Engine {
   struct RankState {
     std::unique_ptr<Fiber> fiber;
     std::unordered_map<int, Chan> in;  // by source rank
+    int last_src = -1;                 // in[last_src], looked up last
+    Chan* last = nullptr;
     uint32_t completed = 0;  // completions since progress() last looked
     bool waiting = false;
     double cpu_free = 0;
@@ -102,6 +104,7 @@ class Engine {
   // Meets receive p with message m on channel (src → dst); schedules the completion.
   void meet(int src, int dst, Chan& ch, const Pending& p, Msg& m, const void* live_src);
   void block(int self);
+  Chan& chan(int src, int dst);  // dst's channel from src
 
   Network& net_;
   EngineConfig cfg_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 
 #include "braid/error.h"
 
@@ -48,8 +50,18 @@ Network::Network(const Cluster& c, int ranks)
 }
 
 int Network::add_link(int lanes, double beta) {
-  links_.push_back({std::vector<double>(size_t(lanes), 0.0), beta});
+  links_.push_back({std::vector<Lane>(size_t(lanes)), beta});
   return int(links_.size()) - 1;
+}
+
+double Network::Lane::conflict(double t0, double t1) const {
+  auto it = upper_bound(t0);  // the first interval starting after t0
+  if (it != begin()) {
+    auto prev = std::prev(it);
+    if (prev->second > t0) return prev->second;
+  }
+  if (it != end() && it->first < t1) return it->second;
+  return -1;
 }
 
 LinkKind Network::kind(int src, int dst) const {
@@ -87,22 +99,36 @@ Flow Network::send(int src, int dst, double now, double bytes) {
   double beta = 0;
   for (int i = 0; i < hops; ++i) beta = std::max(beta, links_[size_t(path[i])].beta);
   const double dur = bytes * beta;
-  // The message starts when every link of its path has a lane free. On a
-  // link of several lanes it takes the lane that came free last before
-  // then (best fit), so that a rank's back-to-back messages reuse one lane
-  // instead of reserving every lane ahead of the other ranks.
-  f.start = now;
-  for (int i = 0; i < hops; ++i) {
-    const auto& busy = links_[size_t(path[i])].busy;
-    f.start = std::max(f.start, *std::min_element(busy.begin(), busy.end()));
+  // The earliest start at or after `now` at which every link of the path
+  // has a lane free for the whole transfer. Reservations are intervals, so
+  // a message may take a gap before a later reservation (another rank's
+  // message posted earlier but starting later).
+  Lane* lane[4] = {nullptr, nullptr, nullptr, nullptr};
+  double t = now;
+  if (dur > 0) {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int i = 0; i < hops && !moved; ++i) {
+        double next = std::numeric_limits<double>::infinity();
+        lane[i] = nullptr;
+        for (Lane& l : links_[size_t(path[i])].lanes) {
+          while (!l.empty() && l.begin()->second <= now) l.erase(l.begin());
+          const double end = l.conflict(t, t + dur);
+          if (end < 0) {
+            lane[i] = &l;
+            break;
+          }
+          next = std::min(next, end);
+        }
+        if (lane[i] == nullptr) {
+          t = next;
+          moved = true;
+        }
+      }
+    }
+    for (int i = 0; i < hops; ++i) lane[i]->emplace(t, t + dur);
   }
-  for (int i = 0; i < hops; ++i) {
-    auto& busy = links_[size_t(path[i])].busy;
-    double* lane = nullptr;
-    for (double& b : busy)
-      if (b <= f.start && (lane == nullptr || b > *lane)) lane = &b;
-    *lane = f.start + dur;
-  }
+  f.start = t;
   f.waited = f.start - now;
   waited_ += f.waited;
   f.inject_end = f.start + dur;

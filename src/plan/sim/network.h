@@ -10,15 +10,17 @@
 // A device uses NIC (local index mod nics_per_host) of its host. A rack's
 // uplink (and downlink) is hosts_per_rack·nics_per_host / oversubscription
 // lanes, each at the NIC's rate (one lane at a proportionally lower rate
-// when that is below one). The message holds one lane of every link of its
-// path for B·β (β the slowest on the path), starting when all of them are
-// free (each link, or lane, is busy until its last reservation ends: first
-// come, first served, no fair sharing; of several free lanes it takes the
-// one free the shortest time), and arrives α after it ends. α is latency
-// only: it holds no link, so messages on one link pipeline.
+// when that is below one). The message reserves one lane of every link of
+// its path for B·β (β the slowest on the path), from the earliest time,
+// at or after it is sent, at which all of them are free that long
+// (reservations are intervals: a message may take a gap before one made
+// earlier for later; first come, first served, no fair sharing), and
+// arrives α after the reservation ends. α is latency only: it holds no
+// link, so messages on one link pipeline.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,9 +57,14 @@ class Network {
   uint64_t messages() const { return messages_; }
 
  private:
+  // A lane's reservations, start → end, disjoint.
+  struct Lane : std::map<double, double> {
+    // The end of a reservation overlapping [t0, t1), or -1 if none does.
+    double conflict(double t0, double t1) const;
+  };
   struct Link {
-    std::vector<double> busy;  // per lane: busy until
-    double beta = 0;           // s per byte of one lane
+    std::vector<Lane> lanes;
+    double beta = 0;  // s per byte of one lane
   };
   int add_link(int lanes, double beta);
   int n_, per_host_, hosts_per_rack_, nics_;
