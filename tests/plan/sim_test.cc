@@ -164,6 +164,25 @@ TEST(PlanSim, SharedOversubscribedUplinkSlowsTheExchange) {
   EXPECT_DOUBLE_EQ(ring_open, ring_shared);
 }
 
+TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
+  // Eight ranks on one host: with a core each, and with two cores, which
+  // every send's copy (B·β on the sender's core) and every reduction
+  // (B·γ) take turns on, so the run lasts at least all that work over two.
+  plan::Cluster c = plan::cluster_preset("this-machine");
+  c.devices_per_host = 8;
+  c.cores_per_host = 8;
+  const int n = 8;
+  const size_t bytes = size_t(16) << 20;
+  const double own = plan::simulate_collective(c, "all_reduce", "ring", bytes, n).seconds;
+  c.cores_per_host = 2;
+  const double shared = plan::simulate_collective(c, "all_reduce", "ring", bytes, n).seconds;
+  const double beta = c.intra_host.cost.beta_s_per_b;
+  const double gamma = plan::place_group(c, n, 1).links.gamma_s_per_b;
+  const double work = 2.0 * (n - 1) * double(bytes) * beta + (n - 1) * double(bytes) * gamma;
+  EXPECT_GE(shared, work / 2 * (1 - 1e-9)) << "own cores " << own << " s";
+  EXPECT_GT(shared, 2 * own);
+}
+
 TEST(PlanSim, TraceIsChromeJson) {
   plan::SimOptions o;
   o.trace = true;

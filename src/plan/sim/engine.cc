@@ -88,9 +88,10 @@ bool Engine::progress(int self) {
 }
 
 void Engine::compute(int self, double seconds, const char* what) {
-  if (cfg_.trace && seconds > 0)
-    cfg_.trace->span(net_.host_of(self), self, what, now_, now_ + seconds);
-  const double until = now_ + seconds;
+  // On a core of the host's pool, if its ranks outnumber its cores.
+  const double start = net_.compute(self, now_, now_, seconds);
+  const double until = start + seconds;
+  if (cfg_.trace && seconds > 0) cfg_.trace->span(net_.host_of(self), self, what, start, until);
   schedule(until, self, nullptr);
   // Messages completing meanwhile wake the rank too; their count is left
   // for progress().
@@ -116,8 +117,9 @@ void Engine::meet(int src, int dst, Chan& ch, const Pending& p, Msg& m, const vo
   double done = std::max({m.arrival, p.posted, ch.last_done});
   if (r->kind == Request::Kind::kRecvReduce) {
     RankState& st = ranks_[size_t(dst)];
-    const double t0 = std::max(done, st.cpu_free);
-    done = t0 + m.bytes * cfg_.gamma_s_per_b;
+    const double dur = m.bytes * cfg_.gamma_s_per_b;
+    const double t0 = net_.compute(dst, now_, std::max(done, st.cpu_free), dur);
+    done = t0 + dur;
     st.cpu_free = done;
     if (cfg_.trace) cfg_.trace->span(net_.host_of(dst), dst, "reduce", t0, done);
   }

@@ -11,7 +11,8 @@
 // their signatures must agree (Error(kMismatch) otherwise), and a receive
 // completes at max(arrival, posted, the channel's previous completion),
 // plus B·γ on the receiving rank's processor for a receive-reduce (a rank
-// reduces one message at a time). Local copies inside an algorithm take no
+// reduces one message at a time, on a core of its host's pool when the
+// host's ranks outnumber its cores). Local copies inside an algorithm take no
 // virtual time. With carry_data the payloads move and reduce for real
 // (braid/reduce.h); without, only sizes travel, and every message's bytes
 // are multiplied by byte_scale (the algorithm ran on 1/byte_scale of the
@@ -64,7 +65,8 @@ class Engine {
   // nothing has, yields until something does.
   bool progress(int self);
   // From rank `self`'s fiber: spends `seconds` of compute (`what` names it
-  // in the trace), returning at now + seconds.
+  // in the trace), on a core of its host's pool when the host's ranks
+  // outnumber its cores (Network::compute); returns when it has ended.
   void compute(int self, double seconds, const char* what);
 
  private:

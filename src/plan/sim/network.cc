@@ -47,6 +47,12 @@ Network::Network(const Cluster& c, int ranks)
   for (int k = 0; k < racks; ++k) add_link(lanes, lane_beta);
   down_ = int(links_.size());
   for (int k = 0; k < racks; ++k) add_link(lanes, lane_beta);
+  // More devices (ranks) on a host than cores: the cores are a pool that
+  // every copy and reduction of the host's ranks takes a core of.
+  cpu_.assign(size_t(hosts), -1);
+  for (int h = 0; h < hosts; ++h)
+    if (c.cores_per_host >= 1 && std::min(per_host_, n_ - h * per_host_) > c.cores_per_host)
+      cpu_[size_t(h)] = add_link(c.cores_per_host, 0);
 }
 
 int Network::add_link(int lanes, double beta) {
@@ -78,12 +84,13 @@ Flow Network::send(int src, int dst, double now, double bytes) {
     f.start = f.inject_end = f.arrival = now;
     return f;
   }
-  int path[4];
+  int path[6];
   int hops = 0;
   double alpha;
   if (f.kind == LinkKind::kIntraHost) {
     path[hops++] = port_out_ + src;
     path[hops++] = port_in_ + dst;
+    if (cpu_[size_t(host_of(src))] >= 0) path[hops++] = cpu_[size_t(host_of(src))];  // a core copies
     alpha = intra_.alpha_s;
   } else {
     const int nic_s = host_of(src) * nics_ + (src % per_host_) % nics_;
@@ -94,46 +101,58 @@ Flow Network::send(int src, int dst, double now, double bytes) {
       path[hops++] = down_ + rack_of(dst);
     }
     path[hops++] = nic_in_ + nic_d;
+    for (int h : {host_of(src), host_of(dst)})
+      if (cpu_[size_t(h)] >= 0) path[hops++] = cpu_[size_t(h)];
     alpha = inter_.alpha_s;
   }
-  double beta = 0;
+  double beta = 0;  // the cores' pool has no rate of its own (β 0)
   for (int i = 0; i < hops; ++i) beta = std::max(beta, links_[size_t(path[i])].beta);
   const double dur = bytes * beta;
-  // The earliest start at or after `now` at which every link of the path
-  // has a lane free for the whole transfer. Reservations are intervals, so
-  // a message may take a gap before a later reservation (another rank's
-  // message posted earlier but starting later).
-  Lane* lane[4] = {nullptr, nullptr, nullptr, nullptr};
-  double t = now;
-  if (dur > 0) {
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int i = 0; i < hops && !moved; ++i) {
-        double next = std::numeric_limits<double>::infinity();
-        lane[i] = nullptr;
-        for (Lane& l : links_[size_t(path[i])].lanes) {
-          while (!l.empty() && l.begin()->second <= now) l.erase(l.begin());
-          const double end = l.conflict(t, t + dur);
-          if (end < 0) {
-            lane[i] = &l;
-            break;
-          }
-          next = std::min(next, end);
-        }
-        if (lane[i] == nullptr) {
-          t = next;
-          moved = true;
-        }
-      }
-    }
-    for (int i = 0; i < hops; ++i) lane[i]->emplace(t, t + dur);
-  }
+  const double t = reserve(path, hops, now, now, dur);
   f.start = t;
   f.waited = f.start - now;
   waited_ += f.waited;
   f.inject_end = f.start + dur;
   f.arrival = f.inject_end + alpha;
   return f;
+}
+
+double Network::reserve(const int* path, int hops, double now, double earliest, double dur) {
+  // The earliest start at or after `earliest` at which every link of the
+  // path has a lane free for the whole span. Reservations are intervals,
+  // so a span may take a gap before one made earlier for later.
+  if (dur <= 0) return earliest;
+  Lane* lane[6] = {};
+  double t = earliest;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int i = 0; i < hops && !moved; ++i) {
+      double next = std::numeric_limits<double>::infinity();
+      lane[i] = nullptr;
+      for (Lane& l : links_[size_t(path[i])].lanes) {
+        while (!l.empty() && l.begin()->second <= now) l.erase(l.begin());  // the past
+        const double end = l.conflict(t, t + dur);
+        if (end < 0) {
+          lane[i] = &l;
+          break;
+        }
+        next = std::min(next, end);
+      }
+      if (lane[i] == nullptr) {
+        t = next;
+        moved = true;
+      }
+    }
+  }
+  for (int i = 0; i < hops; ++i) lane[i]->emplace(t, t + dur);
+  return t;
+}
+
+double Network::compute(int rank, double now, double earliest, double dur) {
+  const int pool = cpu_[size_t(host_of(rank))];
+  if (pool < 0) return earliest;
+  const int path[1] = {pool};
+  return reserve(path, 1, now, earliest, dur);
 }
 
 }  // namespace braid::plan::sim

@@ -16,7 +16,10 @@
 // (reservations are intervals: a message may take a gap before one made
 // earlier for later; first come, first served, no fair sharing), and
 // arrives α after the reservation ends. α is latency only: it holds no
-// link, so messages on one link pipeline.
+// link, so messages on one link pipeline. A host with fewer cores
+// (cores_per_host) than ranks has a pool of that many cores: a message
+// also holds a core of its sender's host (and, between hosts, of its
+// receiver's) for its B·β, and a reduction holds one for its B·γ.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +54,11 @@ class Network {
   LinkKind kind(int src, int dst) const;
   // Sends `bytes` from src to dst at time `now`, reserving its path.
   Flow send(int src, int dst, double now, double bytes);
+  // A span of `dur` seconds of compute on rank's host, from `earliest`
+  // or the first time after it that one of the host's cores is free (at
+  // once when the host has a core per rank); its start. `now`: the
+  // engine's clock.
+  double compute(int rank, double now, double earliest, double dur);
   // Bytes carried so far, by kind, and the time messages waited for links.
   double bytes(LinkKind k) const { return bytes_[size_t(k)]; }
   double waited_s() const { return waited_; }
@@ -67,10 +75,14 @@ class Network {
     double beta = 0;  // s per byte of one lane
   };
   int add_link(int lanes, double beta);
+  // Reserves one lane of each of path[0..hops) for `dur` from the earliest
+  // time ≥ `earliest` they are all free; returns it.
+  double reserve(const int* path, int hops, double now, double earliest, double dur);
   int n_, per_host_, hosts_per_rack_, nics_;
   comm::LinkCost intra_, inter_;
   std::vector<Link> links_;
   int port_out_ = 0, port_in_ = 0, nic_out_ = 0, nic_in_ = 0, up_ = 0, down_ = 0;
+  std::vector<int> cpu_;  // by host: its core pool's link, -1 if it has a core per rank
   double bytes_[3] = {0, 0, 0};
   double waited_ = 0;
   uint64_t messages_ = 0;
