@@ -37,13 +37,14 @@ struct SimOptions {
   // travel.
   bool carry_data = false;
   std::function<void(int rank, float* buf, size_t count)> fill;
-  // Where the group sits: member i is device offset + i·stride (a data-
-  // parallel group of a tp × pp layout strides by tp·pp). groups > 1 runs
-  // that many such groups at once, offsets 0, 1, …, groups − 1 (every dp
-  // group of a layout: they share NICs and uplinks); the result is the
-  // slowest group's.
+  // Where the groups sit: member i of group g is device g·group_stride +
+  // i·stride. One group of consecutive devices by default; every dp group
+  // of a tp × pp layout is stride tp·pp, group_stride 1, groups tp·pp;
+  // every tp group stride 1, group_stride tp, groups devices / tp. Groups
+  // run at once, sharing NICs and uplinks; the result is the slowest's.
   int stride = 1;
   int groups = 1;
+  int group_stride = 1;
   // Record a Chrome-trace timeline (SimResult::trace_json), at most
   // trace_limit events.
   bool trace = false;

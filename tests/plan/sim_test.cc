@@ -183,6 +183,32 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   EXPECT_GT(shared, 2 * own);
 }
 
+TEST(PlanSim, GroupsRunAtOnceWhereTheLayoutPutsThem) {
+  // Every tp group of 8 (one per host) at once equals one alone: each has
+  // its host's NVSwitch ports to itself. Every dp group (stride 8) at once
+  // shares nothing either on dgx-h100 (a NIC per GPU, a non-blocking
+  // spine): the same time as one alone.
+  const plan::Cluster c = plan::cluster_preset("dgx-h100");
+  const size_t bytes = size_t(8) << 20;
+  plan::SimOptions tp;
+  tp.group_stride = 8;
+  const double one_tp = plan::simulate_collective(c, "all_reduce", "ring", bytes, 8, tp).seconds;
+  tp.groups = 16;
+  EXPECT_DOUBLE_EQ(plan::simulate_collective(c, "all_reduce", "ring", bytes, 8, tp).seconds, one_tp);
+  plan::SimOptions dp;
+  dp.stride = 8;
+  const double one_dp = plan::simulate_collective(c, "all_reduce", "ring", bytes, 16, dp).seconds;
+  dp.groups = 8;
+  EXPECT_DOUBLE_EQ(plan::simulate_collective(c, "all_reduce", "ring", bytes, 16, dp).seconds, one_dp);
+  // With one NIC a host, the eight dp groups' rings share it: slower.
+  plan::Cluster one_nic = c;
+  one_nic.nics_per_host = 1;
+  dp.groups = 1;
+  const double alone = plan::simulate_collective(one_nic, "all_reduce", "ring", bytes, 16, dp).seconds;
+  dp.groups = 8;
+  EXPECT_GT(plan::simulate_collective(one_nic, "all_reduce", "ring", bytes, 16, dp).seconds, 4 * alone);
+}
+
 TEST(PlanSim, TraceIsChromeJson) {
   plan::SimOptions o;
   o.trace = true;
@@ -201,6 +227,10 @@ TEST(PlanSim, BadInputIsNamed) {
   EXPECT_THROW(plan::simulate_collective(c, "all_reduce", "hier", 4096, 8), Error);  // one host
   EXPECT_THROW(plan::simulate_collective(c, "all_reduce", "ring", 4098, 8), Error);
   EXPECT_THROW(plan::simulate_collective(c, "all_reduce", "shared", 4096, 8), Error);
+  plan::SimOptions o;
+  o.stride = 2;
+  o.groups = 3;  // group 2's members 2, 4, ... are group 0's
+  EXPECT_THROW(plan::simulate_collective(c, "all_reduce", "ring", 4096, 4, o), Error);
 }
 
 }  // namespace

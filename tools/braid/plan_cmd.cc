@@ -145,7 +145,9 @@ int plan_main(int argc, char** argv) {
   app.add_option("--ranks", sim.ranks, "ranks of the simulated collective");
   app.add_option("--bytes", sim_bytes, "its size (64M, 1G, ...)");
   app.add_option("--stride", sim.stride, "devices between its members (default 1)");
-  app.add_option("--groups", sim.groups, "groups running it at once, offsets 0.. (default 1)");
+  app.add_option("--groups", sim.groups, "groups running it at once (default 1)");
+  app.add_option("--group-stride", sim.group_stride,
+                 "devices between the groups' first members (default 1)");
   app.add_option("--chunk-bytes", sim_chunk, "the pipelining chunk (default 1M)");
   app.add_option("--trace", sim.trace_path, "write the simulated run's Chrome trace (JSON) here");
   CLI11_PARSE(app, argc, argv);

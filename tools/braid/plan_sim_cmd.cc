@@ -43,6 +43,7 @@ int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a)
   o.chunk_bytes = a.chunk_bytes;
   o.stride = a.stride;
   o.groups = a.groups;
+  o.group_stride = a.group_stride;
   o.trace = !a.trace_path.empty();
   const plan::SimResult r = plan::simulate_collective(c, a.collective, algo, a.bytes, a.ranks, o);
   const double closed = plan::closed_form_seconds(c, a.collective, algo, a.bytes, a.ranks, a.stride);
@@ -96,38 +97,40 @@ void simulate_layouts(const plan::Cluster& c, const std::vector<plan::Estimate>&
                     secs(e.pipeline_s).c_str(), secs(p.makespan).c_str(), p.makespan / e.pipeline_s,
                     100 * e.bubble, 100 * p.bubble);
     }
-    if (l.dp > 1) {
-      const int stride = l.tp * l.pp;
-      const size_t unit = 4 * size_t(l.dp);
-      const size_t bytes = std::max(unit, size_t(e.dp_bytes) / unit * unit);
-      for (const char* op : l.zero == 0 ? std::vector<const char*>{"all_reduce"}
-                                        : std::vector<const char*>{"reduce_scatter", "all_gather"}) {
-        const auto it = e.algorithms.find(std::string("dp ") + op);
-        if (it == e.algorithms.end()) continue;
-        const double closed = plan::closed_form_seconds(c, op, it->second, bytes, l.dp, stride);
-        plan::SimOptions o;
-        o.stride = stride;
-        o.groups = stride;
-        // At most 16 chunks a ring segment: a gradient of gigabytes in the
-        // runtime's 1 MiB chunks is tens of millions of simulated messages;
-        // past 16 the pipeline's fill is a few percent of its time.
-        o.chunk_bytes = std::max(o.chunk_bytes, bytes / size_t(l.dp) / 16 / 4 * 4);
-        try {
-          const plan::SimResult r = plan::simulate_collective(c, op, it->second, bytes, l.dp, o);
-          j[std::string("dp ") + op] = {{"algorithm", it->second}, {"bytes", bytes},
-                                        {"closed_form_s", closed}, {"simulated_s", r.seconds},
-                                        {"ratio", r.seconds / closed}, {"groups", stride},
-                                        {"chunk_bytes", o.chunk_bytes}};
-          if (!json_out)
-            std::printf("   dp %s '%s' of %s, %d groups of %d at once (chunks of %s): closed "
-                        "form %s, simulated %s (x%.3f)\n",
-                        op, it->second.c_str(), format_size(double(bytes)).c_str(), stride, l.dp,
-                        format_size(double(o.chunk_bytes)).c_str(), secs(closed).c_str(),
-                        secs(r.seconds).c_str(), r.seconds / closed);
-        } catch (const Error& err) {
-          j[std::string("dp ") + op] = {{"algorithm", it->second}, {"not_simulated", err.what()}};
-          if (!json_out) std::printf("   dp %s '%s': not simulated: %s\n", op, it->second.c_str(), err.what());
-        }
+    // Every collective the estimate priced, all its groups at once.
+    const int devices = l.tp * l.pp * l.dp;
+    for (const auto& [what, algo] : e.algorithms) {
+      const std::string role = what.substr(0, what.find(' ')), op = what.substr(what.find(' ') + 1);
+      if (role != "tp" && role != "dp") continue;  // pp: the pipeline above
+      const bool tp = role == "tp";
+      const int size = tp ? l.tp : l.dp;
+      plan::SimOptions o;
+      o.stride = tp ? 1 : l.tp * l.pp;
+      o.group_stride = tp ? l.tp : 1;
+      o.groups = tp ? devices / l.tp : l.tp * l.pp;
+      const auto b = e.call_bytes.find(what);
+      if (size <= 1 || b == e.call_bytes.end()) continue;
+      const size_t unit = 4 * size_t(size);
+      const size_t bytes = std::max(unit, size_t(b->second) / unit * unit);
+      // At most 16 chunks a ring segment: a gradient of gigabytes in the
+      // runtime's 1 MiB chunks is tens of millions of simulated messages;
+      // past 16 the pipeline's fill is a few percent of its time.
+      o.chunk_bytes = std::max(o.chunk_bytes, bytes / size_t(size) / 16 / 4 * 4);
+      const double closed = plan::closed_form_seconds(c, op, algo, bytes, size, o.stride);
+      try {
+        const plan::SimResult r = plan::simulate_collective(c, op, algo, bytes, size, o);
+        j[what] = {{"algorithm", algo},         {"bytes", bytes},
+                   {"closed_form_s", closed},   {"simulated_s", r.seconds},
+                   {"ratio", r.seconds / closed}, {"groups", o.groups},
+                   {"chunk_bytes", o.chunk_bytes}};
+        if (!json_out)
+          std::printf("   %s '%s' of %s, %d groups of %d at once: closed form %s, simulated "
+                      "%s (x%.3f)\n",
+                      what.c_str(), algo.c_str(), format_size(double(bytes)).c_str(), o.groups,
+                      size, secs(closed).c_str(), secs(r.seconds).c_str(), r.seconds / closed);
+      } catch (const Error& err) {
+        j[what] = {{"algorithm", algo}, {"not_simulated", err.what()}};
+        if (!json_out) std::printf("   %s '%s': not simulated: %s\n", what.c_str(), algo.c_str(), err.what());
       }
     }
     if (json_out) std::printf("%s\n", j.dump().c_str());

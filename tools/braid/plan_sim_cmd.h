@@ -13,7 +13,7 @@ namespace braid::tool {
 
 struct SimCollectiveArgs {
   std::string collective, algo = "auto", trace_path;
-  int ranks = 0, stride = 1, groups = 1;
+  int ranks = 0, stride = 1, groups = 1, group_stride = 1;
   size_t bytes = 0, chunk_bytes = size_t(1) << 20;
   bool json = false;
 };
@@ -22,8 +22,8 @@ struct SimCollectiveArgs {
 int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a);
 
 // For each estimate: the pipeline (the checker's play vs the simulator's)
-// and each data-parallel collective (closed form vs simulated, every dp
-// group at once), with the ratios. trace_path: the first layout's
+// and each tp and dp collective's largest call (closed form vs simulated,
+// every group of its kind at once), with the ratios. trace_path: the first layout's
 // pipeline timeline.
 void simulate_layouts(const plan::Cluster& c, const std::vector<plan::Estimate>& shown,
                       const std::string& trace_path, bool json);

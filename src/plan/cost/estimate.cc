@@ -42,6 +42,7 @@ class Group {
     if (bytes >= largest) {
       largest = bytes;
       e_.algorithms[role_ + " " + op] = r.algorithm;
+      e_.call_bytes[role_ + " " + op] = bytes;
     }
     return {r.seconds, bus_bytes(op, bytes, p_.links.ranks)};
   }
@@ -320,7 +321,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     // backward; ZeRO-1/2 gather the updated weights after the step; ZeRO-3
     // gathers each micro-batch's weights twice, overlapping its compute.
     const double G = params * eb;
-    e.dp_bytes = std::max(e.dp_bytes, G);
     double dp_s = 0, exposed = 0, bytes = 0;
     if (l.zero == 0) {
       const Priced a = dpg("all_reduce", G);

@@ -98,14 +98,13 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
     throw Error(Errc::kInvalidArgument, "simulator: bytes (" + std::to_string(bytes) +
                                             ") must be a multiple of 4 x ranks (" +
                                             std::to_string(4 * ranks) + ")");
-  if (o.stride < 1 || o.groups < 1 || (o.groups > o.stride && ranks > 1))
-    throw Error(Errc::kInvalidArgument, "simulator: stride must be >= 1 and groups between 1 and "
-                                        "the stride");
+  if (o.stride < 1 || o.groups < 1 || o.group_stride < 1)
+    throw Error(Errc::kInvalidArgument, "simulator: stride, groups and group_stride must be >= 1");
   const bool hier = a->id == algo::AlgoId::kHier;
-  const int devices = (ranks - 1) * o.stride + o.groups;
+  const int devices = (ranks - 1) * o.stride + (o.groups - 1) * o.group_stride + 1;
   sim::Network net(c, devices);
   const int D = net.devices_per_host();
-  // Group g's member i is device g + i·stride; its hosts, and for "hier"
+  // Group g's member i is device g·group_stride + i·stride; its hosts, and for "hier"
   // its members on each host and the first member of each host.
   struct Group {
     std::vector<int> members;
@@ -117,7 +116,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
   for (int g = 0; g < o.groups; ++g) {
     Group& G = groups[size_t(g)];
     for (int i = 0; i < ranks; ++i) {
-      const int dev = g + i * o.stride;
+      const int dev = g * o.group_stride + i * o.stride;
       G.members.push_back(dev);
       if (G.local.empty() || net.host_of(G.local.back().front()) != net.host_of(dev)) {
         G.local.emplace_back();
@@ -128,6 +127,14 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
       G.local.back().push_back(dev);
     }
   }
+  std::vector<char> taken(size_t(devices), 0);
+  for (const Group& G : groups)
+    for (int d : G.members)
+      if (taken[size_t(d)]++)
+        throw Error(Errc::kInvalidArgument, "simulator: groups overlap at device " +
+                                                std::to_string(d) + " (stride " +
+                                                std::to_string(o.stride) + ", group_stride " +
+                                                std::to_string(o.group_stride) + ")");
   const int hosts = int(groups[0].local.size());
   algo::Fit fit{ranks, hosts, false, false};
   if (a->id == algo::AlgoId::kChain && op == CollOp::kAllReduce)
