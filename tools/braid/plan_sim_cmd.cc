@@ -78,6 +78,8 @@ int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a)
 void simulate_layouts(const plan::Cluster& c, const std::vector<plan::Estimate>& shown,
                       const std::string& trace_path, bool json_out) {
   if (!json_out) std::printf("\nsimulated (braid's real schedules and collectives, plan_sim.h):\n");
+  if (!trace_path.empty() && !shown.empty() && shown[0].layout.pp == 1)
+    std::fprintf(stderr, "--trace: the first layout has no pipeline; no trace written\n");
   for (size_t i = 0; i < shown.size(); ++i) {
     const plan::Estimate& e = shown[i];
     const plan::Layout& l = e.layout;
