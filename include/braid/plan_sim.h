@@ -58,7 +58,9 @@ struct SimResult {
   double seconds = 0;  // virtual time until the last rank finished
   uint64_t messages = 0;
   std::map<std::string, double> bytes_by_link;  // "intra_host", "inter_host", "spine"
-  double waited_s = 0;  // summed over messages: time waiting for busy links
+  // Summed over messages: time waiting for busy links (behind the same
+  // rank's earlier messages too, as a pipeline's chunks queue).
+  double waited_s = 0;
   // Without carry_data, when all ranks' buffers would pass 256 MiB, the
   // algorithm ran on 1/byte_scale of the elements (a multiple of ranks, at
   // least 16 a rank) and each message counted byte_scale times its bytes.

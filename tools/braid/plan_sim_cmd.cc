@@ -52,7 +52,7 @@ int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a)
     json j = {{"collective", a.collective}, {"algorithm", algo},       {"ranks", a.ranks},
               {"bytes", a.bytes},           {"cluster", c.name},      {"stride", a.stride},
               {"groups", a.groups},         {"simulated_s", r.seconds}, {"closed_form_s", closed},
-              {"ratio", r.seconds / closed}, {"messages", r.messages}, {"bytes_by_link", r.bytes_by_link},
+              {"ratio", closed > 0 ? r.seconds / closed : 1.0}, {"messages", r.messages}, {"bytes_by_link", r.bytes_by_link},
               {"waited_s", r.waited_s},     {"byte_scale", r.byte_scale}, {"wall_s", r.wall_s}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -67,7 +67,7 @@ int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a)
   std::printf("queued behind busy links %s in all (pipelined chunks behind their own); ran in %.2f s)\n", secs(r.waited_s).c_str(), r.wall_s);
   std::printf("  closed form  %s  (the registry's formula, as the planner prices it)\n",
               secs(closed).c_str());
-  std::printf("  simulated / closed form = %.3f\n", r.seconds / closed);
+  if (closed > 0) std::printf("  simulated / closed form = %.3f\n", r.seconds / closed);
   if (o.trace)
     std::printf("  trace: %s (%s)\n", a.trace_path.c_str(),
                 r.trace_dropped ? (std::to_string(r.trace_dropped) + " events dropped").c_str()
