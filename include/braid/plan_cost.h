@@ -17,6 +17,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "braid/plan_cluster.h"
 #include "braid/plan_model.h"
@@ -61,6 +62,14 @@ struct Estimate {
   bool fits = false;
   std::map<std::string, double> comm_bytes;  // per device per step, by link class
   std::map<std::string, std::string> algorithms;  // "dp all_reduce" → "ring"
+  // What the simulator replays (plan_sim.h, `braid plan --simulate`): each
+  // virtual stage's forward and backward seconds per micro-batch, one
+  // pipeline transfer's bytes, the pipeline's played makespan, and for
+  // each entry of `algorithms` the bytes of its largest call.
+  std::vector<double> stage_forward_s, stage_backward_s;
+  double transfer_bytes = 0;
+  double pipeline_s = 0;
+  std::map<std::string, double> call_bytes;  // "dp all_reduce" → bytes
   double exposed_comm_s() const { return tp_comm_s + p2p_s + dp_exposed_s; }
 };
 

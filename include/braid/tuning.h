@@ -83,6 +83,12 @@ struct CollectivePrice {
 // model's choice). Throws Error(kInvalidArgument) for an unknown
 // collective or a group of no ranks.
 CollectivePrice price_collective(const std::string& collective, size_t bytes, const GroupLinks& g);
+// The same formula for the entry of `collective` named `algo`, whatever the
+// selector would pick: its predicted seconds, inf when it cannot run on
+// `g` (plan_sim.h checks the simulator against it). Throws
+// Error(kInvalidArgument) for an unknown collective or algorithm.
+double price_algorithm(const std::string& collective, const std::string& algo, size_t bytes,
+                       const GroupLinks& g);
 
 // What one probe measured on a link (raw, one way).
 struct ProbeSample {

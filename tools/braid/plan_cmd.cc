@@ -11,6 +11,8 @@
 
 #include "braid/error.h"
 #include "braid/plan_search.h"
+#include "plan_sim_cmd.h"
+#include "sizes.h"
 #include "subcommands.h"
 
 namespace braid::tool {
@@ -130,12 +132,36 @@ int plan_main(int argc, char** argv) {
   app.add_option("--top", top, "layouts to print (default 5)");
   app.add_flag("--json", json_out, "one JSON object per layout, best first");
   app.add_flag("--show-cluster", show_cluster, "print the cluster as a cluster file and exit");
+  // The simulator (plan_sim_cmd.h).
+  bool simulate = false;
+  SimCollectiveArgs sim;
+  std::string sim_bytes, sim_chunk;
+  app.add_flag("--simulate", simulate,
+               "replay the shown layouts' pipeline and dp collectives on the simulator");
+  app.add_option("--simulate-collective", sim.collective,
+                 "simulate one collective (all_reduce, broadcast, reduce, all_gather, "
+                 "reduce_scatter) with --algo, --ranks, --bytes");
+  app.add_option("--algo", sim.algo, "the registry algorithm to simulate (default: auto)");
+  app.add_option("--ranks", sim.ranks, "ranks of the simulated collective");
+  app.add_option("--bytes", sim_bytes, "its size (64M, 1G, ...)");
+  app.add_option("--stride", sim.stride, "devices between its members (default 1)");
+  app.add_option("--groups", sim.groups, "groups running it at once (default 1)");
+  app.add_option("--group-stride", sim.group_stride,
+                 "devices between the groups' first members (default 1)");
+  app.add_option("--chunk-bytes", sim_chunk, "the pipelining chunk (default 1M)");
+  app.add_option("--trace", sim.trace_path, "write the simulated run's Chrome trace (JSON) here");
   CLI11_PARSE(app, argc, argv);
 
   const plan::Cluster cluster = plan::load_cluster(cluster_name);
   if (show_cluster) {
     std::printf("%s\n", plan::cluster_json(cluster).c_str());
     return 0;
+  }
+  if (!sim.collective.empty()) {
+    if (!sim_bytes.empty()) sim.bytes = parse_size(sim_bytes, "--bytes");
+    if (!sim_chunk.empty()) sim.chunk_bytes = parse_size(sim_chunk, "--chunk-bytes");
+    sim.json = json_out;
+    return simulate_collective_main(cluster, sim);
   }
   if (model_spec.empty() || devices < 1 || batch < 1)
     throw Error(Errc::kInvalidArgument, "needs --model, --gpus N (>= 1) and --batch B (>= 1)");
@@ -174,6 +200,8 @@ int plan_main(int argc, char** argv) {
       if (i == 0 && r.fits.size() > 1) j["why"] = plan::why_wins(r.fits[0], r.fits[1]);
       std::printf("%s\n", j.dump().c_str());
     }
+    if (simulate)
+      simulate_layouts(cluster, {r.fits.begin(), r.fits.begin() + shown}, sim.trace_path, true);
     return 0;
   }
   std::printf("braid plan: %s (%.4g B parameters) on %d x %s (%s), batch %lld (%.4g M tokens)\n",
@@ -190,6 +218,8 @@ int plan_main(int argc, char** argv) {
   std::printf("\nwhy #1: its largest term is %s", plan::dominant_term(best).c_str());
   if (r.fits.size() > 1) std::printf("; it is %s", plan::why_wins(best, r.fits[1]).c_str());
   std::printf("\n");
+  if (simulate)
+    simulate_layouts(cluster, {r.fits.begin(), r.fits.begin() + shown}, sim.trace_path, false);
   return 0;
 }
 

@@ -258,19 +258,40 @@ double predict_one_host(const CostParams& p, const std::string& collective,
   return model.predict(parse_coll_op(collective), algo, bytes);
 }
 
-CollectivePrice price_collective(const std::string& collective, size_t bytes, const GroupLinks& g) {
+namespace {
+
+// The selector of a communicator shaped like `g`, as price_collective and
+// price_algorithm build it.
+Selector group_selector(const GroupLinks& g) {
   if (g.ranks < 1 || g.hosts < 1 || g.max_local < 1)
     throw Error(Errc::kInvalidArgument, "price_collective: a group needs ranks, hosts and max_local >= 1");
-  // Point-to-point has a registry entry but is not a collective BRAID_ALGO names.
-  const CollOp op = collective == "send" ? CollOp::kSend : parse_coll_op(collective);
   CostParams p;
   p.shm = g.inner;
   p.tcp = p.net = g.outer;
   p.gamma_s_per_b = g.gamma_s_per_b;
   const bool spans = g.hosts > 1;
-  const Selector model(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores);
+  return Selector(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores);
+}
+
+}  // namespace
+
+CollectivePrice price_collective(const std::string& collective, size_t bytes, const GroupLinks& g) {
+  const Selector model = group_selector(g);
+  // Point-to-point has a registry entry but is not a collective BRAID_ALGO names.
+  const CollOp op = collective == "send" ? CollOp::kSend : parse_coll_op(collective);
   const algo::Algorithm& a = model.select(op, bytes, DType::kF32);
   return {a.name, model.predict(a, bytes)};
+}
+
+double price_algorithm(const std::string& collective, const std::string& algo, size_t bytes,
+                       const GroupLinks& g) {
+  const Selector model = group_selector(g);
+  const CollOp op = parse_coll_op(collective);
+  const algo::Algorithm* a = algo::find(op, algo);
+  if (a == nullptr)
+    throw Error(Errc::kInvalidArgument, "unknown algorithm '" + algo + "' for " + collective +
+                                            " (choose from: " + algo::names(op) + ")");
+  return model.predict(*a, bytes);
 }
 
 }  // namespace braid::comm

@@ -42,6 +42,7 @@ class Group {
     if (bytes >= largest) {
       largest = bytes;
       e_.algorithms[role_ + " " + op] = r.algorithm;
+      e_.call_bytes[role_ + " " + op] = bytes;
     }
     return {r.seconds, bus_bytes(op, bytes, p_.links.ranks)};
   }
@@ -257,6 +258,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     Group pair(c, 2, crosses ? c.devices_per_host : tp, "pp", e);
     const double N = mbs * double(m.gpt.seq) * double(m.gpt.hidden) * eb / (sp ? tp : 1);
     transfer = pair("send", N).s;
+    e.transfer_bytes = N;
     p2p_bytes = 2.0 * M * chunks * N;
     e.comm_bytes[pair.link()] += p2p_bytes;
   }
@@ -296,6 +298,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
   const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
   e.bubble = run.bubble;
+  e.stage_forward_s = fwd;
+  e.stage_backward_s = bwd;
+  e.pipeline_s = run.makespan;
 
   // Per pipeline rank: its chunks' parameters, activations, busy time.
   Group dpg(c, l.dp, tp * pp, "dp", e);
