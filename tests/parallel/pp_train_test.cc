@@ -66,7 +66,7 @@ struct Job {
 std::unique_ptr<nn::Sequential> make_model(const std::string& kind) {
   if (kind == "mlp") return nn::make_mlp({12, 32, 24, 16, 4}, kSeed);
   return nn::make_gpt(
-      nn::GptConfig{.vocab = 256, .context = 8, .layers = 4, .dim = 16, .heads = 2, .dropout = 0.1f},
+      nn::GptConfig{.vocab = 256, .context = 8, .layers = 4, .dim = 16, .heads = 2, .dropout = 0.1f, .moe = {}},
       kSeed);
 }
 

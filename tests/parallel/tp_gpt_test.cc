@@ -202,7 +202,7 @@ TEST(TpGpt, SizesThatDoNotDivideAreRefusedByName) {
     refused(c, "vocabulary 255 is not divisible by the tensor-parallel size 2");
     // Sequence parallelism needs T to divide: refused at forward, before
     // any collective (so the group stays usable).
-    ShardedModel m(gpt_spec(config(), 1), comm, ShardedOptions{true, {}});
+    ShardedModel m(gpt_spec(config(), 1), comm, ShardedOptions{.sequence_parallel = true, .units = {}, .experts = {}});
     Tensor tokens({2, 7}, DType::kI32);
     nn::Context ctx;
     try {

@@ -107,7 +107,9 @@ void expect_matches(const plan::Cluster& c, const char* algo, int ranks, size_t 
       << " s, closed form " << want << " s";
   // One message per link at a time (a pipeline's own chunks queue behind
   // each other, so only without pipelining).
-  if (!pipelined) EXPECT_DOUBLE_EQ(r.waited_s, 0) << algo << " " << ranks;
+  if (!pipelined) {
+    EXPECT_DOUBLE_EQ(r.waited_s, 0) << algo << " " << ranks;
+  }
 }
 
 TEST(PlanSim, RingAndHalvingDoublingMatchTheirClosedForms) {
