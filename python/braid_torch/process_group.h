@@ -1,5 +1,7 @@
-// ProcessGroupBraid: torch.distributed's process group over one
-// braid::Communicator.
+// ProcessGroupBraid: torch.distributed's backend "braid" over one
+// braid::Communicator: on torch 1.x the process group itself, on torch 2.x
+// the c10d::Backend that torch's process group dispatches CPU tensors to
+// (torch_api.h).
 //
 // Rendezvous: the communicator is built from the c10d store the group is
 // given (adapt_store), under the key prefix "braid/". The job secret that
@@ -26,15 +28,15 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "braid/comm.h"
+#include "torch_api.h"
 #include "work.h"
 
 namespace braid_torch {
 
-class ProcessGroupBraid : public c10d::ProcessGroup {
+class ProcessGroupBraid : public BackendBase {
  public:
   ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
