@@ -12,7 +12,11 @@
 // Both base classes declare the same virtual collectives braid_torch
 // overrides (broadcast ... barrier, _allgather_base, _reduce_scatter_base,
 // alltoall_base), with the same signatures, so ProcessGroupBraid derives
-// from BackendBase and needs no other difference in C++. The version comes
+// from BackendBase. torch 2.x adds the coalesced forms of the two _base
+// collectives (allgather_into_tensor_coalesced,
+// reduce_scatter_tensor_coalesced: what dist._coalescing_manager issues for
+// all_gather_into_tensor / reduce_scatter_tensor calls inside it), which
+// BRAID_TORCH_2 enables. The version comes
 // from <torch/version.h>; Debian's torch 1.13 ships none, which means 1.x.
 #pragma once
 
@@ -23,9 +27,11 @@
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #define BRAID_TORCH_C10D_BASE Backend
+#define BRAID_TORCH_2 1
 #else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #define BRAID_TORCH_C10D_BASE ProcessGroup
+#define BRAID_TORCH_2 0
 #endif
 
 #define BRAID_TORCH_STR2(x) #x

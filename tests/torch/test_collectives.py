@@ -254,6 +254,43 @@ def check_errors(rank, world, checks):
     return checks + 3
 
 
+def check_tensor_collectives(rank, world, checks):
+    """The `_tensor` collectives by their public names, a strided output, and
+    (torch 2.x) several of them coalesced into one call of the backend."""
+    import braid_torch
+    assert braid_torch.backend_of().transport_to(rank) == "self"
+    inputs = [data(r, torch.float32, 6) for r in range(world)]
+    out = torch.zeros(6 * world, 2)[:, 1]  # not contiguous: staged and copied back
+    dist.all_gather_into_tensor(out, inputs[rank])
+    same(out, torch.cat(inputs), "all_gather_into_tensor (strided output)")
+    big = [data(r, torch.float32, 6 * world) for r in range(world)]
+    rs = torch.zeros(6)
+    dist.reduce_scatter_tensor(rs, big[rank].clone())
+    same(rs, reference(big, torch.float32, R.SUM)[6 * rank:6 * (rank + 1)], "reduce_scatter_tensor")
+    checks += 3
+    if int(torch.__version__.split(".")[0]) < 2:
+        return checks
+    # torch 2.x: the coalescing manager hands both calls to the backend in one
+    # allgather_into_tensor_coalesced / reduce_scatter_tensor_coalesced.
+    small = [data(r, torch.int64, 3) for r in range(world)]
+    o1, o2 = torch.zeros(6 * world, 2)[:, 0], torch.zeros(3 * world, dtype=torch.int64)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_gather_into_tensor(o1, inputs[rank])
+        dist.all_gather_into_tensor(o2, small[rank])
+    cm.wait()
+    same(o1, torch.cat(inputs), "coalesced all_gather_into_tensor 1")
+    same(o2, torch.cat(small), "coalesced all_gather_into_tensor 2")
+    big2 = [data(r, torch.float64, 4 * world) for r in range(world)]
+    r1, r2 = torch.zeros(6), torch.zeros(4, dtype=torch.float64)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(r1, big[rank].clone(), op=R.MAX)
+        dist.reduce_scatter_tensor(r2, big2[rank].clone(), op=R.MAX)
+    cm.wait()
+    same(r1, reference(big, torch.float32, R.MAX)[6 * rank:6 * (rank + 1)], "coalesced reduce_scatter_tensor 1")
+    same(r2, reference(big2, torch.float64, R.MAX)[4 * rank:4 * (rank + 1)], "coalesced reduce_scatter_tensor 2")
+    return checks + 4
+
+
 def worker():
     init = harness.worker_args()[0]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -271,6 +308,7 @@ def worker():
         checks = check_reductions(rank, world, checks)
         checks = check_movement(rank, world, checks)
         checks = check_p2p(rank, world, checks)
+        checks = check_tensor_collectives(rank, world, checks)
         checks = check_async(rank, world, checks)
         checks = check_errors(rank, world, checks)
     else:
