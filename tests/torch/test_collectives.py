@@ -291,6 +291,24 @@ def check_tensor_collectives(rank, world, checks):
     return checks + 4
 
 
+def check_groups(rank, world, checks):
+    """A subgroup of ranks 0 and 1 (a second braid backend in the same
+    process), and the object collectives, which pickle through all_gather
+    and broadcast."""
+    sub = dist.new_group([0, 1])
+    if rank < 2:
+        t = torch.tensor([float(rank + 1)])
+        dist.all_reduce(t, group=sub)
+        same(t, torch.tensor([3.0]), "all_reduce in new_group([0, 1])")
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "name": "r%d" % rank})
+    assert objs == [{"rank": r, "name": "r%d" % r} for r in range(world)], objs
+    got = [("from", rank)] if rank == world - 1 else [None]
+    dist.broadcast_object_list(got, src=world - 1)
+    assert got == [("from", world - 1)], got
+    return checks + 3
+
+
 def worker():
     init = harness.worker_args()[0]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -309,6 +327,7 @@ def worker():
         checks = check_movement(rank, world, checks)
         checks = check_p2p(rank, world, checks)
         checks = check_tensor_collectives(rank, world, checks)
+        checks = check_groups(rank, world, checks)
         checks = check_async(rank, world, checks)
         checks = check_errors(rank, world, checks)
     else:
