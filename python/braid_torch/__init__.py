@@ -19,9 +19,26 @@ counts (threads.h).
 import torch
 import torch.distributed as dist
 
-from ._C import ProcessGroupBraid, create_process_group
+from ._C import ProcessGroupBraid, c10d_base, create_process_group
 
-__all__ = ["ProcessGroupBraid", "create_process_group"]
+__all__ = ["ProcessGroupBraid", "create_process_group", "backend_of"]
+
+
+def backend_of(group=None):
+    """The ProcessGroupBraid behind `group` (default: the default group).
+
+    On torch 1.x the group is the ProcessGroupBraid itself; on torch 2.x it
+    is torch's ProcessGroup, which holds a ProcessGroupBraid as its CPU
+    backend."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if isinstance(pg, ProcessGroupBraid):
+        return pg
+    return pg._get_backend(torch.device("cpu"))
+
 
 if "BRAID" not in dist.Backend._plugins:
-    dist.Backend.register_backend("braid", create_process_group)
+    if c10d_base == "Backend":
+        # torch 2.x: a c10d Backend serving CPU tensors of torch's group.
+        dist.Backend.register_backend("braid", create_process_group, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("braid", create_process_group)

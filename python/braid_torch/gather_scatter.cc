@@ -40,17 +40,62 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
                  {src, flat}, outs);
 }
 
+void ProcessGroupBraid::check_allgather_base(const at::Tensor& output, const at::Tensor& input,
+                                             const char* op) const {
+  check_cpu_tensor(input, std::string(op) + " input");
+  check_cpu_tensor(output, std::string(op) + " output");
+  require(output.scalar_type() == input.scalar_type() && output.numel() == size_ * input.numel(),
+          op, "output must hold world_size x input's elements of its dtype");
+}
+
+Reduction ProcessGroupBraid::check_reduce_scatter_base(const at::Tensor& output,
+                                                       const at::Tensor& input,
+                                                       const c10d::ReduceOp& reduce_op,
+                                                       const char* op) const {
+  check_cpu_tensor(input, std::string(op) + " input");
+  check_cpu_tensor(output, std::string(op) + " output");
+  require(output.scalar_type() == input.scalar_type() && input.numel() == size_ * output.numel(),
+          op, "input must hold world_size x output's elements of its dtype");
+  return map_reduction(output.scalar_type(), reduce_op, op);
+}
+
+ProcessGroupBraid::Issued ProcessGroupBraid::issue_allgather_base(const at::Tensor& output,
+                                                                   const at::Tensor& input,
+                                                                   const char* op) {
+  check_allgather_base(output, input, op);
+  Issued is;
+  at::Tensor src = dense(input), dst = detail::output_buffer(output, is.back);
+  is.work = comm_->all_gather_async(ptr(src), ptr(dst), nbytes(src), kBytes);
+  is.keep = {src, dst};
+  return is;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& output,
                                                                   at::Tensor& input,
                                                                   const c10d::AllgatherOptions&) {
-  check_cpu_tensor(input, "_allgather_base input");
-  check_cpu_tensor(output, "_allgather_base output");
-  require(output.scalar_type() == input.scalar_type() && output.numel() == size_ * input.numel(),
-          "_allgather_base", "output must hold world_size x input's elements of its dtype");
-  std::function<void()> back;
-  at::Tensor src = dense(input), dst = detail::output_buffer(output, back);
-  auto w = comm_->all_gather_async(ptr(src), ptr(dst), nbytes(src), kBytes);
-  return enqueue(OpType::_ALLGATHER_BASE, {w}, back, {src, dst}, {output});
+  std::vector<Issued> ops;
+  ops.push_back(issue_allgather_base(output, input, "_allgather_base"));
+  return enqueue_issued(OpType::_ALLGATHER_BASE, std::move(ops), {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue_issued(OpType type, std::vector<Issued> ops,
+                                                                 std::vector<at::Tensor> outputs) {
+  std::vector<braid::Work> works;
+  std::vector<at::Tensor> keep;
+  std::vector<std::function<void()>> backs;
+  for (auto& is : ops) {
+    works.push_back(is.work);
+    keep.insert(keep.end(), is.keep.begin(), is.keep.end());
+    if (is.back) backs.push_back(std::move(is.back));
+  }
+  std::function<void()> finish;
+  if (backs.size() == 1)
+    finish = std::move(backs[0]);
+  else if (!backs.empty())
+    finish = [backs = std::move(backs)] {
+      for (auto& b : backs) b();
+    };
+  return enqueue(type, std::move(works), std::move(finish), std::move(keep), std::move(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
@@ -120,20 +165,53 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
   return enqueue(OpType::REDUCE_SCATTER, {w}, back, {flat, dst}, outputs);
 }
 
+ProcessGroupBraid::Issued ProcessGroupBraid::issue_reduce_scatter_base(
+    const at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& reduce_op,
+    const char* op) {
+  Reduction r = check_reduce_scatter_base(output, input, reduce_op, op);
+  Issued is;
+  at::Tensor src = dense(input), dst = detail::output_buffer(output, is.back);
+  is.work = comm_->reduce_scatter_async(ptr(src), ptr(dst), size_t(dst.numel()) * r.per_element,
+                                        r.dtype, r.op);
+  is.keep = {src, dst};
+  return is;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  check_cpu_tensor(input, "_reduce_scatter_base input");
-  check_cpu_tensor(output, "_reduce_scatter_base output");
-  require(output.scalar_type() == input.scalar_type() && input.numel() == size_ * output.numel(),
-          "_reduce_scatter_base", "input must hold world_size x output's elements of its dtype");
-  Reduction r = map_reduction(output.scalar_type(), opts.reduceOp, "_reduce_scatter_base");
-  at::Tensor src = dense(input);
-  std::function<void()> back;
-  at::Tensor dst = detail::output_buffer(output, back);
-  auto w = comm_->reduce_scatter_async(ptr(src), ptr(dst), size_t(dst.numel()) * r.per_element,
-                                       r.dtype, r.op);
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, {w}, back, {src, dst}, {output});
+  std::vector<Issued> ops;
+  ops.push_back(issue_reduce_scatter_base(output, input, opts.reduceOp, "_reduce_scatter_base"));
+  return enqueue_issued(OpType::_REDUCE_SCATTER_BASE, std::move(ops), {output});
 }
+
+#if BRAID_TORCH_2
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  require(outputs.size() == inputs.size(), "allgather_into_tensor_coalesced",
+          std::to_string(outputs.size()) + " outputs for " + std::to_string(inputs.size()) + " inputs");
+  // Every pair is checked before any is issued: a refused call issues nothing.
+  for (size_t i = 0; i < inputs.size(); ++i)
+    check_allgather_base(outputs[i], inputs[i], "allgather_into_tensor_coalesced");
+  std::vector<Issued> ops;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ops.push_back(issue_allgather_base(outputs[i], inputs[i], "allgather_into_tensor_coalesced"));
+  return enqueue_issued(OpType::ALLGATHER_INTO_TENSOR_COALESCED, std::move(ops), outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  require(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced",
+          std::to_string(outputs.size()) + " outputs for " + std::to_string(inputs.size()) + " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced");
+  std::vector<Issued> ops;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ops.push_back(issue_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp,
+                                            "reduce_scatter_tensor_coalesced"));
+  return enqueue_issued(OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(ops), outputs);
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoallv_bytes(
     OpType type, const at::Tensor& in, const at::Tensor& out, const std::vector<size_t>& send_bytes,

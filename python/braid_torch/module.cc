@@ -1,6 +1,7 @@
-// The extension module braid_torch._C: the process-group class and the
-// creator function torch.distributed calls for backend "braid"
-// (__init__.py registers it).
+// The extension module braid_torch._C: the backend class, the creator
+// function torch.distributed calls for backend "braid" (__init__.py
+// registers it) and `c10d_base`, the name of the c10d class it extends
+// ("ProcessGroup" on torch 1.x, "Backend" on 2.x).
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -26,9 +27,11 @@ c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Stor
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "braid as a torch.distributed backend (see braid_torch/__init__.py)";
-  // The base class's Python type is torch._C._distributed_c10d.ProcessGroup.
+  // The base class's Python type: torch._C._distributed_c10d.ProcessGroup on
+  // torch 1.x, .Backend on 2.x (torch_api.h).
   py::module_::import("torch.distributed");
-  py::object base = py::module_::import("torch._C._distributed_c10d").attr("ProcessGroup");
+  py::object base = py::module_::import("torch._C._distributed_c10d").attr(braid_torch::kBackendBasePyName);
+  m.attr("c10d_base") = braid_torch::kBackendBasePyName;
   py::class_<braid_torch::ProcessGroupBraid, c10::intrusive_ptr<braid_torch::ProcessGroupBraid>>(
       m, "ProcessGroupBraid", base)
       .def(py::init(&braid_torch::create), py::arg("store"), py::arg("rank"), py::arg("world_size"),

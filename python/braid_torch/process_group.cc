@@ -97,7 +97,7 @@ std::function<void()> copy_back(const at::Tensor& t, const at::Tensor& buf) {
 
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size) {
+    : BackendBase(rank, size) {
   braid::CommOptions opt;
   opt.timeout = timeout;
   try {

@@ -1,5 +1,7 @@
-// ProcessGroupBraid: torch.distributed's process group over one
-// braid::Communicator.
+// ProcessGroupBraid: torch.distributed's backend "braid" over one
+// braid::Communicator: on torch 1.x the process group itself, on torch 2.x
+// the c10d::Backend that torch's process group dispatches CPU tensors to
+// (torch_api.h).
 //
 // Rendezvous: the communicator is built from the c10d store the group is
 // given (adapt_store), under the key prefix "braid/". The job secret that
@@ -26,15 +28,16 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "braid/comm.h"
+#include "dtype_map.h"
+#include "torch_api.h"
 #include "work.h"
 
 namespace braid_torch {
 
-class ProcessGroupBraid : public c10d::ProcessGroup {
+class ProcessGroupBraid : public BackendBase {
  public:
   ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
@@ -67,6 +70,15 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+#if BRAID_TORCH_2
+  // One braid operation per (output, input) pair, in order, under one work.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
@@ -85,6 +97,24 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
                                          std::function<void()> finish,
                                          std::vector<at::Tensor> keep,
                                          std::vector<at::Tensor> outputs, bool p2p = false);
+  // One issued braid operation: its handle, the buffers it uses, and the
+  // copy into the caller's output when that is staged (else empty).
+  struct Issued {
+    braid::Work work;
+    std::vector<at::Tensor> keep;
+    std::function<void()> back;
+  };
+  // Check one _allgather_base / _reduce_scatter_base (throwing
+  // braid::Error naming `op`), and check and issue one.
+  void check_allgather_base(const at::Tensor& output, const at::Tensor& input, const char* op) const;
+  Reduction check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                      const c10d::ReduceOp& reduce_op, const char* op) const;
+  Issued issue_allgather_base(const at::Tensor& output, const at::Tensor& input, const char* op);
+  Issued issue_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                   const c10d::ReduceOp& reduce_op, const char* op);
+  // enqueue() over several issued operations.
+  c10::intrusive_ptr<c10d::Work> enqueue_issued(c10d::OpType type, std::vector<Issued> ops,
+                                                std::vector<at::Tensor> outputs);
   // all_to_all with per-peer byte counts (braid has no _async form of
   // all_to_all_v: it runs here, blocking, and the work returned is done).
   c10::intrusive_ptr<c10d::Work> alltoallv_bytes(c10d::OpType type, const at::Tensor& in,

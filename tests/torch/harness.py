@@ -58,6 +58,33 @@ def spawn(script, world, args=(), env=None, timeout=240, expect_ok=True):
     return out
 
 
+def torchrun(script, nproc, args=(), timeout=240):
+    """Runs `script --worker args` under torchrun (this interpreter's
+    torch.distributed.run) with `nproc` ranks on this host; returns
+    (CompletedProcess, {key: value} its ranks reported; ranks reporting the
+    same key must agree). Fails unless torchrun exits 0."""
+    # torchrun's agent crashes on Python 3.11 unless --redirects/--tee name a
+    # rank (9) that does not exist.
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=%d" % nproc,
+           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % free_port(), "--redirects", "9:0",
+           "--tee", "9:0", script, "--worker", *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        raise AssertionError("torchrun %s exited %d:\n%s\n%s" % (script, p.returncode, p.stdout[-2000:],
+                                                                p.stderr[-3000:]))
+    # The ranks share torchrun's stdout, where two ranks' reports may run
+    # together on one line: each is read from its marker on.
+    reports = {}
+    dec = json.JSONDecoder()
+    for chunk in p.stdout.split(REPORT)[1:]:
+        (k, v), _ = dec.raw_decode(chunk)
+        if k in reports and reports[k] != v:
+            raise AssertionError("torchrun ranks reported different %s: %r, %r" % (k, reports[k], v))
+        reports[k] = v
+    return p, reports
+
+
 def report(key, value):
     print(REPORT + json.dumps([key, value]), flush=True)
 

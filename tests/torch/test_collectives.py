@@ -74,14 +74,14 @@ def same(got, want, what):
     assert got.dtype == want.dtype and ok, "%s: got %s, want %s" % (what, got, want)
 
 
-def raises(fn, *needles):
+def raises(fn, *needles, errors=RuntimeError):
     try:
         fn()
-    except RuntimeError as e:
+    except errors as e:
         for n in needles:
             assert n in str(e), "error %r lacks %r" % (str(e), n)
         return
-    raise AssertionError("no RuntimeError (wanted one naming %s)" % (needles,))
+    raise AssertionError("no %s (wanted one naming %s)" % (errors, needles))
 
 
 def dtype_name(dtype):
@@ -96,7 +96,8 @@ def check_reductions(rank, world, checks):
             t = inputs[rank].clone()
             if not supported(dtype, op):
                 if dtype in COMPLEX:  # torch.distributed refuses these before the backend
-                    raises(lambda: dist.all_reduce(t, op=op), "complex")
+                    # (torch 1.13 with a RuntimeError, 2.x with a ValueError)
+                    raises(lambda: dist.all_reduce(t, op=op), "complex", errors=(RuntimeError, ValueError))
                 else:
                     raises(lambda: dist.all_reduce(t, op=op), "braid_torch", "cannot reduce", dtype_name(dtype))
                 continue
@@ -253,6 +254,61 @@ def check_errors(rank, world, checks):
     return checks + 3
 
 
+def check_tensor_collectives(rank, world, checks):
+    """The `_tensor` collectives by their public names, a strided output, and
+    (torch 2.x) several of them coalesced into one call of the backend."""
+    import braid_torch
+    assert braid_torch.backend_of().transport_to(rank) == "self"
+    inputs = [data(r, torch.float32, 6) for r in range(world)]
+    out = torch.zeros(6 * world, 2)[:, 1]  # not contiguous: staged and copied back
+    dist.all_gather_into_tensor(out, inputs[rank])
+    same(out, torch.cat(inputs), "all_gather_into_tensor (strided output)")
+    big = [data(r, torch.float32, 6 * world) for r in range(world)]
+    rs = torch.zeros(6)
+    dist.reduce_scatter_tensor(rs, big[rank].clone())
+    same(rs, reference(big, torch.float32, R.SUM)[6 * rank:6 * (rank + 1)], "reduce_scatter_tensor")
+    checks += 3
+    if int(torch.__version__.split(".")[0]) < 2:
+        return checks
+    # torch 2.x: the coalescing manager hands both calls to the backend in one
+    # allgather_into_tensor_coalesced / reduce_scatter_tensor_coalesced.
+    small = [data(r, torch.int64, 3) for r in range(world)]
+    o1, o2 = torch.zeros(6 * world, 2)[:, 0], torch.zeros(3 * world, dtype=torch.int64)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_gather_into_tensor(o1, inputs[rank])
+        dist.all_gather_into_tensor(o2, small[rank])
+    cm.wait()
+    same(o1, torch.cat(inputs), "coalesced all_gather_into_tensor 1")
+    same(o2, torch.cat(small), "coalesced all_gather_into_tensor 2")
+    big2 = [data(r, torch.float64, 4 * world) for r in range(world)]
+    r1, r2 = torch.zeros(6), torch.zeros(4, dtype=torch.float64)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(r1, big[rank].clone(), op=R.MAX)
+        dist.reduce_scatter_tensor(r2, big2[rank].clone(), op=R.MAX)
+    cm.wait()
+    same(r1, reference(big, torch.float32, R.MAX)[6 * rank:6 * (rank + 1)], "coalesced reduce_scatter_tensor 1")
+    same(r2, reference(big2, torch.float64, R.MAX)[4 * rank:4 * (rank + 1)], "coalesced reduce_scatter_tensor 2")
+    return checks + 4
+
+
+def check_groups(rank, world, checks):
+    """A subgroup of ranks 0 and 1 (a second braid backend in the same
+    process), and the object collectives, which pickle through all_gather
+    and broadcast."""
+    sub = dist.new_group([0, 1])
+    if rank < 2:
+        t = torch.tensor([float(rank + 1)])
+        dist.all_reduce(t, group=sub)
+        same(t, torch.tensor([3.0]), "all_reduce in new_group([0, 1])")
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "name": "r%d" % rank})
+    assert objs == [{"rank": r, "name": "r%d" % r} for r in range(world)], objs
+    got = [("from", rank)] if rank == world - 1 else [None]
+    dist.broadcast_object_list(got, src=world - 1)
+    assert got == [("from", world - 1)], got
+    return checks + 3
+
+
 def worker():
     init = harness.worker_args()[0]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -270,6 +326,8 @@ def worker():
         checks = check_reductions(rank, world, checks)
         checks = check_movement(rank, world, checks)
         checks = check_p2p(rank, world, checks)
+        checks = check_tensor_collectives(rank, world, checks)
+        checks = check_groups(rank, world, checks)
         checks = check_async(rank, world, checks)
         checks = check_errors(rank, world, checks)
     else:

@@ -155,14 +155,8 @@ def main():
         "no rank named the secret as the reason:\n%s" % "\n---\n".join(t[-2000:] for t in texts)
     print("BRAID_SECRET: the same links the ranks; different ones are refused by the handshake")
 
-    # torchrun (torch.distributed.run); its agent crashes on Python 3.11
-    # unless --redirects/--tee name a rank (9) that does not exist.
-    port = harness.free_port()
-    cmd = [harness.PYTHON, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port, "--redirects", "9:0", "--tee", "9:0",
-           __file__, "--worker", "torchrun"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, "torchrun exited %d:\n%s\n%s" % (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    # torchrun (torch.distributed.run)
+    p, _ = harness.torchrun(__file__, 2, ["torchrun"])
     for r in range(2):
         line = "torchrun rank %d of 2: [3.0, 3.0, 3.0]" % r
         assert line in p.stdout, "missing %r in torchrun's output:\n%s" % (line, p.stdout)

@@ -6,7 +6,8 @@
    losses equal Gloo's (to fp32 rounding: the two backends may add three
    ranks' gradients in different orders).
 2. DistributedDataParallel on an MLP, 20 steps, then the same with
-   ZeroRedundancyOptimizer: per-step losses within 1e-6 of Gloo's.
+   ZeroRedundancyOptimizer: per-step losses within 1e-6 of Gloo's; then
+   the DDP and ZeRO runs again with both backends launched by torchrun.
 """
 import os
 import sys
@@ -161,6 +162,12 @@ def main():
         braid, gloo = got["braid"][0][1][key], got["gloo"][0][1][key]
         close(braid, gloo, 1e-6, key)
         print("%s: 20 per-step losses within 1e-6 of gloo's (first %.6f last %.6f)" % (key, braid[0], braid[-1]))
+    # The same DDP run launched by torchrun (env:// from its agent).
+    got = {b: harness.torchrun(__file__, 2, ["ddp", b])[1] for b in ("braid", "gloo")}
+    for key in ("ddp", "zero"):
+        assert len(got["braid"][key]) == 20, got["braid"]
+        close(got["braid"][key], got["gloo"][key], 1e-6, "torchrun " + key)
+    print("torchrun: ddp and zero, 20 per-step losses each within 1e-6 of gloo's")
 
 
 if __name__ == "__main__":
