@@ -174,14 +174,8 @@ TEST(HostLinks, ALinkThatComesBackWithinTheDeadlineLetsTheJobCarryOn) {
   std::vector<HostJob> jobs =
       start_on_hosts(*hosts, 1, train + " --json-log " + dir + "/dp.jsonl --checkpoint " + dir + "/dp.ck",
                      dir, 30);
-  const auto t0 = Clock::now();
-  size_t steps = 0;
-  while (Clock::now() - t0 < std::chrono::seconds(30)) {
-    std::ifstream log(dir + "/dp.jsonl");
-    steps = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
-    if (steps >= 10) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const size_t steps =
+      braid::testing::wait_for_lines(dir + "/dp.jsonl", 10, std::chrono::seconds(30));
   ASSERT_GE(steps, 10u) << jobs[0].output() << jobs[1].output();
   hosts->set_link(1, false);
   std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -213,14 +207,8 @@ TEST(HostLinks, AHostWhoseProcessesAreAllKilledIsNamed) {
                             " train mlp --steps 100000 --batch 60 --threads 1 --quiet --json-log " +
                             dir + "/dp.jsonl";
   std::vector<HostJob> jobs = start_on_hosts(*hosts, 1, train, dir, 10);
-  const auto t0 = Clock::now();
-  size_t steps = 0;
-  while (Clock::now() - t0 < std::chrono::seconds(30)) {
-    std::ifstream log(dir + "/dp.jsonl");
-    steps = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
-    if (steps >= 10) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const size_t steps =
+      braid::testing::wait_for_lines(dir + "/dp.jsonl", 10, std::chrono::seconds(30));
   ASSERT_GE(steps, 10u) << jobs[0].output() << jobs[1].output();
   EXPECT_GE(hosts->kill_host(1), 2);  // the launcher and its rank at least
   const auto killed = Clock::now();

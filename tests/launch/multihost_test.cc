@@ -290,14 +290,8 @@ TEST(MultiHost, LinkCutMidTrainingEndsBothHostsNamingThePeer) {
       braid_bin() + " train mlp --steps 100000 --batch 60 --threads 1 --quiet --json-log " + dir + "/dp.jsonl";
   std::vector<HostJob> jobs = start_on_hosts(*hosts, 1, program, dir, 10);
   // Training under way: some steps logged (at most 30 s).
-  const auto t0 = Clock::now();
-  size_t steps = 0;
-  while (Clock::now() - t0 < std::chrono::seconds(30)) {
-    std::ifstream log(dir + "/dp.jsonl");  // whole lines only: one may be half written
-    steps = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
-    if (steps >= 20) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const size_t steps =
+      braid::testing::wait_for_lines(dir + "/dp.jsonl", 20, std::chrono::seconds(30));
   ASSERT_GE(steps, 20u) << jobs[0].output() << jobs[1].output();
   hosts->set_link(1, false);
   const auto cut = Clock::now();

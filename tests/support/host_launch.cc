@@ -2,6 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
 #include "support/tool.h"
 
 namespace braid::testing {
@@ -41,6 +46,18 @@ HostLaunch launch_on_hosts(const TestHosts& hosts, int per_host, const std::stri
   for (auto& j : jobs) l.out.push_back(j.output());
   l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return l;
+}
+
+size_t wait_for_lines(const std::string& path, size_t n, std::chrono::seconds limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t lines = 0;
+  while (std::chrono::steady_clock::now() - t0 < limit) {
+    std::ifstream log(path);  // whole lines only: one may be half written
+    lines = size_t(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
+    if (lines >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return lines;
 }
 
 }  // namespace braid::testing

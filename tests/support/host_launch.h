@@ -34,4 +34,8 @@ HostLaunch launch_on_hosts(const TestHosts& hosts, int per_host, const std::stri
                            const std::string& dir, std::chrono::seconds limit,
                            const std::string& env = "", const std::string& flags = "");
 
+// Waits until the file at `path` has at least `n` whole lines (a job's
+// JSON log), or `limit` passes; returns how many it has.
+size_t wait_for_lines(const std::string& path, size_t n, std::chrono::seconds limit);
+
 }  // namespace braid::testing
