@@ -9,6 +9,15 @@
 #include "braid/env.h"
 
 namespace braid::parallel::embed {
+namespace {
+
+// n 4-byte words; none is no call (an empty vector's data() may be null,
+// which memcpy may not be given even for 0 bytes).
+void copy_words(void* dst, const void* src, size_t n) {
+  if (n) std::memcpy(dst, src, n * 4);
+}
+
+}  // namespace
 
 Exchange::Exchange(std::shared_ptr<Communicator> comm, const EmbeddingPlan& plan, int64_t bag)
     : comm_(std::move(comm)), rank_(comm_->rank()), world_(comm_->size()), bag_(bag) {
@@ -130,19 +139,19 @@ void Exchange::send_grads(const std::vector<Tensor>* next_ids) {
   packed_in_.resize(in.total);
   for (int p = 0; p < world_; ++p) {
     const size_t g = cols_batch_.counts[size_t(p)];
-    std::memcpy(packed_out_.data() + out.displs[size_t(p)],
-                grad_out_.data() + cols_batch_.displs[size_t(p)], g * 4);
-    std::memcpy(packed_out_.data() + out.displs[size_t(p)] + g,
-                next.data() + ids_batch_.displs[size_t(p)], ids_batch_.counts[size_t(p)] * 4);
+    copy_words(packed_out_.data() + out.displs[size_t(p)],
+                grad_out_.data() + cols_batch_.displs[size_t(p)], g);
+    copy_words(packed_out_.data() + out.displs[size_t(p)] + g,
+                next.data() + ids_batch_.displs[size_t(p)], ids_batch_.counts[size_t(p)]);
   }
   run(packed_out_.data(), out, packed_in_.data(), in, DType::kI32);
   ids_next_in_.resize(ids_owner_.total);
   for (int p = 0; p < world_; ++p) {
     const size_t g = cols_owner_.counts[size_t(p)];
-    std::memcpy(grad_in_.data() + cols_owner_.displs[size_t(p)],
-                packed_in_.data() + in.displs[size_t(p)], g * 4);
-    std::memcpy(ids_next_in_.data() + ids_owner_.displs[size_t(p)],
-                packed_in_.data() + in.displs[size_t(p)] + g, ids_owner_.counts[size_t(p)] * 4);
+    copy_words(grad_in_.data() + cols_owner_.displs[size_t(p)],
+                packed_in_.data() + in.displs[size_t(p)], g);
+    copy_words(ids_next_in_.data() + ids_owner_.displs[size_t(p)],
+                packed_in_.data() + in.displs[size_t(p)] + g, ids_owner_.counts[size_t(p)]);
   }
 }
 

@@ -189,7 +189,7 @@ void ShardedTables::prefetch(const std::vector<Tensor>& next_ids) {
   next_ids_.resize(next_ids.size());
   for (size_t f = 0; f < next_ids.size(); ++f) {
     next_ids_[f].resize(next_ids[f].shape(), DType::kI32);
-    std::memcpy(next_ids_[f].raw(), next_ids[f].raw(), next_ids[f].nbytes());
+    if (next_ids[f].nbytes()) std::memcpy(next_ids_[f].raw(), next_ids[f].raw(), next_ids[f].nbytes());
   }
   has_next_ = true;
 }
@@ -283,7 +283,7 @@ void ShardedTables::add_state(Checkpoint& ck) {
       for (int64_t r = 0; r < s.rows(); ++r)
         std::memcpy(full.f32() + (s.row_begin + r) * dim + s.col_begin, w.data() + r * s.cols(),
                     size_t(s.cols()) * 4);
-      if (with_state) std::memcpy(sum.f32() + s.row_begin, st.data(), st.size() * 4);
+      if (with_state && !st.empty()) std::memcpy(sum.f32() + s.row_begin, st.data(), st.size() * 4);
     }
     if (me == 0) {
       ck.tensors.insert_or_assign("model/" + table_name(f), std::move(full));
@@ -314,7 +314,8 @@ void ShardedTables::load_state(const Checkpoint& ck) {
                                       (st == ck.tensors.end()
                                            ? " is missing (was the run's table optimizer adagrad?)"
                                            : " has the wrong size"));
-    std::memcpy(sh.sum.data(), st->second.f32() + sh.s.row_begin, size_t(sh.s.rows()) * 4);
+    if (sh.s.rows() > 0)
+      std::memcpy(sh.sum.data(), st->second.f32() + sh.s.row_begin, size_t(sh.s.rows()) * 4);
   }
 }
 
