@@ -37,7 +37,8 @@ build=${1:-$here/build}
 braid=$build/braid
 out=${OUT:-$(mktemp -d /tmp/braid_dlrm_hybrid_XXXXXX)}
 mkdir -p "$out"
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+# shellcheck source=bench/braid_env.sh
+. "$here/bench/braid_env.sh"
 timed() {  # NAME ARGS...: runs ARGS with its CPU seconds written to $out/NAME.time
   local name=$1
   shift

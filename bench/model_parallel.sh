@@ -27,13 +27,8 @@ braid=$build/braid
 rounds=${ROUNDS:-2}
 tmp=$(mktemp -d /tmp/braid_mp_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
-done_field() {  # FILE KEY: a field of the done record
-  python3 -c "import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l)
-    if r.get('event')=='done': print(json.dumps(r.get(sys.argv[2])))" "$1" "$2"
-}
+# shellcheck source=bench/braid_env.sh
+. "$here/bench/braid_env.sh"
 calc() { python3 -c "print($1)"; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 

@@ -28,13 +28,8 @@ steps=${STEPS:-30}
 speed_steps=${SPEED_STEPS:-8}
 tmp=$(mktemp -d /tmp/braid_moe_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
-done_field() {  # FILE KEY: a field of the done record
-  python3 -c "import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l)
-    if r.get('event')=='done': print(json.dumps(r.get(sys.argv[2])))" "$1" "$2"
-}
+# shellcheck source=bench/braid_env.sh
+. "$here/bench/braid_env.sh"
 moe_mean() {  # FILE KEY: the mean of moe.KEY over the last half of the steps
   python3 -c "import json,sys
 v=[json.loads(l) for l in open(sys.argv[1])]
