@@ -56,6 +56,9 @@ Check check_thread_env(const Options& o);
 Check check_tuning(const Options& o);
 Check check_all_reduce(const Options& o);
 
+// `v` with `digits` decimals, for a report line.
+std::string fixed(double v, int digits);
+
 // Every section above but the all_reduce, in report order.
 std::vector<Check> host_checks(const Options& o);
 int count(const std::vector<Check>& checks, Verdict v);

@@ -34,6 +34,12 @@ void add_finding(Check& c, Verdict v, const std::string& what, const std::string
   if (!fix.empty()) c.fix += (c.fix.empty() ? "" : "; ") + fix;
 }
 
+std::string fixed(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 std::vector<Check> host_checks(const Options& o) {
   std::vector<Check> checks;
   for (auto check : {check_cores, check_shm, check_blas, check_openmp, check_thread_env,

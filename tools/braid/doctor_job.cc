@@ -38,12 +38,6 @@ namespace {
 
 constexpr double kStale = 2.0;  // model vs probe, either way
 
-std::string fixed(double v, int digits) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
-
 comm::LinkCost model_link(const comm::CostParams& p, const std::string& kind) {
   return kind == "shm" ? p.shm : kind == "tcp" ? p.tcp : p.net;
 }

@@ -29,12 +29,6 @@ namespace {
 // (Wrong results need no check here: braid bench exits non-zero on them.)
 constexpr double kOffBy = 2.0;
 
-std::string fixed(double v, int digits) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
-
 // "'a'\''b'" — one shell word.
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
