@@ -213,7 +213,8 @@ class MlpBlock : public Module {
 // Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(·)).
 // With recompute, forward keeps only its input and output; backward runs
 // forward again (same dropout masks, same kernels) and then backward, so
-// gradients are bitwise identical to the stored-activation path.
+// gradients are bitwise identical to the stored-activation path; then it
+// frees what it ran, so one block's activations are live at a time.
 // The pre-norm residual wiring of a transformer block over any four
 // sublayers,
 //   h = x + attn(ln1(x)),  y = h + mlp(ln2(h)),
@@ -232,6 +233,7 @@ class PreNormResidual {
 
  private:
   void run_forward(const Tensor& x, Context& ctx, bool need_y);
+  void release_sublayers();  // their activations and gradient buffers, and h_
   const std::string& block_;
   Module &ln1_, &attn_, &ln2_, &mlp_;
   const Tensor* x_ = nullptr;

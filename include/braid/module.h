@@ -5,7 +5,9 @@
 // must stay alive and unchanged until `backward`). `backward(dy, ctx)`
 // accumulates (+=) into each parameter's `grad` and returns dL/dx in a
 // buffer the module owns. Buffers are reused across steps: after the first
-// step at a given batch shape, forward and backward allocate nothing.
+// step at a given batch shape, forward and backward allocate nothing —
+// except under activation recomputation, which frees a block's buffers
+// after its forward and backward and allocates them again when it runs.
 //
 // The gradient-ready hook. When `ctx.grad_ready` is set, backward calls it
 // exactly once for every parameter, at the moment that parameter's gradient
@@ -74,7 +76,9 @@ class Module {
     collect_parameters(v);
     return v;
   }
-  // Frees buffers kept for backward (activation recomputation).
+  // Frees the buffers kept for backward and those backward wrote into
+  // (activation recomputation calls it after a block's forward and after
+  // its backward). The next forward or backward allocates them again.
   virtual void release_activations() {}
   // When false, backward may skip computing dL/dx and return an empty
   // tensor (the first layer of a model whose input needs no gradient).

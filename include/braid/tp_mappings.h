@@ -32,6 +32,11 @@ class TpOperator : public nn::Module {
  public:
   TpOperator(std::string name, std::shared_ptr<Communicator> tp)
       : Module(std::move(name)), tp_(std::move(tp)) {}
+  void release_activations() override {
+    y_.release();
+    dx_.release();
+    scratch_.release();
+  }
 
  protected:
   std::shared_ptr<Communicator> tp_;

@@ -65,7 +65,10 @@ const Tensor& ReLU::backward(const Tensor& dy, Context&) {
   return dx_;
 }
 
-void ReLU::release_activations() { y_.release(); }
+void ReLU::release_activations() {
+  y_.release();
+  dx_.release();
+}
 
 const Tensor& GELU::forward(const Tensor& x, Context&) {
   y_.resize(x.shape(), DType::kF32);
@@ -81,6 +84,9 @@ const Tensor& GELU::backward(const Tensor& dy, Context&) {
   return dx_;
 }
 
-void GELU::release_activations() { y_.release(); }
+void GELU::release_activations() {
+  y_.release();
+  dx_.release();
+}
 
 }  // namespace braid::nn

@@ -189,6 +189,8 @@ void CausalSelfAttention::release_activations() {
   drop_.release_activations();
   att_.release();
   o_.release();
+  dqkv_.release();
+  datt_.release();
 }
 
 void CausalSelfAttention::set_input_grad(bool needed) {

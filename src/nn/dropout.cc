@@ -53,6 +53,9 @@ const Tensor& Dropout::backward(const Tensor& dy, Context& ctx) {
   return dx_;
 }
 
-void Dropout::release_activations() { y_.release(); }
+void Dropout::release_activations() {
+  y_.release();
+  dx_.release();
+}
 
 }  // namespace braid::nn

@@ -114,6 +114,7 @@ void LayerNorm::release_activations() {
   y_.release();
   mean_.release();
   rstd_.release();
+  dx_.release();
 }
 
 }  // namespace braid::nn

@@ -67,6 +67,9 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
   if (has_bias_) out.push_back(&b_);
 }
 
-void Linear::release_activations() { y_.release(); }
+void Linear::release_activations() {
+  y_.release();
+  dx_.release();
+}
 
 }  // namespace braid::nn

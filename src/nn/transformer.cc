@@ -67,13 +67,7 @@ void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
 const Tensor& PreNormResidual::forward(const Tensor& x, Context& ctx, bool recompute) {
   x_ = &x;
   run_forward(x, ctx, true);
-  if (recompute && ctx.training) {
-    ln1_.release_activations();
-    attn_.release_activations();
-    ln2_.release_activations();
-    mlp_.release_activations();
-    h_.release();
-  }
+  if (recompute) release_sublayers();  // in evaluation too: no backward needs them
   return y_;
 }
 
@@ -90,6 +84,13 @@ const Tensor& PreNormResidual::backward(const Tensor& dy, Context& ctx, bool rec
   const Tensor& dln1 = ln1_.backward(da, ctx);
   dx_.resize(dy.shape(), DType::kF32);
   vadd(dh_.f32(), dln1.f32(), dx_.f32(), dx_.numel());
+  if (recompute) {
+    // The recomputed activations and the sublayers' gradient buffers are
+    // spent: only dx_ (this block's, read by the layer below) stays, so one
+    // block's worth is live at a time.
+    release_sublayers();
+    dh_.release();
+  }
   return dx_;
 }
 
@@ -100,12 +101,16 @@ void PreNormResidual::collect_parameters(std::vector<Parameter*>& out) {
   mlp_.collect_parameters(out);
 }
 
-void PreNormResidual::release_activations() {
+void PreNormResidual::release_sublayers() {
   ln1_.release_activations();
   attn_.release_activations();
   ln2_.release_activations();
   mlp_.release_activations();
   h_.release();
+}
+
+void PreNormResidual::release_activations() {
+  release_sublayers();
   y_.release();
 }
 

@@ -281,6 +281,33 @@ TEST(Recompute, GradientsAreBitwiseIdentical) {
   EXPECT_TRUE(bitwise_equal(a->parameters(), b->parameters(), true));
 }
 
+// Recomputation trades compute for memory: a block's activations and
+// gradient buffers are freed after its forward and after its backward, so
+// the peak holds one block's worth plus each block's input, not all of them.
+TEST(Recompute, HoldsOneBlocksActivationsAtATime) {
+  ByteText data = text();
+  auto peak_activation_bytes = [&](bool recompute) {
+    GptConfig c = small(0, recompute);
+    c.layers = 8;
+    c.dim = 32;
+    auto m = make_gpt(c, 3);
+    Tensor x, y;
+    int64_t idx[8] = {0, 17, 99, 250, 3, 40, 77, 120};
+    data.gather(idx, 8, x, y);
+    const size_t base = tensor_bytes_in_use();
+    reset_tensor_peak_bytes();
+    Context ctx;
+    SoftmaxCrossEntropy ce;
+    ce.forward(m->forward(x, ctx), y);
+    m->backward(ce.backward(0.01f), ctx);
+    return double(tensor_peak_bytes() - base);
+  };
+  const double stored = peak_activation_bytes(false), recomputed = peak_activation_bytes(true);
+  EXPECT_GT(stored, 0);
+  EXPECT_LT(recomputed, 0.35 * stored) << "stored " << stored << " B, recomputed " << recomputed
+                                       << " B";
+}
+
 TEST(Dropout, MaskDependsOnGlobalSampleNotOnSplit) {
   Dropout d("d", 0.5f, 3);
   Tensor x({8, 10});

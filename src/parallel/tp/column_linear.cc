@@ -54,7 +54,11 @@ void ColumnParallelLinear::collect_shards(std::vector<Sharded>& out) {
   if (local_.bias()) out.push_back({local_.bias(), ShardSpec{0, parts_, false}, Shape{out_}});
 }
 
-void ColumnParallelLinear::release_activations() { local_.release_activations(); }
+void ColumnParallelLinear::release_activations() {
+  enter_->release_activations();
+  local_.release_activations();
+  if (gather_) gather_->release_activations();
+}
 
 void ColumnParallelLinear::set_input_grad(bool needed) {
   input_grad_ = needed;

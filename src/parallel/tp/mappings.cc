@@ -86,13 +86,17 @@ void reduce_scatter_seq(Communicator& c, const Tensor& x, Tensor& y, Tensor& scr
 }
 }  // namespace
 
+// A sum over a group of one is its input: no buffer, no copy (a pipeline
+// or data-parallel model built from a ModelSpec has tp groups of one).
 const Tensor& CopyToTpRegion::forward(const Tensor& x, nn::Context&) { return x; }
 const Tensor& CopyToTpRegion::backward(const Tensor& dy, nn::Context&) {
+  if (tp_->size() == 1) return dy;
   all_reduce_into(*tp_, dy, dx_);
   return dx_;
 }
 
 const Tensor& ReduceFromTpRegion::forward(const Tensor& x, nn::Context&) {
+  if (tp_->size() == 1) return x;
   all_reduce_into(*tp_, x, y_);
   return y_;
 }

@@ -70,6 +70,8 @@ void ParallelAttention::release_activations() {
   drop_.release_activations();
   att_.release();
   o_.release();
+  dqkv_.release();
+  datt_.release();
 }
 
 void ParallelAttention::set_input_grad(bool needed) {

@@ -63,6 +63,7 @@ void RowParallelLinear::collect_shards(std::vector<Sharded>& out) {
 
 void RowParallelLinear::release_activations() {
   local_.release_activations();
+  leave_->release_activations();
   y_.release();
 }
 
