@@ -110,6 +110,23 @@ size_t tensor_bytes_in_use();
 size_t tensor_peak_bytes();
 void reset_tensor_peak_bytes();
 
+// Storage a tensor views but that was not allocated as a tensor (data
+// parallelism's gradient buckets in shared memory) counts in the figures
+// above while a CountedStorage for its bytes lives. Move-only.
+class CountedStorage {
+ public:
+  CountedStorage() = default;
+  explicit CountedStorage(size_t bytes);
+  CountedStorage(CountedStorage&& o) noexcept : bytes_(o.bytes_) { o.bytes_ = 0; }
+  CountedStorage& operator=(CountedStorage&& o) noexcept;
+  CountedStorage(const CountedStorage&) = delete;
+  CountedStorage& operator=(const CountedStorage&) = delete;
+  ~CountedStorage();
+
+ private:
+  size_t bytes_ = 0;
+};
+
 // Throws Error(kInvalidArgument) naming both shapes when a != b.
 void check_same_shape(const Tensor& a, const Tensor& b, const std::string& what);
 

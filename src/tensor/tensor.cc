@@ -44,6 +44,17 @@ size_t tensor_bytes_in_use() { return g_in_use.load(std::memory_order_relaxed); 
 size_t tensor_peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
 void reset_tensor_peak_bytes() { g_peak.store(g_in_use.load(std::memory_order_relaxed)); }
 
+CountedStorage::CountedStorage(size_t bytes) : bytes_(bytes) { count_alloc(bytes); }
+CountedStorage& CountedStorage::operator=(CountedStorage&& o) noexcept {
+  if (this != &o) {
+    g_in_use.fetch_sub(bytes_, std::memory_order_relaxed);
+    bytes_ = o.bytes_;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+CountedStorage::~CountedStorage() { g_in_use.fetch_sub(bytes_, std::memory_order_relaxed); }
+
 void Tensor::Free::operator()(void* p) const {
   g_in_use.fetch_sub(::malloc_usable_size(p), std::memory_order_relaxed);
   std::free(p);

@@ -28,6 +28,7 @@ struct Bucket {
   // full [padded]: replicated gradients always; sharded ones while backward needs them
   Tensor grad;
   SharedBuffer grad_mem;  // behind `grad` with DpOptions::shared_buckets
+  CountedStorage grad_mem_counted;  // grad_mem in the tensor storage figures
   Tensor param;        // full [padded]: replicated parameters always; sharded while gathered
   Tensor param_shard;  // sharded parameters: this rank's chunk (owned)
   Tensor grad_shard;   // sharded gradients: this rank's reduced chunk (owned)

@@ -16,6 +16,7 @@ void Replicated::place_grads(Bucket& b) {
   // a staging copy, so there the bucket stays private.
   if (s_.opts.shared_buckets && !s_.opts.bf16_grads && s_.world > 1 && !b.expert) {
     b.grad_mem = s_.comm->alloc_shared(size_t(b.padded) * 4);
+    b.grad_mem_counted = CountedStorage(size_t(b.padded) * 4);
     b.grad = Tensor::view(b.grad_mem.data(), {b.padded});
   } else {
     b.grad = Tensor({b.padded});
