@@ -24,6 +24,14 @@ struct EfficiencyPoint {
   double efficiency = 0;
 };
 
+// Whose activations a device's memory model counts:
+//  - kLean: the tensors backward needs, as Megatron-LM counts them for a
+//    runtime that frees each buffer once it is used;
+//  - kBraidCpu: braid's CPU layers (braid/layers.h, braid/tp_layers.h),
+//    which keep each layer's output and gradient buffers between steps,
+//    so that a step after the first allocates nothing.
+enum class ActivationAccounting { kLean, kBraidCpu };
+
 struct Device {
   std::string name;
   std::map<std::string, double> peak_flops;  // FLOP/s by dtype ("bf16", "f32", ...)
@@ -33,6 +41,8 @@ struct Device {
   // activations and gradients, f32 master weights and Adam moments) or
   // "f32" (everything f32, as braid trains today).
   std::string dtype = "bf16";
+  // In a cluster file: "activations": "lean" (the default) or "braid-cpu".
+  ActivationAccounting activations = ActivationAccounting::kLean;
   std::vector<EfficiencyPoint> gemm_efficiency;  // ascending flops
   std::string source;                            // where the figures come from
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "braid/plan_cluster.h"
+
 namespace braid::plan {
 
 struct GptShape {
@@ -56,10 +58,11 @@ struct ModelDesc {
 // hidden not a multiple of heads.
 ModelDesc describe_gpt(const GptShape& g);
 // What one block of the GPT keeps for backward, in elements per token
-// (multiply by the element size and the tokens of a micro-batch). tp
-// splits `sharded` and `scores`; sequence parallelism splits `replicated`
-// too. Selective recomputation drops `scores`; full recomputation keeps
-// only `input` (and one block's whole set while it recomputes).
+// (multiply by the element size and the tokens of a micro-batch), as
+// Megatron-LM counts it (ActivationAccounting::kLean). tp splits `sharded`
+// and `scores`; sequence parallelism splits `replicated` too. Selective
+// recomputation drops `scores`; full recomputation keeps only `input` (and
+// one block's whole set while it recomputes).
 struct BlockActivations {
   double replicated = 0;  // inputs of both layer norms, of qkv and of the MLP: 4·H
   double sharded = 0;     // q, k, v, the attention's context, the MLP's two R·H tensors
@@ -67,6 +70,21 @@ struct BlockActivations {
   double input = 0;       // the block's input: H
 };
 BlockActivations gpt_block_activations(const GptShape& g);
+
+// What braid's CPU layers hold through a step (ActivationAccounting::
+// kBraidCpu), in elements per token on one rank: each layer keeps its
+// output and its gradient buffers between steps. `spec_built`: the model
+// was built from its ModelSpec (any tp or pp), whose blocks are the tp
+// layers (braid/tp_layers.h) even on a tp group of one.
+struct BraidActivations {
+  double block = 0;      // one block, nothing recomputed
+  double selective = 0;  // one block without its scores (braid does not run it; counted alike)
+  double input = 0;      // one block under full recomputation: its output and dL/dinput
+  double first = 0;      // the embedding
+  double last = 0;       // ln_f, the head and the loss
+};
+BraidActivations gpt_braid_activations(const GptShape& g, int tp, bool sequence_parallel,
+                                       bool spec_built);
 
 // nn::make_mlp(sizes): Linear layers with biases between consecutive sizes.
 ModelDesc describe_mlp(const std::vector<int64_t>& sizes);

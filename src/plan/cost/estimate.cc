@@ -179,9 +179,14 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
                               : Priced{2 * ar.s, 2 * ar.bytes};
+    const bool braid_layers = dev.activations == ActivationAccounting::kBraidCpu;
     const BlockActivations ba = gpt_block_activations(g);
-    const double act_sel = eb * tokens * (ba.replicated / shard_full + ba.sharded / tp);
-    const double act_none = act_sel + eb * tokens * ba.scores / tp;
+    const BraidActivations bb = gpt_braid_activations(g, tp, sp, tp > 1 || pp > 1);
+    const double act_sel = eb * tokens *
+                           (braid_layers ? bb.selective : ba.replicated / shard_full + ba.sharded / tp);
+    const double act_none =
+        braid_layers ? eb * tokens * bb.block : act_sel + eb * tokens * ba.scores / tp;
+    const double act_input = eb * tokens * (braid_layers ? bb.input : ba.input / shard_full);
     for (int v = 0; v < S; ++v) {
       Stage& x = st[size_t(v)];
       const int64_t nb = base + (v >= 1 && v <= extra ? 1 : 0);
@@ -202,7 +207,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         x.tp_bwd += nb * two_fwd.s;
         x.tp_bytes += nb * two_fwd.bytes;
         x.re_flops += nb * block_flops;
-        x.act += nb * eb * tokens * ba.input / shard_full;
+        x.act += nb * act_input;
         x.work = nb > 0 ? act_none : 0;
       } else {
         x.act += nb * act_none;
@@ -214,7 +219,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         const Priced p = sp ? rs : ar;
         x.tp_fwd += p.s;
         x.tp_bytes += p.bytes;
-        x.act += Na / shard_full;
+        x.act += braid_layers ? eb * tokens * bb.first : Na / shard_full;
       }
       if (v == S - 1) {  // ln_f, the vocab-parallel head and its loss
         x.params += (m.layers[m.layers.size() - 2].params + m.layers.back().params) / tp;
@@ -225,7 +230,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         x.tp_fwd += loss.s + (sp ? ag.s : 0);
         x.tp_bwd += sp ? rs.s : ar.s;
         x.tp_bytes += loss.bytes + (sp ? ag.bytes + rs.bytes : ar.bytes);
-        x.act += Na + tokens * V * 4 / tp;  // its input, and f32 probabilities
+        // lean: its input, and f32 probabilities.
+        x.act += braid_layers ? eb * tokens * bb.last : Na + tokens * V * 4 / tp;
       }
       x.fwd = comp + elementwise + x.tp_fwd;
       x.bwd = 2 * comp + elementwise + recompute + x.tp_bwd;

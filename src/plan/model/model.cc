@@ -117,6 +117,46 @@ BlockActivations gpt_block_activations(const GptShape& g) {
   return {4 * h, (4 + 2 * r) * h, double(g.heads) * double(g.seq), h};
 }
 
+BraidActivations gpt_braid_activations(const GptShape& g, int tp, bool sp, bool spec_built) {
+  const double h = double(g.hidden), r = double(g.mlp_ratio), V = double(g.vocab);
+  const double n = tp, scores = 2 * double(g.heads) * double(g.seq);  // probabilities, gradient
+  // Split over tp: q, k, v and dqkv (6h), the context (h), the projection's
+  // input gradient (h), the MLP's hidden output, GELU's output and
+  // gradient and the second projection's input gradient (4·R·h).
+  const double sharded = (8 + 4 * r) * h;
+  // Full width on every rank: the layer norms' outputs and input gradients
+  // (4h), the input gradients of qkv and fc (2h), the two projections'
+  // outputs (2h), the residual sums and their gradients (4h): 12h. The tp
+  // layers add the row-parallel projections' summed outputs (2h); on a
+  // group of more than one, also the sums CopyToTp and ReduceFromTp keep
+  // (4h). Under sequence parallelism the norms, residuals, the gathers'
+  // gradients and the reduce-scatters' and bias adds' outputs hold this
+  // rank's positions (14h ÷ tp), while the gathered inputs, the gathers'
+  // staging and the projections' full outputs and gradients are whole (12h).
+  double full = 12 * h, split = 0;
+  if (sp && tp > 1) {
+    split = 14 * h;
+  } else if (spec_built) {
+    full += tp > 1 ? 6 * h : 2 * h;
+  }
+  BraidActivations a;
+  a.block = full + (split + sharded + scores) / n;
+  a.selective = full + (split + sharded) / n;
+  a.input = 2 * h / (sp ? n : 1);
+  // Embedding: its output; the tp layer's partial sum too (and on a group
+  // of more than one the reduced sum; under sp that sum's staging and the
+  // gathered gradient are whole, the output this rank's positions).
+  if (!spec_built) a.first = h;
+  else if (tp == 1) a.first = 2 * h;
+  else a.first = sp ? 3 * h + 2 * h / n : 3 * h;
+  // ln_f's output and gradient, the head's input gradient (and on tp > 1
+  // its summed copy; under sp the gathered input and staging), the logits,
+  // the loss's probabilities and dL/dlogits.
+  if (tp == 1) a.last = 3 * h + 3 * V;
+  else a.last = (sp ? 3 * h + 3 * h / n : 4 * h) + 3 * V / n;
+  return a;
+}
+
 ModelDesc describe_mlp(const std::vector<int64_t>& sizes) {
   if (sizes.size() < 2) throw Error(Errc::kInvalidArgument, "mlp: needs at least two sizes");
   ModelDesc m;
