@@ -65,6 +65,7 @@ struct GroupLinks {
   int ranks = 1;
   int hosts = 1;
   int max_local = 1;
+  int nics = 1;  // links out of a host its ranks spread their traffic over
   LinkCost inner, outer;
   double gamma_s_per_b = 1.0 / 10e9;
   bool inner_is_shm = false;

@@ -55,8 +55,12 @@ TEST(Select, AcrossHostsTheHostLinkCarriesEveryLocalRanksTraffic) {
     EXPECT_GT(two_by_two.predict(CollOp::kAllReduce, algo, k16M),
               one_host.predict(CollOp::kAllReduce, algo, k16M) * 1.2)
         << algo;
-  EXPECT_EQ(two_by_two.predict(CollOp::kAllReduce, "ring", k16M),
-            one_host.predict(CollOp::kAllReduce, "ring", k16M));
+  // The ring's bytes cross one link at a time: its price is one host's,
+  // less the α of the hops that stay inside a host (priced at shm's).
+  const double ring_hosts = two_by_two.predict(CollOp::kAllReduce, "ring", k16M),
+               ring_one = one_host.predict(CollOp::kAllReduce, "ring", k16M);
+  EXPECT_LT(ring_hosts, ring_one);
+  EXPECT_GT(ring_hosts, 0.98 * ring_one);
   const std::string pick = two_by_two.choose(CollOp::kAllReduce, k16M, DType::kF32);
   EXPECT_TRUE(pick == "ring" || pick == "hier") << pick;
   Selector two_by_one(2, true, CostParams{}, 2, 1, false, 2), pair(2, true, CostParams{}, 1, 2,

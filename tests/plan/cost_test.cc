@@ -21,7 +21,8 @@ using namespace braid;
 
 TEST(PlanCost, CollectivePriceIsTheSelectedRegistryEntrysFormula) {
   plan::Cluster slow = plan::cluster_preset("dgx-h100");
-  slow.inter_host = plan::link_class("eth-10g");  // there, the hierarchy wins
+  slow.inter_host = plan::link_class("eth-10g");  // one NIC a host: there, the hierarchy wins
+  slow.nics_per_host = 1;
   std::set<std::string> seen;
   for (const plan::Cluster& c : {plan::cluster_preset("dgx-h100"), slow})
   for (auto [size, stride] : std::vector<std::pair<int, int>>{{8, 1}, {4, 2}, {16, 8}, {64, 32}, {32, 1}}) {
@@ -31,7 +32,7 @@ TEST(PlanCost, CollectivePriceIsTheSelectedRegistryEntrysFormula) {
     cp.shm = g.inner;
     cp.tcp = g.outer;
     cp.gamma_s_per_b = g.gamma_s_per_b;
-    const comm::Selector s(size, g.hosts > 1, cp, g.hosts, g.max_local, false, g.cores);
+    const comm::Selector s(size, g.hosts > 1, cp, g.hosts, g.max_local, false, g.cores, g.nics);
     for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
       for (size_t bytes : {size_t(4096), size_t(1) << 20, size_t(1) << 30}) {
         const comm::CollectivePrice r = comm::price_collective(op, bytes, g);

@@ -125,6 +125,17 @@ TEST(PlanSim, RingAndHalvingDoublingMatchTheirClosedForms) {
   }
 }
 
+// Eight GPUs a host, a NIC each: hd's first log H steps cross hosts, each
+// rank on its own NIC, and the rest stay on NVSwitch; its formula prices
+// each part on its own links (it charged every byte to one shared host
+// link before, 0.13-0.27 of the simulated time).
+TEST(PlanSim, HalvingDoublingAcrossHostsMatchesItsClosedForm) {
+  const plan::Cluster c = nonblocking_dgx();
+  for (int ranks : {16, 64, 512})
+    for (size_t bytes : {size_t(1) << 20, size_t(64) << 20})
+      expect_matches(c, "hd", ranks, bytes, 0.05);
+}
+
 TEST(PlanSim, HierarchicalMatchesItsClosedForm) {
   const plan::Cluster c = nonblocking_dgx();
   // Its chain broadcast inside each host pipelines 1 MiB chunks (the

@@ -12,7 +12,9 @@
 //   the current range with partner v ^ mask, keep (and reduce into) the
 //   other half; after log p steps each virtual rank owns 1/p of the vector;
 //   all-gather by recursive doubling: the same pairs in reverse order.
-//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ, + Nγ for copying the
+//   Cost: 2·log p·α + 2(p−1)/p·Nβ + (p−1)/p·Nγ (across H hosts the first
+//   log H steps and 2(1 − 1/H)·N at the link between hosts, shared by a
+//   host's ranks, the rest at the host's own α and β), + Nγ for copying the
 //   input into recv (both work in place there; the copy is priced like a
 //   reduction pass), plus 2(α + Nβ) + Nγ to fold when n is not a power of
 //   two.
@@ -134,12 +136,21 @@ void add_halving_doubling(Table& t) {
                [](const CostInputs& m) {
                  const int p = m.p;
                  // Halving starts with the farthest partner: across hosts
-                 // the first log H steps (N/2, N/4, … of every rank of a
-                 // host at once) cross its link, and the doubling mirrors
-                 // them: 2L(1 − 1/H) · N on it.
-                 const double cross = 2.0 * m.max_local * (1.0 - 1.0 / std::max(m.hosts, 1));
-                 return 2 * std::log2(p) * m.a + m.wire_bytes(2 * (p - 1.0) / p, cross) * m.b +
-                        (p - 1.0) / p * m.N * m.g + m.N * m.g +
+                 // (ranks packed by host) the first log H steps cross a
+                 // host's links, N/2, N/4, … N/H of every rank of the host
+                 // at once, and the doubling mirrors them: 2(1 − 1/H)·N a
+                 // rank, 2L(1 − 1/H)·N a host, spread over its NICs
+                 // (wire_bytes). The other log(p/H) steps and their
+                 // 2(1/H − 1/p)·N stay inside the host, at its α and β.
+                 const double H = std::min(double(std::max(m.hosts, 1)), double(p));
+                 const double out = 1.0 - 1.0 / H, in = 1.0 / H - 1.0 / p;
+                 const double steps_out = std::log2(H), steps_in = std::log2(p) - steps_out;
+                 const double wire = m.hosts > 1
+                                         ? 2 * steps_out * m.a + 2 * steps_in * m.as +
+                                               m.wire_bytes(2 * out, 2 * m.max_local * out) * m.b +
+                                               2 * in * m.N * m.bs
+                                         : 2 * std::log2(p) * m.a + 2 * (p - 1.0) / p * m.N * m.b;
+                 return wire + (p - 1.0) / p * m.N * m.g + m.N * m.g +
                         (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
                },
                [](Context& c, const Call& k) { all_reduce_hd(c, k.send, k.recv, k.count); }});

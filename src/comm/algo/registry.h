@@ -65,6 +65,7 @@ struct CostInputs {
   double chunk = 0;     // pipelining chunk the model assumes, bytes
   double chunks = 1;    // chunks per segment of a ring: max(1, ⌈N/n/chunk⌉)
   int hosts = 1, max_local = 1;  // the hierarchy: hosts, ranks of the largest
+  int nics = 1;                  // links a host's ranks spread their traffic across hosts over
   int cores = 1;                 // usable cores of a host
   bool all_shm = false;          // every peer over shared memory (and n > 1)
   bool oversubscribed = false;   // a host has more ranks than cores
@@ -75,14 +76,22 @@ struct CostInputs {
     return oversubscribed ? std::max(path, work / cores) : path;
   }
   // The bytes (in units of N) a rank sends, or, across hosts, what the
-  // busiest host's link carries out when `per_host` (in N) is more: the
-  // ranks of a host (packed by host, at most max_local of them) share its
-  // link, and only one of them is on the wire at a time. An algorithm
-  // whose every rank talks to ranks on other hosts at once loads it with
-  // all of them.
+  // busiest link out of a host carries when `per_host` (in N, the host's
+  // whole outbound traffic) spread over its links is more: the ranks of a
+  // host (packed by host, at most max_local of them) share its nics links,
+  // and only one of them is on the wire at a time. An algorithm whose
+  // every rank talks to ranks on other hosts at once loads them with all
+  // of them.
   double wire_bytes(double per_rank, double per_host) const {
-    return hosts > 1 ? std::max(per_rank, per_host) * N : per_rank * N;
+    const double links = std::max(1, std::min(nics, max_local));
+    return hosts > 1 ? std::max(per_rank, per_host / links) * N : per_rank * N;
   }
+  // The mean α of a ring's hops in rank order: across hosts (ranks packed
+  // by host) `hosts` of its n hops cross a host's link (α) and the rest
+  // stay inside (as). Each step of a ring waits for the previous step's
+  // hop, so a ring's steps walk it round and pay the hops' mean, not the
+  // slowest hop's α every step.
+  double ring_hop_alpha() const { return hosts > 1 ? (hosts * a + (n - hosts) * as) / n : a; }
 };
 
 inline double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }

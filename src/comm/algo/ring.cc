@@ -11,9 +11,12 @@
 //   all-gather step t (0 ≤ t ≤ n−2): send segment (r+1−t), receive (r−t).
 // With C = max(1, ⌈N/n / chunk⌉) chunks per segment (the model assumes a
 // 256 KiB chunk), the pipeline fills in C − 1 extra steps.
-// Cost: (2(n−1) + C − 1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ — bandwidth-optimal,
-// the choice for large messages. Latency grows linearly with n, so small
-// messages go to recursive doubling instead.
+// Cost: (2(n−1) + C − 1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ. Across hosts the
+// 2(n−1) steps' α is the mean of the ring's hops (CostInputs::
+// ring_hop_alpha: H of n hops cross hosts), the fill's and β the link
+// between hosts'. Bandwidth-optimal: the choice for large messages.
+// Latency grows linearly with n, so small messages go to recursive
+// doubling instead.
 //
 // reduce-scatter alone: the same first phase, shifted so rank r ends with
 // segment r: (n−1 + C−1)α + (n−1)/n·N(β + γ) (N = the whole input).
@@ -298,8 +301,8 @@ void add_ring(Table& t) {
   t.push_back({CollOp::kAllReduce, AlgoId::kRing, "ring",
                "bandwidth-optimal, pipelined in chunks: large buffers", always,
                [](const CostInputs& m) {
-                 return (2 * (m.n - 1) + m.chunks - 1) * m.a + 2 * (m.n - 1) / m.n * m.N * m.b +
-                        (m.n - 1) / m.n * m.N * m.g;
+                 return 2 * (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
+                        2 * (m.n - 1) / m.n * m.N * m.b + (m.n - 1) / m.n * m.N * m.g;
                },
                [](Context& c, const Call& k) {
                  all_reduce_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
@@ -317,7 +320,8 @@ void add_ring(Table& t) {
                }});
   t.push_back({CollOp::kAllGather, AlgoId::kRing, "ring", "pipelined ring: large buffers", always,
                [](const CostInputs& m) {
-                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * m.b;
+                 return (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
+                        (m.n - 1) / m.n * m.N * m.b;
                },
                [](Context& c, const Call& k) {
                  all_gather_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
@@ -325,7 +329,8 @@ void add_ring(Table& t) {
   t.push_back({CollOp::kReduceScatter, AlgoId::kRing, "ring", "pipelined ring: large buffers",
                always,
                [](const CostInputs& m) {
-                 return (m.n - 1 + m.chunks - 1) * m.a + (m.n - 1) / m.n * m.N * (m.b + m.g);
+                 return (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
+                        (m.n - 1) / m.n * m.N * (m.b + m.g);
                },
                [](Context& c, const Call& k) {
                  reduce_scatter_ring(c, k.send, k.recv, k.count, k.chunk_bytes);

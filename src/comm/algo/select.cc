@@ -84,9 +84,9 @@ CostParams parse_cost_params(const std::string& text, const std::string& from) {
 }
 
 Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_local, bool all_shm,
-                   int cores)
+                   int cores, int nics)
     : n_(size), link_(any_tcp ? p.tcp : p.shm), shm_(p.shm), gamma_(p.gamma_s_per_b),
-      hosts_(hosts), max_local_(max_local), all_shm_(all_shm && !any_tcp && size > 1),
+      hosts_(hosts), max_local_(max_local), nics_(std::max(nics, 1)), all_shm_(all_shm && !any_tcp && size > 1),
       fit_shm_(all_shm && !any_tcp), cores_(std::max(cores, 1)),
       deterministic_(env_flag("BRAID_DETERMINISTIC")) {
   // More ranks than cores on a host: a message usually finds its receiver
@@ -177,6 +177,7 @@ algo::CostInputs Selector::inputs(size_t bytes) const {
   m.chunks = std::max(1.0, std::ceil(m.N / m.n / m.chunk));
   m.hosts = hosts_;
   m.max_local = max_local_;
+  m.nics = nics_;
   m.cores = cores_;
   m.all_shm = all_shm_;
   m.oversubscribed = oversubscribed();
@@ -270,7 +271,8 @@ Selector group_selector(const GroupLinks& g) {
   p.tcp = p.net = g.outer;
   p.gamma_s_per_b = g.gamma_s_per_b;
   const bool spans = g.hosts > 1;
-  return Selector(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores);
+  return Selector(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores,
+                  g.nics);
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ class Selector {
   // hosts > 1 enables the hierarchical all-reduce (max_local ranks per host);
   // all_shm (every peer over shared memory) the chain all-reduce. cores: of
   // a host, to tell whether its ranks outnumber them.
+  // nics: links out of a host (the planner's clusters; a runtime host has one).
   Selector(int size, bool any_tcp, CostParams p, int hosts = 1, int max_local = 1,
-           bool all_shm = false, int cores = usable_cores());
+           bool all_shm = false, int cores = usable_cores(), int nics = 1);
   // Parses BRAID_ALGO; throws Error(kInvalidArgument) on an unknown name.
   void load_env_overrides();
   // Forces `algo` for `collective` ("auto" or "": the cost model again).
@@ -79,7 +80,7 @@ class Selector {
   int n_;
   LinkCost link_, shm_;
   double gamma_;
-  int hosts_, max_local_;
+  int hosts_, max_local_, nics_ = 1;
   bool all_shm_;  // every peer over shared memory, and n > 1
   bool fit_shm_;  // every peer over shared memory (vacuous at n = 1)
   int cores_;  // usable cores of a host

@@ -36,6 +36,7 @@ Placement place_group(const Cluster& c, int size, int stride) {
   const int D = c.devices_per_host, rack = c.devices_per_host * c.hosts_per_rack;
   const int per_host = members_per(D, size, stride);
   g.max_local = per_host;
+  g.nics = c.nics_per_host;
   g.hosts = (size + per_host - 1) / per_host;
   p.link_class = g.hosts > 1 ? c.inter_host.name : c.intra_host.name;
   if (g.hosts == 1) return p;
