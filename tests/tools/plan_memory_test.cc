@@ -3,7 +3,7 @@
 // record's peak_tensor_bytes, braid/tensor.h) is within 10% of the
 // planner's memory_bytes_per_device for the same model, batch and layout.
 // Memory does not depend on load, so this is a plain test, not a benchmark.
-// The shape differs from bench/plan_memory.sh's on purpose: the planner's
+// The shape differs from bench/plan_check.sh's on purpose: the planner's
 // counts are per element, not fitted to one model.
 // Four blocks: the planner cuts pipeline stages at even block counts,
 // which braid's partition_layers also picks for an even count (an uneven

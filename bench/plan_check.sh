@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The planner against braid itself on this machine, layout by layout:
+# `braid plan`'s step_s and memory_bytes_per_device on `this-machine`
+# beside what `braid train` measures for the same model, batch and layout
+# (step = the batch's tokens / the done record's tokens/s; memory = rank
+# 0's peak tensor storage, the done record's peak_tensor_bytes). One
+# thread a rank, as this-machine counts a device (one core). Memory does
+# not depend on load; step times need a quiet machine.
+#   bench/plan_check.sh [BUILD]
+#   STEPS=25  LAYERS=4 D_MODEL=256 HEADS=4 CONTEXT=128 BATCH=16
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+braid=$build/braid
+source bench/braid_env.sh
+steps=${STEPS:-25}
+L=${LAYERS:-4} H=${D_MODEL:-256} A=${HEADS:-4} T=${CONTEXT:-128} batch=${BATCH:-16}
+model="gpt:layers=$L,hidden=$H,heads=$A,seq=$T,vocab=256"
+shape=(--layers "$L" --d-model "$H" --heads "$A" --context "$T")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+half=$((batch / 2)) quarter=$((batch / 4))
+# name | ranks | braid train flags | braid plan flags
+layouts=(
+  "1 rank|1||--tp 1 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none"
+  "1 rank, recompute|1|--recompute|--tp 1 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute full"
+  "dp 2|2|--dp 2|--tp 1 --pp 1 --dp 2 --mbs $half --zero 0 --recompute none"
+  "dp 2, ZeRO-1|2|--dp 2 --zero 1|--tp 1 --pp 1 --dp 2 --mbs $half --zero 1 --recompute none"
+  "dp 2, ZeRO-2|2|--dp 2 --zero 2|--tp 1 --pp 1 --dp 2 --mbs $half --zero 2 --recompute none"
+  "dp 2, ZeRO-3|2|--dp 2 --zero 3|--tp 1 --pp 1 --dp 2 --mbs $half --zero 3 --recompute none"
+  "tp 2|2|--tp 2|--tp 2 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none --no-sequence-parallel"
+  "tp 2, recompute|2|--tp 2 --recompute|--tp 2 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute full --no-sequence-parallel"
+  "tp 2, sp|2|--tp 2 --sequence-parallel|--tp 2 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none --sequence-parallel"
+  "pp 2, 1f1b, 4 micro-batches|2|--pp 2 --micro-batches 4|--tp 1 --pp 2 --dp 1 --mbs $quarter --schedule 1f1b --zero 0 --recompute none"
+  "pp 2, gpipe, 4 micro-batches|2|--pp 2 --micro-batches 4 --schedule gpipe|--tp 1 --pp 2 --dp 1 --mbs $quarter --schedule gpipe --zero 0 --recompute none"
+)
+echo "# $model, batch $batch, $steps steps; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| layout | step measured | predicted | / measured | peak memory measured | predicted | / measured |\n'
+printf '|---|---|---|---|---|---|---|\n'
+for entry in "${layouts[@]}"; do
+  IFS='|' read -r name ranks train plan <<<"$entry"
+  log=$tmp/log.jsonl
+  rm -f "$log"
+  run=("$braid" train gpt --steps "$steps" --batch "$batch" --threads 1 -q "${shape[@]}" --json-log "$log")
+  # shellcheck disable=SC2086
+  if [ "$ranks" = 1 ]; then
+    "${clean_env[@]}" "${run[@]}" $train >/dev/null
+  else
+    "${clean_env[@]}" "$braid" run -n "$ranks" "${run[@]}" $train >/dev/null
+  fi
+  # shellcheck disable=SC2086
+  "$braid" plan --model "$model" --cluster this-machine --gpus "$ranks" --batch "$batch" $plan \
+    --json --top 1 | head -1 >"$tmp/plan.json"
+  python3 - "$name" "$log" "$tmp/plan.json" "$((batch * T))" <<'PY'
+import json, sys
+name, log, plan, tokens = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+done = [r for r in map(json.loads, open(log)) if r.get("event") == "done"][-1]
+p = json.load(open(plan))
+step = tokens / done["tokens_per_s"]
+mem = float(done["peak_tensor_bytes"])
+print("| %s | %.3f s | %.3f s | %.2f | %.1f MB | %.1f MB | %.2f |" % (
+    name, step, p["step_s"], p["step_s"] / step, mem / 1e6,
+    p["memory_bytes_per_device"] / 1e6, p["memory_bytes_per_device"] / mem))
+PY
+done
