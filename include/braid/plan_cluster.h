@@ -24,13 +24,17 @@ struct EfficiencyPoint {
   double efficiency = 0;
 };
 
-// Whose activations a device's memory model counts:
-//  - kLean: the tensors backward needs, as Megatron-LM counts them for a
-//    runtime that frees each buffer once it is used;
+// The runtime a cluster's devices train under, where runtimes differ in
+// what the model counts:
+//  - kMegatron: activations as Megatron-LM counts them (the tensors
+//    backward needs, each buffer freed once used), blocks cut evenly over
+//    pipeline stages;
 //  - kBraidCpu: braid's CPU layers (braid/layers.h, braid/tp_layers.h),
-//    which keep each layer's output and gradient buffers between steps,
-//    so that a step after the first allocates nothing.
-enum class ActivationAccounting { kLean, kBraidCpu };
+//    which keep each layer's output and gradient buffers between steps
+//    (a step after the first allocates nothing), and braid's own cut of
+//    the model's units over stages (partition_layers over the ModelSpec's
+//    unit costs, as `braid train --pp` cuts them).
+enum class Runtime { kMegatron, kBraidCpu };
 
 struct Device {
   std::string name;
@@ -41,8 +45,8 @@ struct Device {
   // activations and gradients, f32 master weights and Adam moments) or
   // "f32" (everything f32, as braid trains today).
   std::string dtype = "bf16";
-  // In a cluster file: "activations": "lean" (the default) or "braid-cpu".
-  ActivationAccounting activations = ActivationAccounting::kLean;
+  // In a cluster file: "runtime": "megatron" (the default) or "braid-cpu".
+  Runtime runtime = Runtime::kMegatron;
   std::vector<EfficiencyPoint> gemm_efficiency;  // ascending flops
   std::string source;                            // where the figures come from
 

@@ -59,7 +59,7 @@ struct ModelDesc {
 ModelDesc describe_gpt(const GptShape& g);
 // What one block of the GPT keeps for backward, in elements per token
 // (multiply by the element size and the tokens of a micro-batch), as
-// Megatron-LM counts it (ActivationAccounting::kLean). tp splits `sharded`
+// Megatron-LM counts it (Runtime::kMegatron). tp splits `sharded`
 // and `scores`; sequence parallelism splits `replicated` too. Selective
 // recomputation drops `scores`; full recomputation keeps only `input` (and
 // one block's whole set while it recomputes).
@@ -71,8 +71,8 @@ struct BlockActivations {
 };
 BlockActivations gpt_block_activations(const GptShape& g);
 
-// What braid's CPU layers hold through a step (ActivationAccounting::
-// kBraidCpu), in elements per token on one rank: each layer keeps its
+// What braid's CPU layers hold through a step (Runtime::kBraidCpu), in
+// elements per token on one rank: each layer keeps its
 // output and its gradient buffers between steps. `spec_built`: the model
 // was built from its ModelSpec (any tp or pp), whose blocks are the tp
 // layers (braid/tp_layers.h) even on a tp group of one.
@@ -83,6 +83,14 @@ struct BraidActivations {
   double first = 0;      // the embedding
   double last = 0;       // ln_f, the head and the loss
 };
+// Transformer blocks on each of `stages` pipeline stages (virtual stages
+// in order). kMegatron: as even as can be, the extras from stage 1 on
+// (stage 0 carries the embedding, the last the head). kBraidCpu: where
+// `braid train --pp` cuts the GPT's units (embedding, blocks, ln_f, head):
+// parallel::partition_layers over its ModelSpec's unit costs, so a stage
+// may hold none (a large head alone). Needs stages <= layers.
+std::vector<int64_t> gpt_stage_blocks(const GptShape& g, int stages, Runtime runtime);
+
 BraidActivations gpt_braid_activations(const GptShape& g, int tp, bool sequence_parallel,
                                        bool spec_built);
 

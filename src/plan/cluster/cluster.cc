@@ -82,7 +82,7 @@ Device parse_device(const json& j, const std::string& from) {
   const json& d = j["device"];
   const std::string w = "device.";
   only_keys(d, {"name", "peak_tflops", "memory_gib", "memory_bw_gbytes_per_s", "dtype",
-                "activations", "gemm_efficiency", "source"},
+                "runtime", "gemm_efficiency", "source"},
             from, w);
   Device dev;
   dev.name = text_or(d, "name", "device", from, w);
@@ -95,11 +95,10 @@ Device parse_device(const json& j, const std::string& from) {
   dev.dtype = text_or(d, "dtype", "bf16", from, w);
   if (dev.dtype != "bf16" && dev.dtype != "f32") bad(from, w + "dtype", "must be \"bf16\" or \"f32\"");
   dev.peak(dev.dtype);  // the training dtype needs a peak
-  const std::string acts = text_or(d, "activations", "lean", from, w);
-  if (acts != "lean" && acts != "braid-cpu")
-    bad(from, w + "activations", "must be \"lean\" or \"braid-cpu\"");
-  dev.activations =
-      acts == "lean" ? ActivationAccounting::kLean : ActivationAccounting::kBraidCpu;
+  const std::string runtime = text_or(d, "runtime", "megatron", from, w);
+  if (runtime != "megatron" && runtime != "braid-cpu")
+    bad(from, w + "runtime", "must be \"megatron\" or \"braid-cpu\"");
+  dev.runtime = runtime == "megatron" ? Runtime::kMegatron : Runtime::kBraidCpu;
   if (!d.contains("gemm_efficiency") || !d["gemm_efficiency"].is_array() ||
       d["gemm_efficiency"].empty())
     bad(from, w + "gemm_efficiency", "missing list of [gemm_flops, efficiency] pairs");
@@ -205,8 +204,7 @@ std::string cluster_json(const Cluster& c) {
            {"memory_gib", c.device.memory_bytes / double(1ull << 30)},
            {"memory_bw_gbytes_per_s", c.device.memory_bw / 1e9},
            {"dtype", c.device.dtype},
-           {"activations",
-            c.device.activations == ActivationAccounting::kLean ? "lean" : "braid-cpu"},
+           {"runtime", c.device.runtime == Runtime::kMegatron ? "megatron" : "braid-cpu"},
            {"gemm_efficiency", curve},
            {"source", c.device.source}}},
          {"devices_per_host", c.devices_per_host},

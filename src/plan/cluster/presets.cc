@@ -165,7 +165,7 @@ Cluster eth_cpu() {
   c.device.memory_bytes = 256 * kGiB;
   c.device.memory_bw = 204.8e9;  // 8 channels of DDR4-3200 × 25.6 GB/s
   c.device.dtype = "f32";
-  c.device.activations = ActivationAccounting::kBraidCpu;  // braid's CPU layers run here
+  c.device.runtime = Runtime::kBraidCpu;  // braid's CPU layers run here
   c.device.gemm_efficiency = generic_cpu_curve();
   c.device.source =
       "peak = cores x clock x 32 f32 FLOP/cycle (AVX2, 2 FMA pipes); DDR4-3200 x 8 "
@@ -209,7 +209,7 @@ Cluster this_machine() {
   c.device.memory_bytes = pages > 0 && page > 0 ? pages * page / cores : 4 * kGiB;
   c.device.memory_bw = 10e9;
   c.device.dtype = "f32";
-  c.device.activations = ActivationAccounting::kBraidCpu;  // braid's CPU layers run here
+  c.device.runtime = Runtime::kBraidCpu;  // braid's CPU layers run here
   c.device.gemm_efficiency = generic_cpu_curve();
   c.device.source =
       "peak = /proc/cpuinfo 'cpu MHz' x 32 f32 FLOP/cycle (AVX2 FMA); memory = physical "

@@ -149,9 +149,10 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     const double h = double(g.hidden), s = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
     const double tokens = mbs * s, Na = tokens * h * eb;  // one activation tensor, full
     const double shard_full = sp ? tp : 1;  // tensors replicated over tp, unless sp shards them
-    // Blocks per virtual stage: as even as can be, extras from stage 1 on
-    // (stage 0 carries the embedding, the last the head).
-    const int64_t L = g.layers, base = L / S, extra = L % S;
+    // Blocks per virtual stage, as the runtime cuts them (stage 0 carries
+    // the embedding, the last the head).
+    const bool braid_layers = dev.runtime == Runtime::kBraidCpu;
+    const std::vector<int64_t> stage_blocks = gpt_stage_blocks(g, S, dev.runtime);
     std::vector<const LayerDesc*> blocks;
     for (const LayerDesc& d : m.layers)
       if (d.block) blocks.push_back(&d);
@@ -179,7 +180,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
                               : Priced{2 * ar.s, 2 * ar.bytes};
-    const bool braid_layers = dev.activations == ActivationAccounting::kBraidCpu;
     const BlockActivations ba = gpt_block_activations(g);
     const BraidActivations bb = gpt_braid_activations(g, tp, sp, tp > 1 || pp > 1);
     const double act_sel = eb * tokens *
@@ -189,7 +189,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     const double act_input = eb * tokens * (braid_layers ? bb.input : ba.input / shard_full);
     for (int v = 0; v < S; ++v) {
       Stage& x = st[size_t(v)];
-      const int64_t nb = base + (v >= 1 && v <= extra ? 1 : 0);
+      const int64_t nb = stage_blocks[size_t(v)];
       blocks_on[size_t(v % pp)] += double(nb);
       double comp = 0;
       for (int64_t i = 0; i < nb; ++i) x.params += blocks[next++]->params / tp;

@@ -2,11 +2,15 @@
 // counts follow nn::make_gpt module by module (src/nn/models.cc); the
 // multiply-adds per token are parallel::gpt_spec's unit_costs, so
 // the planner's pipeline cut and braid's weigh the modules alike.
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "braid/error.h"
+#include "braid/model_spec.h"
+#include "braid/models.h"
+#include "braid/partition.h"
 #include "braid/plan_model.h"
 
 namespace braid::plan {
@@ -115,6 +119,29 @@ ModelDesc describe_gpt(const GptShape& g) {
 BlockActivations gpt_block_activations(const GptShape& g) {
   const double h = double(g.hidden), r = double(g.mlp_ratio);
   return {4 * h, (4 + 2 * r) * h, double(g.heads) * double(g.seq), h};
+}
+
+std::vector<int64_t> gpt_stage_blocks(const GptShape& g, int stages, Runtime runtime) {
+  std::vector<int64_t> n(size_t(stages), g.layers / stages);
+  if (runtime == Runtime::kMegatron) {
+    for (int v = 1; v <= int(g.layers % stages); ++v) ++n[size_t(v)];
+    return n;
+  }
+  nn::GptConfig c;
+  c.vocab = g.vocab;
+  c.context = g.seq;
+  c.layers = g.layers;
+  c.dim = g.hidden;
+  c.heads = g.heads;
+  const std::vector<size_t> bounds =
+      parallel::partition_layers(parallel::gpt_spec(c, 0)->unit_costs(), stages);
+  for (int v = 0; v < stages; ++v) {
+    // Units 1..layers are the blocks.
+    const int64_t lo = std::max<int64_t>(int64_t(bounds[size_t(v)]), 1);
+    const int64_t hi = std::min<int64_t>(int64_t(bounds[size_t(v) + 1]), g.layers + 1);
+    n[size_t(v)] = std::max<int64_t>(0, hi - lo);
+  }
+  return n;
 }
 
 BraidActivations gpt_braid_activations(const GptShape& g, int tp, bool sp, bool spec_built) {
