@@ -15,6 +15,13 @@ namespace {
 // The watcher's wait is short so that it can notice stopping_; the server
 // parks it, so this costs one request per interval, not a busy poll.
 constexpr auto kWatchInterval = std::chrono::milliseconds(500);
+// Once the job has failed, node 0 waits this long (or the job's timeout, if
+// shorter) for a node whose beat has stopped: every live node beats until
+// it posts its exit, so a silent node's launcher is gone (SIGKILLed with
+// its host's processes, say), and waiting out the whole timeout would only
+// delay the report. A job still running well keeps the full timeout: a
+// node may be starved, not gone.
+constexpr double kGoneAfterFailureS = 5.0;
 
 std::pair<int, std::string> parse_failure(const std::string& v, int* node) {
   size_t a = v.find('|'), b = a == std::string::npos ? a : v.find('|', a + 1);
@@ -132,8 +139,20 @@ void NodeLink::watch(std::function<void(int, std::string)> on_failure) {
         if (node != node_rank_) on_failure(status, what);
       } catch (const Error& e) {
         lost(e.what());
+        return;
       }
-      return;
+      break;
+    }
+    // The job has failed. Beat on while this node stops its ranks, until
+    // finish(): node 0 takes a node that stops beating for one that is gone.
+    while (!stopping_.load() && node_rank_ != 0) {
+      try {
+        store_->add(beat, 1);
+      } catch (const Error&) {
+        return;  // the store is gone: finish() finds out for itself
+      }
+      for (int i = 0; i < 5 && !stopping_.load(); ++i)
+        std::this_thread::sleep_for(kWatchInterval / 5);
     }
   });
 }
@@ -164,7 +183,7 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
     std::string k = key("exit/" + std::to_string(i));
     const std::string beat = key("beat/" + std::to_string(i));
     std::string last_beat = store_->check(beat) ? store_->get_str(beat) : "";
-    double heard = now_s();
+    double heard = now_s(), waited = 0;
     bool gone = false;
     for (;;) {
       try {
@@ -175,11 +194,14 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
       }
       if (stop()) return 0;
       std::string b = store_->check(beat) ? store_->get_str(beat) : "";
+      const double wait_for =
+          store_->check(key("failed")) ? std::min(patience, kGoneAfterFailureS) : patience;
       if (b != last_beat) {
         last_beat = b;
         heard = now_s();
-      } else if (now_s() - heard >= patience) {
+      } else if (now_s() - heard >= wait_for) {
         gone = true;
+        waited = now_s() - heard;
         break;
       }
       if (now_s() - last_note > 60) {
@@ -190,7 +212,7 @@ int NodeLink::finish(int status, const std::function<bool()>& stop, std::string*
     int s = 1;
     std::string w;
     if (gone) {
-      w = describe(i) + " has not been heard from for " + std::to_string(int(patience)) +
+      w = describe(i) + " has not been heard from for " + std::to_string(int(waited)) +
           " s: its launcher or the link to it is lost; not waiting for it";
       BRAID_LOG(kWarn, w);
     } else {

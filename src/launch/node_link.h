@@ -21,7 +21,9 @@
 // Nothing waits for an unreachable node for ever: a node whose store has
 // not answered for the job's timeout calls the store lost (and names node
 // 0's host), and node 0 stops waiting for a node that has neither
-// finished nor beaten for as long (and names it).
+// finished nor beaten for as long (and names it) — for 5 s once the job
+// has failed: every live node beats until it posts its exit, stopping its
+// ranks included, so a node silent that long after a failure is gone.
 #pragma once
 
 #include <atomic>
