@@ -4,6 +4,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
+#include "braid/precision.h"
 
 namespace braid::nn {
 
@@ -34,7 +35,7 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
     fill_rows(y_.f32(), b_.data.f32(), rows, out_);
     beta = 1.0f;
   }
-  gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
+  gemm_compute(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
   x_ = &x;
   return y_;
 }
@@ -44,7 +45,7 @@ const Tensor& Linear::backward(const Tensor& dy, Context& ctx) {
   check_same_shape(dy, y_, "Linear " + name_ + " backward: dy vs y");
   int64_t rows = dy.numel() / out_;
   // dW += dyᵀ x  ([out, rows] · [rows, in])
-  gemm(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
+  gemm_compute(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
        in_);
   ctx.param_ready(w_);
   if (has_bias_) {
@@ -57,7 +58,7 @@ const Tensor& Linear::backward(const Tensor& dy, Context& ctx) {
   }
   dx_.resize(x_->shape(), DType::kF32);
   // dx = dy W  ([rows, out] · [out, in])
-  gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
+  gemm_compute(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
        in_);
   return dx_;
 }
