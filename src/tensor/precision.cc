@@ -3,7 +3,10 @@
 #include "simd.h"  // first: sets vectorisation options
 #include "braid/precision.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define BRAID_X86 1
+#endif
 
 #include <atomic>
 #include <vector>
@@ -38,6 +41,7 @@ BRAID_SIMD_FN void pack_bf16(const float* src, int64_t rows, int64_t cols, int64
   }
 }
 
+#ifdef BRAID_X86
 // The same with AVX512-BF16's conversion instruction, 16 values at a time
 // (round to nearest even as bf16_bits; it also reads f32 subnormals, below
 // 1.2e-38, as zero). Used where bf16_gemm_native(), i.e. the CPU has it.
@@ -55,6 +59,7 @@ __attribute__((target("avx512f,avx512bf16"))) void pack_bf16_native(const float*
     for (; c < cols; ++c) d[c] = bf16_bits(s[c]);
   }
 }
+#endif
 
 void pack_f16_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -63,6 +68,25 @@ void pack_f16_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld, 
     for (int64_t c = 0; c < cols; ++c) d[c] = f16_to_f32(f32_to_f16(s[c]));
   }
 }
+
+#ifdef BRAID_X86
+// The same with F16C's conversions, 8 values at a time (round to nearest
+// even; beyond f16's range, ±inf), where the CPU has F16C.
+__attribute__((target("avx,f16c"))) void pack_f16_rounded_f16c(const float* src, int64_t rows,
+                                                                int64_t cols, int64_t ld,
+                                                                float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    float* d = dst + r * cols;
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(s + c), _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_ps(d + c, _mm256_cvtph_ps(h));
+    }
+    for (; c < cols; ++c) d[c] = f16_to_f32(f32_to_f16(s[c]));
+  }
+}
+#endif
 
 // Per-thread scratch for the two packed operands (grows, never shrinks).
 struct Scratch {
@@ -121,7 +145,11 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   if (p == Precision::kBF16) {
     if (s.a16.size() < size_t(ar * ac)) s.a16.resize(size_t(ar * ac));
     if (s.b16.size() < size_t(br * bc)) s.b16.resize(size_t(br * bc));
+#ifdef BRAID_X86
     const auto to_bf16 = bf16_gemm_native() ? &pack_bf16_native : &pack_bf16;
+#else
+    const auto to_bf16 = &pack_bf16;
+#endif
     pack(to_bf16, a, ar, ac, lda, s.a16.data());
     pack(to_bf16, b, br, bc, ldb, s.b16.data());
     gemm_bf16(trans_a, trans_b, m, n, k, alpha, s.a16.data(), ac, s.b16.data(), bc, beta, c, ldc);
@@ -129,8 +157,14 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
   if (s.a32.size() < size_t(ar * ac)) s.a32.resize(size_t(ar * ac));
   if (s.b32.size() < size_t(br * bc)) s.b32.resize(size_t(br * bc));
-  pack(pack_f16_rounded, a, ar, ac, lda, s.a32.data());
-  pack(pack_f16_rounded, b, br, bc, ldb, s.b32.data());
+#ifdef BRAID_X86
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const auto to_f16 = f16c ? &pack_f16_rounded_f16c : &pack_f16_rounded;
+#else
+  const auto to_f16 = &pack_f16_rounded;
+#endif
+  pack(to_f16, a, ar, ac, lda, s.a32.data());
+  pack(to_f16, b, br, bc, ldb, s.b32.data());
   gemm(trans_a, trans_b, m, n, k, alpha, s.a32.data(), ac, s.b32.data(), bc, beta, c, ldc);
 }
 
