@@ -14,7 +14,8 @@
 // descriptors, no copies; alpha an output scale, beta a sum post-op) and
 // kept in a per-thread cache: the attention's per-head GEMMs call this
 // from inside OpenMP loops, and a oneDNN stream is not to be shared
-// between threads.
+// between threads. Shapes that change every step (an MoE expert's rows)
+// would grow it without end, so it is emptied past kMaxCached entries.
 #include "simd.h"  // first: sets vectorisation options
 #include "braid/kernels.h"
 
@@ -63,6 +64,8 @@ struct DnnlThread {
   std::map<Key, std::pair<dnnl::matmul, std::vector<dnnl::memory::desc>>> cache;
 };
 
+constexpr size_t kMaxCached = 256;
+
 DnnlThread& dnnl_thread() {
   thread_local DnnlThread t;
   return t;
@@ -105,6 +108,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta};
   auto it = t.cache.find(key);
   if (it == t.cache.end()) {
+    if (t.cache.size() >= kMaxCached) t.cache.clear();
     dnnl::memory::desc ad({m, k}, dt::bf16,
                           trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
     dnnl::memory::desc bd({k, n}, dt::bf16,

@@ -91,6 +91,15 @@ TEST(TrainPrecision, Bf16LayoutsMatchTheOneProcessBf16Run) {
   }
 }
 
+TEST(TrainPrecision, Bf16MoeExpertParallelMatchesTheOneProcessRun) {
+  // The experts' GEMMs run in bf16 too; expert parallelism moves their
+  // rows between ranks, the products stay the same.
+  const std::string flags = kSmall + " --steps 4 --precision bf16 --moe-experts 4";
+  const auto serial = train(flags, "", "moe_serial");
+  const auto v = train(flags, "--dp 2 --ep 2", "moe_ep");
+  expect_close_losses(serial, v, 2e-4, "bf16 moe --dp 2 --ep 2");
+}
+
 TEST(TrainPrecision, Fp16LayoutMatchesTheOneProcessFp16Run) {
   // Loss scaling's norm is the global one: the same skip decisions and
   // the same unscaling on every rank of every layout.
