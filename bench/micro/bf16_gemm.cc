@@ -9,8 +9,9 @@
 //   OMP_NUM_THREADS=2 build/bench/micro/bf16_gemm
 //
 // The choice it led to (AMD EPYC with avx512_bf16, no AMX; 2 cores, shared
-// machine, 2026-11-27; numbers in the report of issue 39, indicative): see
-// src/tensor/bf16_gemm.cc's top comment.
+// machine, 2026-11-27; indicative): see
+// src/tensor/bf16_gemm.cc (its top comment) and
+// bench/results/2026-11-27_bf16-gemm.md.
 #include <cblas.h>
 #include <dnnl.hpp>
 

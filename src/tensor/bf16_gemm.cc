@@ -5,9 +5,10 @@
 // cblas_sbgemm but the library does not export it. oneDNN's bf16 matmul
 // uses the AVX512-BF16 dot-product instructions; bench/micro/bf16_gemm.cc
 // measured it on this machine (AMD EPYC, avx512_bf16, no AMX; shared and
-// busy, so indicative) at 3.6–5.8× OpenBLAS's fp32 sgemm on one thread at
-// GPT shapes (tokens 512–4096 × d_model 512–1024: 300–510 GFLOP/s against
-// 80–127), and 1.7–3.9× on two.
+// busy, so indicative) at GPT shapes (tokens 512–4096 × d_model 512–1024),
+// one thread: 300–510 GFLOP/s, 1.9–3.1× OpenBLAS's fp32 sgemm with its
+// AVX-512 kernels (150–240) and 3.6–5.8× with the AVX2 kernels this
+// machine's OPENBLAS_CORETYPE=Haswell pins it to (80–127).
 //
 // A matmul primitive is built once per shape, transposes, leading
 // dimensions, alpha and beta (the transposes are strides of the memory
