@@ -20,6 +20,7 @@ plan=(
   "thread_scaling.sh|ROUNDS=1 GPT_STEPS=10"
   "model_parallel.sh|ROUNDS=1"
   "moe.sh|ROUNDS=1 STEPS=6 SPEED_STEPS=3"
+  "mixed_precision.sh|REPS=1 STEPS=4 D_MODEL=256 CONTEXT=64"
   "ps.sh|REPS=1 HOT_STEPS=40"
   "ps_failover.sh|REPS=1"
   "dlrm_hybrid.sh|REPS=1 STEPS=20 ROWS=20000 BIG=0"

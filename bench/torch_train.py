@@ -288,6 +288,8 @@ def main():
     add_common_args(ap)
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: forward and loss under torch.autocast('cpu', bfloat16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -303,8 +305,9 @@ def main():
     loss_v = 0.0
     for s in range(steps):
         x, y = r.batch_xy(s)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
@@ -314,7 +317,7 @@ def main():
             log.write(json.dumps({"step": s, "loss": loss_v, "lr": r.lr}) + "\n")
     rate, secs = clock.finish(steps, batch * r.units)
     done = {"event": "done", "model": a.model, "steps": steps, "final_loss": loss_v,
-            "train_seconds": secs, "threads": a.threads}
+            "train_seconds": secs, "threads": a.threads, "precision": a.precision}
     done["samples_per_s" if mlp else "tokens_per_s"] = rate
     if mlp:
         correct = 0

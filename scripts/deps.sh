@@ -12,13 +12,14 @@ if [[ ${1:-} == --list ]]; then list=1; shift; fi
 # extension (python/) and its tests; without them BRAID_TORCH turns off.
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
+# libdnnl-dev: oneDNN, braid's bf16 GEMMs (src/tensor/bf16_gemm.cc).
 # openmpi-bin: the tests that launch braid's ranks and servers with mpirun.
 # slurmctld, slurmd, slurm-client: the tests that start a Slurm cluster on
 # namespaced test hosts and run srun and sbatch on it.
 # Every program a test runs must come from this list or the base system: CI
 # runs `make test` with scripts/fresh_path.sh's PATH, which holds nothing else.
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
-      libopenblas0-pthread
+      libopenblas0-pthread libdnnl-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3
       python3-torch libtorch-dev pybind11-dev python3-dev

@@ -23,6 +23,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
 
+// bf16 GEMM with f32 accumulate and output (src/tensor/bf16_gemm.cc):
+// C[m,n] = alpha * op(A) · op(B) + beta * C, A and B bf16 bit patterns
+// (dtype.h), C f32, row-major with leading dimensions as gemm's. Runs on
+// oneDNN's bf16 matmul where the CPU has AVX512-BF16 (bf16_gemm_native()),
+// else on gemm_bf16_widened (the note "bf16 GEMM: no AVX512-BF16 on this
+// CPU; widening to f32" is logged once): the same products and sums either
+// way, since every bf16 value is exact in f32.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+               float* c, int64_t ldc);
+// The fallback: widens A and B to f32 and calls gemm (slower, never wrong).
+void gemm_bf16_widened(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                       float beta, float* c, int64_t ldc);
+// Whether gemm_bf16 runs natively in bf16 (the CPU has AVX512-BF16).
+bool bf16_gemm_native();
+
 // RAII: OpenBLAS runs single-threaded while alive (for GEMMs issued from
 // inside an OpenMP parallel loop); restores the previous count after. A
 // no-op with the OpenMP build of OpenBLAS, which is single-threaded inside

@@ -12,9 +12,20 @@
 namespace braid::nn {
 
 // y = x Wᵀ + b. W: [out, in] (PyTorch layout), b: [out].
+//
+// With an activation (set_activation(kGelu); needs the bias) the layer is
+// Linear then GELU fused (llm.c's matmul + bias + GELU): forward returns
+// GELU(x Wᵀ + b), adding the bias and applying GELU in one pass over the
+// GEMM's output, and backward takes dL/d(that), forming dL/d(x Wᵀ + b)
+// and the bias gradient in one pass. Same values as the two layers (to
+// rounding), same parameters and names.
 class Linear : public Module {
  public:
+  enum class Activation { kNone, kGelu };
   Linear(std::string name, int64_t in, int64_t out, bool bias = true);
+  // Throws Error(kInvalidArgument) for kGelu on a layer without bias.
+  void set_activation(Activation a);
+  Activation activation() const { return act_; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -27,9 +38,11 @@ class Linear : public Module {
  private:
   int64_t in_, out_;
   bool has_bias_;
+  Activation act_ = Activation::kNone;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
+  Tensor a_, dpre_;  // with an activation: its output; dL/d(x Wᵀ + b)
 };
 
 class ReLU : public Module {
@@ -192,7 +205,8 @@ class CausalSelfAttention : public Module {
   Tensor dqkv_, datt_;
 };
 
-// fc (C → hidden) → GELU → proj (hidden → C) → dropout.
+// fc (C → hidden) → GELU → proj (hidden → C) → dropout; fc and GELU run
+// fused (Linear::Activation::kGelu).
 class MlpBlock : public Module {
  public:
   MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout = 0,
@@ -204,8 +218,7 @@ class MlpBlock : public Module {
   void set_input_grad(bool needed) override;
 
  private:
-  Linear fc_;
-  GELU act_;
+  Linear fc_;  // with the GELU
   Linear proj_;
   Dropout drop_;
 };

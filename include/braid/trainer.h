@@ -37,6 +37,7 @@
 
 #include "braid/data.h"
 #include "braid/loss.h"
+#include "braid/loss_scaler.h"
 #include "braid/module.h"
 #include "braid/optim.h"
 
@@ -53,6 +54,12 @@ struct TrainOptions {
   uint64_t seed = 0;           // sampler order and dropout keys
   bool shuffle = true;
   int rank = 0, world = 1;     // this rank's shard of every global batch
+  // Dynamic loss scaling (loss_scaler.h; fp16): dL/dlogits times the
+  // scale, the global norm checked after the reduction, a non-finite step
+  // skipped, the gradients divided by the scale (then clipped) otherwise.
+  // Costs the norm's pass (and collective) every step, twice.
+  bool loss_scaling = false;
+  LossScalerOptions scaler;
 };
 
 struct StepStats {
@@ -62,6 +69,8 @@ struct StepStats {
   double grad_norm = 0;     // before clipping (0 when not clipping)
   int64_t correct = 0;      // argmax hits over the global batch
   int64_t rows = 0;         // loss rows over the global batch
+  double loss_scale = 0;    // with loss scaling: the scale this step ran at
+  bool skipped = false;     // with loss scaling: overflow, no update
 };
 
 struct EvalStats {
@@ -146,6 +155,9 @@ class Trainer {
   const std::vector<Parameter*>& parameters() const { return params_; }
   const TrainOptions& options() const { return opts_; }
   int64_t next_step() const { return step_; }
+  // The dynamic loss scaler (meaningful when options().loss_scaling). Its
+  // scale restarts at the initial one on resume.
+  const LossScaler& loss_scaler() const { return scaler_; }
   void set_next_step(int64_t s) { step_ = s; }
 
   // Runs step next_step() and advances. Throws what the layers and hooks throw.
@@ -177,8 +189,12 @@ class Trainer {
   // The model unit by unit, with the hooks around each unit.
   const Tensor& forward_units(const Tensor& x, Context& ctx);
   void backward_units(const Tensor& dy, Context& ctx);
-  // The dL/dlogits scale that makes a SUM over ranks the global mean.
+  // The dL/dlogits scale that makes a SUM over ranks the global mean
+  // (times the loss scaler's scale under loss scaling).
   float loss_scale() const;
+  // Under loss scaling, after the reduction: the overflow check and the
+  // unscaling (loss_scaler.h). False: skip this step's update.
+  bool unscale_gradients(StepStats& out);
 
   Module& model_;
   Dataset& data_;
@@ -193,6 +209,7 @@ class Trainer {
   SoftmaxCrossEntropy softmax_;
   Loss* loss_ = &softmax_;
   int64_t step_ = 0;
+  LossScaler scaler_;
   std::vector<int64_t> shard_;
   Tensor x_, y_;
 };

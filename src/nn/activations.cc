@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "braid/layers.h"
+#include "nn/gelu.h"
 
 namespace braid::nn {
 
@@ -17,23 +18,11 @@ BRAID_SIMD_FN void relu_bwd_range(const float* y, const float* dy, float* dx, in
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluC = 0.044715f;
-
 BRAID_SIMD_FN void gelu_fwd_range(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
-    y[i] = 0.5f * v * (1.0f + t);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu::value(x[i]);
 }
 BRAID_SIMD_FN void gelu_bwd_range(const float* x, const float* dy, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    float t = simd::tanh_approx(kGeluK * (v + kGeluC * v * v * v));
-    float dt = (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu::grad(x[i]);
 }
 
 void relu_fwd(const float* x, float* y, int64_t n) {

@@ -15,6 +15,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
+#include "braid/precision.h"
 #include "nn/attention_core.h"
 
 namespace braid::nn {
@@ -106,13 +107,13 @@ void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C
     // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm(false, true, i1 - i0, i1, D, scale, q + i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, s + i0 * T,
+      gemm_compute(false, true, i1 - i0, i1, D, scale, q + i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, s + i0 * T,
            T);
     }
     softmax_causal(s, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
+      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
     }
   });
 }
@@ -131,22 +132,22 @@ void causal_attention_backward(const float* qkvp, const float* att, const float*
     // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm(false, true, i1 - i0, i1, D, 1.0f, doh + i0 * C, C, v, 3 * C, 0.0f, dp + i0 * T, T);
+      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, doh + i0 * C, C, v, 3 * C, 0.0f, dp + i0 * T, T);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
+      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
            dv + j0 * 3 * C, 3 * C);
     }
     softmax_bwd_causal(p, dp, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm(false, false, i1 - i0, D, i1, scale, dp + i0 * T, T, k, 3 * C, 0.0f, dq + i0 * 3 * C,
+      gemm_compute(false, false, i1 - i0, D, i1, scale, dp + i0 * T, T, k, 3 * C, 0.0f, dq + i0 * 3 * C,
            3 * C);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
+      gemm_compute(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
            0.0f, dk + j0 * 3 * C, 3 * C);
     }
   });

@@ -1,9 +1,12 @@
 // Linear: y = x Wᵀ + b, and its backward, as three sgemm calls whose
-// transposes are flags (no copies).
+// transposes are flags (no copies); with an activation, fused with the
+// bias (bias_gelu.h).
 #include "../tensor/simd.h"  // first: sets vectorisation options
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
+#include "braid/precision.h"
+#include "nn/bias_gelu.h"
 
 namespace braid::nn {
 
@@ -15,6 +18,12 @@ Linear::Linear(std::string name, int64_t in, int64_t out, bool bias)
       w_(name_ + ".weight", {out, in}),
       b_(name_ + ".bias", {bias ? out : 0}, false) {
   BRAID_CHECK_ARG(in > 0 && out > 0, "Linear " + name_ + ": sizes must be positive");
+}
+
+void Linear::set_activation(Activation a) {
+  BRAID_CHECK_ARG(a == Activation::kNone || has_bias_,
+                  "Linear " + name_ + ": a fused activation needs the bias");
+  act_ = a;
 }
 
 namespace {
@@ -29,26 +38,41 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   Shape ys = x.shape();
   ys.back() = out_;
   y_.resize(ys, DType::kF32);
+  x_ = &x;
+  if (act_ == Activation::kGelu) {
+    gemm_compute(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, 0.0f,
+                 y_.f32(), out_);
+    a_.resize(ys, DType::kF32);
+    bias_gelu_forward(y_.f32(), b_.data.f32(), a_.f32(), rows, out_);
+    return a_;
+  }
   float beta = 0.0f;
   if (has_bias_) {
     fill_rows(y_.f32(), b_.data.f32(), rows, out_);
     beta = 1.0f;
   }
-  gemm(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
-  x_ = &x;
+  gemm_compute(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
   return y_;
 }
 
-const Tensor& Linear::backward(const Tensor& dy, Context& ctx) {
+const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   BRAID_CHECK_ARG(x_ != nullptr, "Linear " + name_ + ": backward before forward");
-  check_same_shape(dy, y_, "Linear " + name_ + " backward: dy vs y");
-  int64_t rows = dy.numel() / out_;
+  check_same_shape(dy_in, y_, "Linear " + name_ + " backward: dy vs y");
+  const int64_t rows = dy_in.numel() / out_;
+  const Tensor* dyp = &dy_in;
+  if (act_ == Activation::kGelu) {
+    // dL/d(x Wᵀ + b) and the bias gradient in one pass.
+    dpre_.resize(y_.shape(), DType::kF32);
+    bias_gelu_backward(y_.f32(), dy_in.f32(), dpre_.f32(), b_.grad.f32(), rows, out_);
+    dyp = &dpre_;
+  }
+  const Tensor& dy = *dyp;
   // dW += dyᵀ x  ([out, rows] · [rows, in])
-  gemm(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
+  gemm_compute(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
        in_);
   ctx.param_ready(w_);
   if (has_bias_) {
-    col_sum_acc(dy.f32(), rows, out_, b_.grad.f32());
+    if (act_ == Activation::kNone) col_sum_acc(dy.f32(), rows, out_, b_.grad.f32());
     ctx.param_ready(b_);
   }
   if (!input_grad_) {
@@ -57,7 +81,7 @@ const Tensor& Linear::backward(const Tensor& dy, Context& ctx) {
   }
   dx_.resize(x_->shape(), DType::kF32);
   // dx = dy W  ([rows, out] · [out, in])
-  gemm(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
+  gemm_compute(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
        in_);
   return dx_;
 }
@@ -70,6 +94,8 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
 void Linear::release_activations() {
   y_.release();
   dx_.release();
+  a_.release();
+  dpre_.release();
 }
 
 }  // namespace braid::nn

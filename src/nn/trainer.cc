@@ -59,7 +59,8 @@ Trainer::Trainer(Module& model, Dataset& data, Optimizer& opt, LrSchedule schedu
       opts_(opts),
       sampler_(data.size(), opts.global_batch, opts.seed, opts.shuffle, opts.rank, opts.world),
       params_(model.parameters()),
-      units_(units_of(model)) {
+      units_(units_of(model)),
+      scaler_(opts.scaler) {
   int64_t local = sampler_.shard_end() - sampler_.shard_begin();
   BRAID_CHECK_ARG(local > 0, "global batch " + std::to_string(opts.global_batch) +
                                  " gives rank " + std::to_string(opts.rank) + " of " +
@@ -80,10 +81,14 @@ StepStats Trainer::step() {
   StepStats out;
   out.step = step_;
   // The norm costs a pass over every gradient (and, sharded, a collective):
-  // only when clipping.
-  out.grad_norm = opts_.clip > 0 ? h.clip_grad_norm(params_, opts_.clip) : 0.0;
+  // only when clipping or scaling.
+  bool take = true;
+  if (opts_.loss_scaling)
+    take = unscale_gradients(out);
+  else
+    out.grad_norm = opts_.clip > 0 ? h.clip_grad_norm(params_, opts_.clip) : 0.0;
   out.lr = schedule_.at(step_);
-  h.optimizer_step(opt_, params_, out.lr);
+  if (take) h.optimizer_step(opt_, params_, out.lr);
   h.after_step(st);
   out.loss = st.sums[0] / st.sums[1];
   out.rows = int64_t(st.sums[1]);
@@ -94,7 +99,28 @@ StepStats Trainer::step() {
 
 float Trainer::loss_scale() const {
   const double global_rows = double(opts_.global_batch) * double(data_.targets_per_sample());
-  return float(1.0 / global_rows);
+  return float((opts_.loss_scaling ? scaler_.scale() : 1.0) / global_rows);
+}
+
+// The scaled gradients' global norm through the hooks (so it is the whole
+// job's, and the same decision on every rank); then, when finite, the
+// gradients brought to norm/S (or to the clip norm, if that is smaller) by
+// the same hook's clipping: one multiply by target/(norm + 1e-6), i.e. by
+// 1/S to a relative 1e-6/norm.
+bool Trainer::unscale_gradients(StepStats& out) {
+  const double s = scaler_.scale();
+  out.loss_scale = s;
+  const double scaled = hooks_->clip_grad_norm(params_, 0.0);
+  if (!scaler_.update(scaled)) {
+    out.skipped = true;
+    out.grad_norm = scaled;
+    return false;
+  }
+  double target = scaled / s;
+  out.grad_norm = target;
+  if (opts_.clip > 0 && target > opts_.clip) target = opts_.clip;
+  if (target < scaled) hooks_->clip_grad_norm(params_, target);
+  return true;
 }
 
 void Trainer::forward_backward(StepState& st) {

@@ -10,13 +10,13 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
                    uint64_t dropout_key)
     : Module(name),
       fc_(name + ".fc", dim, hidden),
-      act_(name + ".gelu"),
       proj_(name + ".proj", hidden, dim),
-      drop_(name + ".drop", dropout, dropout_key) {}
+      drop_(name + ".drop", dropout, dropout_key) {
+  fc_.set_activation(Linear::Activation::kGelu);
+}
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
-  const Tensor& h = fc_.forward(x, ctx);
-  const Tensor& a = act_.forward(h, ctx);
+  const Tensor& a = fc_.forward(x, ctx);  // GELU(x W1ᵀ + b1)
   const Tensor& y = proj_.forward(a, ctx);
   return drop_.forward(y, ctx);
 }
@@ -24,8 +24,7 @@ const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
 const Tensor& MlpBlock::backward(const Tensor& dy, Context& ctx) {
   const Tensor& d1 = drop_.backward(dy, ctx);
   const Tensor& d2 = proj_.backward(d1, ctx);
-  const Tensor& d3 = act_.backward(d2, ctx);
-  return fc_.backward(d3, ctx);
+  return fc_.backward(d2, ctx);
 }
 
 void MlpBlock::collect_parameters(std::vector<Parameter*>& out) {
@@ -35,7 +34,6 @@ void MlpBlock::collect_parameters(std::vector<Parameter*>& out) {
 
 void MlpBlock::release_activations() {
   fc_.release_activations();
-  act_.release_activations();
   proj_.release_activations();
   drop_.release_activations();
 }

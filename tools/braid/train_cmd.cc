@@ -95,6 +95,7 @@ int train_main(int argc, char** argv) {
       f.model == "dlrm" ? dlrm_summary(*test, trainer.evaluate(*test, f.batch), done) : "";
   done["peak_rss_bytes"] = peak_rss_bytes();
   done["peak_tensor_bytes"] = tensor_peak_bytes();  // braid/tensor.h
+  done["precision"] = f.precision;  // braid/precision.h
   if (is_logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps, final loss %.4f, %s %s", f.model.c_str(), (long long)steps,

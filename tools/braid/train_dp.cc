@@ -152,6 +152,7 @@ int run_rank(std::shared_ptr<Communicator> comm, DpFlags f) {
       f.model == "dlrm" ? dlrm_summary(*test, trainer.evaluate(*test, 1000), done) : "";
   done["peak_rss_bytes"] = peak_rss_bytes();
   done["peak_tensor_bytes"] = tensor_peak_bytes();  // braid/tensor.h
+  done["precision"] = f.precision;  // braid/precision.h
   if (logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps on %d rank%s (ZeRO-%d), final loss %.4f, %s %s",

@@ -313,7 +313,8 @@ int run_rank(std::shared_ptr<Communicator> comm, MpFlags f) {
                {"rank0_optim_bytes", model->optimizer_bytes(opt)},
                {"peak_rss_bytes", peak_rss_bytes()},
                // rank 0's tensor storage at its fullest (braid/tensor.h)
-               {"peak_tensor_bytes", tensor_peak_bytes()}});
+               {"peak_tensor_bytes", tensor_peak_bytes()},
+               {"precision", f.precision}});
   if (logger) {
     if (jlog.is_open()) jlog << done.dump() << '\n';
     std::printf("done: %s %lld steps on dp %d x tp %d x pp %d, final loss %.4f, %s %s, "

@@ -156,8 +156,15 @@ inline void resume_after_restart(TrainFlags& f, bool speaker) {
 }
 
 // The fields every step record carries; `--dp` adds the ranks' time split.
+// Under loss scaling (--precision fp16) also the scale and whether the
+// step was skipped.
 inline nlohmann::json step_record(const nn::StepStats& st) {
-  return {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}};
+  nlohmann::json j = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}};
+  if (st.loss_scale > 0) {
+    j["loss_scale"] = st.loss_scale;
+    j["skipped"] = st.skipped;
+  }
+  return j;
 }
 
 // One --json-log line: the step record plus, for each of `fields`, an

@@ -26,6 +26,7 @@
 #include "braid/models.h"
 #include "braid/module.h"
 #include "braid/optim.h"
+#include "braid/precision.h"
 #include "braid/threads.h"
 #include "braid/trainer.h"
 #include "train_dlrm.h"
@@ -52,6 +53,7 @@ struct TrainFlags {
   int64_t layers = 4, d_model = 256, heads = 4, context = 128;
   float dropout = 0;
   bool recompute = false;
+  std::string precision = "fp32";  // braid/precision.h
   int64_t log_every = 0;
   bool quiet = false;
   DlrmFlags dlrm;
@@ -107,6 +109,10 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--context", f.context, "gpt: context length in bytes (128)");
   app.add_option("--dropout", f.dropout, "gpt: dropout probability (0)");
   app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
+  app.add_option("--precision", f.precision,
+                 "GEMM precision: fp32, bf16 (f32 accumulate) or fp16 (with dynamic loss "
+                 "scaling); parameters, gradients and optimizer state stay fp32 (fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   // Taken before these options are parsed (train_auto.cc); listed for --help.
   app.add_flag("--auto")->description(
       "gpt, mlp: pick dp/tp/pp, micro-batches, schedule and ZeRO with braid plan's model of "
@@ -128,6 +134,7 @@ inline void apply_threads(TrainFlags& f, int ranks_sharing, bool speaker) {
   if (speaker && !c.note.empty()) std::fprintf(stderr, "%s\n", c.note.c_str());
   f.threads = c.threads;
   set_num_threads(f.threads);
+  set_compute_precision(parse_precision(f.precision));  // process-wide, as the threads
 }
 
 // Fills in what depends on the model: batch, lr, optimizer, weight decay.
@@ -177,6 +184,7 @@ void set_recipe(const Flags& f, TrainSetup& s) {
   s.opts.accum = f.accum;
   s.opts.clip = f.clip;
   s.opts.seed = f.seed;
+  s.opts.loss_scaling = f.precision == "fp16";
   nn::Sampler probe(s.train->size(), f.batch, f.seed);
   s.steps = f.steps;
   if (s.steps <= 0)

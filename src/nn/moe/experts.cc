@@ -1,8 +1,10 @@
 // ExpertSet: this rank's experts, stacked, each an MLP fc → GELU → proj
-// over its own block of rows, forward and backward (moe.h).
+// over its own block of rows, forward and backward (moe.h). The GEMMs run
+// in the compute precision (precision.h); the router stays f32.
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/moe.h"
+#include "braid/precision.h"
 
 namespace braid::nn {
 
@@ -45,7 +47,7 @@ const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& ro
     const int64_t r = rows[size_t(i)];
     if (r > 0) {
       fill_bias(h_.f32() + o * H, b1_.data.f32() + i * H, r, H);
-      gemm(false, true, r, H, C, 1.0f, x.f32() + o * C, C, w1_.data.f32() + i * H * C, C, 1.0f,
+      gemm_compute(false, true, r, H, C, 1.0f, x.f32() + o * C, C, w1_.data.f32() + i * H * C, C, 1.0f,
            h_.f32() + o * H, H);
     }
     o += r;
@@ -58,7 +60,7 @@ const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& ro
     const int64_t r = rows[size_t(i)];
     if (r > 0) {
       fill_bias(y_.f32() + o * C, b2_.data.f32() + i * C, r, C);
-      gemm(false, true, r, C, H, 1.0f, a.f32() + o * H, H, w2_.data.f32() + i * C * H, H, 1.0f,
+      gemm_compute(false, true, r, C, H, 1.0f, a.f32() + o * H, H, w2_.data.f32() + i * C * H, H, 1.0f,
            y_.f32() + o * C, C);
     }
     o += r;
@@ -76,10 +78,10 @@ const Tensor& ExpertSet::backward(const Tensor& dy, Context& ctx) {
   for (int64_t i = 0; i < count_; ++i) {
     const int64_t r = rows_[size_t(i)];
     if (r > 0) {
-      gemm(true, false, C, H, r, 1.0f, dy.f32() + o * C, C, a.f32() + o * H, H, 1.0f,
+      gemm_compute(true, false, C, H, r, 1.0f, dy.f32() + o * C, C, a.f32() + o * H, H, 1.0f,
            w2_.grad.f32() + i * C * H, H);
       col_sum_acc(dy.f32() + o * C, r, C, b2_.grad.f32() + i * C);
-      gemm(false, false, r, H, C, 1.0f, dy.f32() + o * C, C, w2_.data.f32() + i * C * H, H, 0.0f,
+      gemm_compute(false, false, r, H, C, 1.0f, dy.f32() + o * C, C, w2_.data.f32() + i * C * H, H, 0.0f,
            dh_.f32() + o * H, H);
     }
     o += r;
@@ -92,10 +94,10 @@ const Tensor& ExpertSet::backward(const Tensor& dy, Context& ctx) {
   for (int64_t i = 0; i < count_; ++i) {
     const int64_t r = rows_[size_t(i)];
     if (r > 0) {
-      gemm(true, false, H, C, r, 1.0f, dh.f32() + o * H, H, x_->f32() + o * C, C, 1.0f,
+      gemm_compute(true, false, H, C, r, 1.0f, dh.f32() + o * H, H, x_->f32() + o * C, C, 1.0f,
            w1_.grad.f32() + i * H * C, C);
       col_sum_acc(dh.f32() + o * H, r, H, b1_.grad.f32() + i * H);
-      gemm(false, false, r, C, H, 1.0f, dh.f32() + o * H, H, w1_.data.f32() + i * H * C, C, 0.0f,
+      gemm_compute(false, false, r, C, H, 1.0f, dh.f32() + o * H, H, w1_.data.f32() + i * H * C, C, 0.0f,
            dx_.f32() + o * C, C);
     }
     o += r;
