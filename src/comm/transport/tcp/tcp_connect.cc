@@ -23,19 +23,14 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "comm/store/auth.h"
+#include "core/log_limit.h"
 
 namespace braid::comm {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x54647262;  // "brdT"
 
-struct Hello {
-  uint32_t magic;
-  int32_t rank;
-  int32_t size;
-  int32_t stream;  // which of the pair's connections (0 .. streams-1)
-  char token[32];
-};
+using Hello = TcpHello;
 struct Ack {
   uint32_t magic;
   int32_t rank;
@@ -53,6 +48,21 @@ void set_buffers_(int fd, int bytes) {
 }
 
 }  // namespace
+
+size_t tcp_hello_slot(const TcpHello& h, const std::string& token, int size, const std::vector<int>& expect,
+                      int streams) {
+  char tok[32];
+  copy_token(tok, token);
+  if (h.magic != kHelloMagic || h.size != size || std::memcmp(tok, h.token, sizeof tok) != 0)
+    throw Error(Errc::kProtocol, "hello from another job or communicator");
+  if (h.rank < 0 || h.rank >= size || std::find(expect.begin(), expect.end(), h.rank) == expect.end())
+    throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
+  if (h.stream < 0 || h.stream >= streams)
+    throw Error(Errc::kProtocol, "hello names connection " + std::to_string(h.stream) + " of rank " +
+                                     std::to_string(h.rank) + ", but this rank takes " +
+                                     std::to_string(streams) + " per peer");
+  return size_t(h.rank) * size_t(streams) + size_t(h.stream);
+}
 
 TcpEndpoint tcp_local_endpoint(bool all_local) {
   if (auto a = env_str("BRAID_TCP_ADDR")) return {"", *a, "BRAID_TCP_ADDR"};
@@ -211,17 +221,7 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
       authenticate_accept(fd, ctx.opt->secret, left);
       Hello h{};
       read_full(fd, &h, sizeof h, now_ns() + uint64_t(left.count()) * 1000000, "tcp hello");
-      char tok[32];
-      copy_token(tok, ctx.token);
-      if (h.magic != kHelloMagic || h.size != ctx.size || std::memcmp(tok, h.token, sizeof tok) != 0)
-        throw Error(Errc::kProtocol, "hello from another job or communicator");
-      if (h.rank < 0 || h.rank >= ctx.size || std::find(expect.begin(), expect.end(), h.rank) == expect.end())
-        throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
-      if (h.stream < 0 || h.stream >= streams)
-        throw Error(Errc::kProtocol, "hello names connection " + std::to_string(h.stream) + " of rank " +
-                                         std::to_string(h.rank) + ", but this rank takes " +
-                                         std::to_string(streams) + " per peer");
-      const size_t at = size_t(h.rank) * size_t(streams) + size_t(h.stream);
+      const size_t at = tcp_hello_slot(h, ctx.token, ctx.size, expect, streams);
       {
         std::lock_guard<std::mutex> g(mu);
         if (fds[at] >= 0)
@@ -235,7 +235,11 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
       }
       return;
     } catch (const std::exception& e) {
-      BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what());
+      static LogLimiter strangers;  // a flood of strangers costs a bounded log
+      uint64_t more = 0;
+      if (strangers.allow(&more))
+        BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what()
+                                 << LogLimiter::note(more));
     }
     std::lock_guard<std::mutex> g(mu);
     inflight.erase(fd);
