@@ -10,7 +10,7 @@
 //     header whose payload is 2^62 bytes), unauthenticated, and the same
 //     after proving the job secret (the test sets BRAID_SECRET), which
 //     only a length check stops;
-//   - a valid store request (set a key) without the handshake;
+//   - a valid store request (set a key) behind a made-up proof;
 //   - a half-finished handshake held open (slowloris);
 //   - a handshake made with another job's secret (a replayed handshake
 //     cannot pass: each side's nonce is fresh, so the proof of another
@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "braid/checkpoint.h"
+#include "braid/env.h"
 #include "braid/error.h"
 #include "braid/store.h"
 #include "comm/store/auth.h"
@@ -69,6 +70,7 @@ pid_t spawn(const std::string& cmd, const std::string& out) {
   pid_t p = ::fork();
   if (p == 0) {
     ::setenv("BRAID_SECRET", kSecret.c_str(), 1);
+    ::setenv("BRAID_TCP_ADDR", "127.0.0.1", 1);  // every listener on loopback, where the test attacks
     ::execl("/bin/sh", "sh", "-c", (cmd + " >" + out + " 2>&1").c_str(), (char*)nullptr);
     ::_exit(127);
   }
@@ -180,6 +182,7 @@ struct Findings {
   std::vector<std::string> failures;
   int attacks = 0;
   int stores_checked = 0;  // ports found to be a job's store
+  int authed = 0;          // ports the huge-length attack reached after the handshake
   void fail(const std::string& s) {
     std::lock_guard<std::mutex> l(mu);
     failures.push_back(s);
@@ -200,6 +203,30 @@ void attack(int port, Findings& fs) {
     ++fs.attacks;
   };
   std::mt19937 gen{uint32_t(port)};
+  {  // the job's own secret, then a huge length (only a length check stops it)
+    // Retried while the flood fills the server's handshake slots, as the
+    // job's own clients do.
+    int fd = -1;
+    try {
+      fd = braid::ps::connect_authenticated("127.0.0.1", port, kSecret, 12s, "hostile test");
+    } catch (const braid::Error&) {
+    }
+    if (fd >= 0) {
+      // A parameter server's hello of a 2^62-byte payload. A store reads
+      // its first 4 bytes (the frame magic) as a frame length of 789 MiB;
+      // a TCP transport, as a hello of no known job. Each is a length or
+      // identity check's to refuse, at once.
+      braid::ps::wire::Header h;
+      h.op = braid::ps::wire::kHello;
+      h.payload = uint64_t(1) << 62;
+      send_all(fd, &h, sizeof h);
+    }
+    if (fd >= 0) {
+      std::lock_guard<std::mutex> l(fs.mu);
+      ++fs.authed;
+    }
+    expect_dropped(fd, "huge length after the handshake");
+  }
   {  // garbage
     int fd = dial(port);
     std::vector<uint8_t> junk(4096);
@@ -214,15 +241,25 @@ void attack(int port, Findings& fs) {
     if (fd >= 0) send_all(fd, hdr, sizeof hdr);
     expect_dropped(fd, "huge length, unauthenticated");
   }
-  {  // a valid store request with no handshake: set hostile/unauthenticated
+  {  // a valid store request behind a made-up proof: the server's own
+     // handshake hello (magic and nonce) sent back, a MAC of no secret,
+     // then a request to set hostile/unauthenticated
     int fd = dial(port);
     using namespace braid::comm::store_wire;
-    std::vector<uint8_t> f = begin_frame();
+    std::vector<uint8_t> f(36 + 32, 0x42);  // hello (u32 magic, 32-byte nonce), MAC
+    try {
+      if (fd >= 0) braid::comm::read_full(fd, f.data(), 36, braid::now_ns() + 5'000'000'000ull, "hello");
+    } catch (const braid::Error&) {
+    }
+    std::vector<uint8_t> frame = begin_frame();
+    const size_t at_frame = f.size();
+    f.insert(f.end(), frame.begin(), frame.end());
     put_u64(f, 1);
     f.push_back(kSet);
     put_str(f, "hostile/unauthenticated");
     put_str(f, "1");
-    finish_frame(f);
+    const uint32_t body = uint32_t(f.size() - at_frame - 4);
+    for (size_t i = 0; i < 4; ++i) f[at_frame + i] = uint8_t(body >> (8 * i));  // as finish_frame
     if (fd >= 0) send_all(fd, f.data(), f.size());
     expect_dropped(fd, "store request without the handshake");
   }
@@ -242,33 +279,6 @@ void attack(int port, Findings& fs) {
       }
     }
     expect_dropped(fd, "another job's secret");
-  }
-  {  // the job's own secret, then a huge length (only a length check stops it)
-    int fd = dial(port);
-    bool authed = false;
-    if (fd >= 0) {
-      try {
-        braid::comm::authenticate_connect(fd, kSecret, 12s);
-        authed = true;
-      } catch (const braid::Error&) {
-      }
-    }
-    if (authed) {
-      // Store: a frame of 0xffffffff bytes. Parameter server: a hello of a
-      // 2^62-byte payload. TCP transport: a hello of no known job. Each
-      // is a length or identity check's to refuse, at once.
-      braid::ps::wire::Header h;
-      h.op = braid::ps::wire::kHello;
-      h.payload = uint64_t(1) << 62;
-      uint8_t store_hdr[4] = {0xff, 0xff, 0xff, 0xff};
-      // The store reads the first 4 bytes as a length; the others read
-      // their fixed headers, in which these bytes are the magic.
-      std::vector<uint8_t> b(store_hdr, store_hdr + 4);
-      const uint8_t* hp = reinterpret_cast<const uint8_t*>(&h);
-      b.insert(b.end(), hp, hp + sizeof h);
-      send_all(fd, b.data(), b.size());
-    }
-    expect_dropped(fd, "huge length after the handshake");
   }
   // If this port is a job's store, it still answers (so every drop above
   // was the server's doing, not its job's exit) and never applied the
@@ -393,6 +403,7 @@ TEST(HostileTraffic, JobsFinishBitEqualWhileEveryPortIsAttacked) {
   EXPECT_GE(seen.size(), 3u) << "store, and the two parameter servers at least";
   EXPECT_GT(fs.attacks, 0);
   EXPECT_GE(fs.stores_checked, 2) << "each job's store, still serving after every attack on it";
+  EXPECT_GE(fs.authed, 4) << "the stores and the parameter servers, past the handshake";
   for (auto& f : fs.failures) ADD_FAILURE() << f;
   // Undisturbed results, bit for bit.
   EXPECT_EQ(losses(dir + "/dp.jsonl"), losses(dir + "/dp_ref.jsonl"));
@@ -408,8 +419,9 @@ TEST(HostileTraffic, JobsFinishBitEqualWhileEveryPortIsAttacked) {
     EXPECT_GE(n, 1u) << j << ": the offenders were not logged";
     EXPECT_LT(n, 200u) << j << ": " << n << " log lines about dropped connections";
   }
-  std::printf("ports attacked: %zu, attacks: %d, flood connections: %d, max fds: %zu\n", seen.size(),
-              fs.attacks, flooded.load(), max_fds);
+  std::printf("ports attacked: %zu, attacks: %d, past the handshake: %d, stores: %d, flood connections: %d, "
+              "max fds: %zu\n",
+              seen.size(), fs.attacks, fs.authed, fs.stores_checked, flooded.load(), max_fds);
 }
 
 }  // namespace
