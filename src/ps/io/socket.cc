@@ -65,7 +65,10 @@ int listen_tcp(const std::string& host, int* port) {
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a = resolve(host, 0);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+  // The kernel's largest accept queue: with a short one, a flood of
+  // connections overflows it, and a connection the kernel then leaves half
+  // open is neither served nor refused until its retransmissions end.
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     int e = errno;
     ::close(fd);
     errno = e;
