@@ -115,9 +115,10 @@ size_t fd_count(pid_t p) {
   return n;
 }
 
-// Listening TCP ports (IPv4) of the processes in `pids`.
-std::set<int> listening_ports(const std::set<pid_t>& pids) {
-  std::set<std::string> inodes;
+// Listening TCP ports (IPv4) of the processes in `pids`, each with its
+// owner's command line.
+std::map<int, std::string> listening_ports(const std::set<pid_t>& pids) {
+  std::map<std::string, pid_t> inodes;
   for (pid_t p : pids) {
     const std::string dir = "/proc/" + std::to_string(p) + "/fd";
     if (DIR* d = ::opendir(dir.c_str())) {
@@ -126,12 +127,12 @@ std::set<int> listening_ports(const std::set<pid_t>& pids) {
         ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), buf, sizeof buf - 1);
         if (n <= 0) continue;
         buf[n] = 0;
-        if (std::strncmp(buf, "socket:[", 8) == 0) inodes.insert(std::string(buf + 8, size_t(n) - 9));
+        if (std::strncmp(buf, "socket:[", 8) == 0) inodes[std::string(buf + 8, size_t(n) - 9)] = p;
       }
       ::closedir(d);
     }
   }
-  std::set<int> ports;
+  std::map<int, std::string> ports;
   std::ifstream f("/proc/net/tcp");
   std::string line;
   std::getline(f, line);
@@ -139,7 +140,11 @@ std::set<int> listening_ports(const std::set<pid_t>& pids) {
     std::istringstream is(line);
     std::string sl, local, remote, st, q, tr, rt, uid, to, inode;
     is >> sl >> local >> remote >> st >> q >> tr >> rt >> uid >> to >> inode;
-    if (st == "0A" && inodes.count(inode)) ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    if (st != "0A" || !inodes.count(inode)) continue;
+    std::ifstream c("/proc/" + std::to_string(inodes[inode]) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(c)), std::istreambuf_iterator<char>());
+    for (char& ch : cmd) ch = ch ? ch : ' ';
+    ports[std::stoi(local.substr(local.find(':') + 1), nullptr, 16)] = cmd.substr(0, 120);
   }
   return ports;
 }
@@ -192,8 +197,8 @@ struct Findings {
 constexpr auto kDropWithin = 15s;  // the servers' 10 s handshake deadline, plus slack
 
 // Every attack on one port; each offender must be dropped within kDropWithin.
-void attack(int port, Findings& fs) {
-  const std::string at = "port " + std::to_string(port) + ": ";
+void attack(int port, const std::string& owner, Findings& fs) {
+  const std::string at = "port " + std::to_string(port) + " (" + owner + "): ";
   auto expect_dropped = [&](int fd, const std::string& what) {
     if (fd < 0) return;  // the listener is gone (the transport's, after set-up)
     const double s = seconds_to_close(fd, kDropWithin);
@@ -387,9 +392,10 @@ TEST(HostileTraffic, JobsFinishBitEqualWhileEveryPortIsAttacked) {
         max_fds_who = cmd.substr(0, 200);
       }
     }
-    for (int port : listening_ports(pids)) {
+    for (const auto& found : listening_ports(pids)) {
+      const int port = found.first;
       if (!seen.insert(port).second) continue;
-      attackers.emplace_back([port, &fs] { attack(port, fs); });
+      attackers.emplace_back([port, owner = found.second, &fs] { attack(port, owner, fs); });
       attackers.emplace_back([port, flood_n, &flooded] { flooded += flood(port, flood_n); });
     }
     int st;
