@@ -43,9 +43,12 @@ const std::map<std::string, Target>& targets() {
   return t;
 }
 
+// The source tree's fuzz/: from BRAID_SOURCE_DIR when set, else from this
+// file's own path (the discovered tests' CTest ENVIRONMENT does not
+// reach them with it: CMakeLists.txt passes it as a second list item).
 fs::path fuzz_dir() {
   const char* src = std::getenv("BRAID_SOURCE_DIR");
-  return fs::path(src ? src : ".") / "fuzz";
+  return (src ? fs::path(src) : fs::path(__FILE__).parent_path().parent_path().parent_path()) / "fuzz";
 }
 
 // Runs every file under fuzz/<kind>/<target>/; returns how many ran.
