@@ -8,7 +8,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 # dropping them.
 REQUIRE_FLAGS ?= -DBRAID_REQUIRE_TORCH=ON
 
-.PHONY: all deps build test demo bench install clean
+.PHONY: all deps build test demo bench install clean fuzz
 
 all: build
 
@@ -30,6 +30,14 @@ demo: build
 bench: build
 	@scripts/deps.sh bench
 	bench/run_all.sh $(BUILD)
+
+# The libFuzzer targets (fuzz/), in a clang ASan+UBSan build tree of their
+# own ($(FUZZ_BUILD)); scripts/fuzz.sh runs them.
+FUZZ_BUILD ?= build-asan
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DBRAID_SANITIZE=address,undefined -DBRAID_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz
 
 install: build
 	cmake --install $(BUILD)

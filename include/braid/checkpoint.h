@@ -46,6 +46,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck);
 // header or tensor entries that point outside the payload; Error(kIo) when
 // the file cannot be read. Never returns partial data.
 Checkpoint load_checkpoint(const std::string& path);
+// The same checks on a checkpoint's bytes already in memory; `path` names
+// them in errors. load_checkpoint reads the file and calls this.
+Checkpoint parse_checkpoint(const std::vector<char>& bytes, const std::string& path);
 
 // "model/<name>" views of the parameters (valid while params live).
 void add_parameters(Checkpoint& ck, const std::vector<nn::Parameter*>& params);

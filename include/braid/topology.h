@@ -18,6 +18,10 @@ namespace braid {
 // Throws Error(kInvalidArgument) if the matrix is not square.
 std::vector<int> ring_order_from_bandwidth(const std::vector<std::vector<double>>& bw);
 
+// A BRAID_TOPOLOGY file's text: a JSON array of rows of bandwidths. Throws
+// Error(kInvalidArgument) naming `from` when it does not parse as one.
+std::vector<std::vector<double>> parse_bandwidth_matrix(const std::string& text, const std::string& from);
+
 // From each rank's host name: ranks of one host stay contiguous (in rank
 // order) and hosts follow in order of their first rank, so the ring crosses
 // each host boundary exactly once in each direction.

@@ -138,6 +138,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (!f) throw Error(Errc::kIo, "cannot open checkpoint " + path + ": " + std::strerror(errno));
   std::vector<char> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) throw Error(Errc::kIo, "reading checkpoint " + path + " failed");
+  return parse_checkpoint(buf, path);
+}
+
+Checkpoint parse_checkpoint(const std::vector<char>& buf, const std::string& path) {
   const size_t n = buf.size();
   if (n < 8 + 8 + 4 + 8) corrupt(path, "truncated (" + std::to_string(n) + " bytes)");
   if (std::memcmp(buf.data(), kMagic, 8) != 0) corrupt(path, "not a braid checkpoint (bad magic)");

@@ -114,12 +114,8 @@ void CommImpl::build_topology(Store& pstore, bool with_topology_file) {
     // topo or a cluster description.
     std::ifstream f(*topo);
     if (!f) throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY: cannot open " + *topo);
-    std::vector<std::vector<double>> bw;
-    try {
-      bw = nlohmann::json::parse(f).get<std::vector<std::vector<double>>>();
-    } catch (const std::exception& e) {
-      throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY " + *topo + ": " + e.what());
-    }
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::vector<std::vector<double>> bw = parse_bandwidth_matrix(text, *topo);
     if (int(bw.size()) != size_)
       throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY " + *topo + " has " +
                                               std::to_string(bw.size()) + " rows for " +

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -236,7 +237,16 @@ std::vector<ProbeLink> parse_plan(const std::string& s) {
   while (std::getline(ss, item, ',')) {
     const auto colon = item.find(':');
     if (colon == std::string::npos) continue;
-    plan.push_back({item.substr(0, colon), std::stoi(item.substr(colon + 1))});
+    // The text comes through the store: a bad one is an Error, not a
+    // std::stoi exception that nothing catches.
+    const char* num = item.data() + colon + 1;
+    const char* end = item.data() + item.size();
+    int peer = -1;
+    const auto [stop, ec] = std::from_chars(num, end, peer);
+    if (ec != std::errc() || stop != end || num == end || peer < 0)
+      throw Error(Errc::kProtocol, "probe plan '" + s.substr(0, 200) + "': '" + item.substr(0, 64) +
+                                       "' does not name a rank");
+    plan.push_back({item.substr(0, colon), peer});
   }
   return plan;
 }

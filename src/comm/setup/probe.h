@@ -46,7 +46,8 @@ struct ProbeLink {
 std::vector<ProbeLink> probe_plan(const std::string& text,
                                   const std::vector<ProbeLink>& peer_of_kind, int size,
                                   int max_local, int cores);
-// "shm:1,tcp:4" and back (through the store).
+// "shm:1,tcp:4" and back (through the store). parse_plan throws
+// Error(kProtocol) for an entry whose rank is not a number >= 0.
 std::string format_plan(const std::vector<ProbeLink>& plan);
 std::vector<ProbeLink> parse_plan(const std::string& s);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "braid/error.h"
 
@@ -122,6 +123,14 @@ std::vector<int> ring_order_from_bandwidth(const std::vector<std::vector<double>
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < n; ++j) s[i][j] = std::min(bw[i][j], bw[j][i]);
   return n <= 16 ? exact(s) : greedy_2opt(s);
+}
+
+std::vector<std::vector<double>> parse_bandwidth_matrix(const std::string& text, const std::string& from) {
+  try {
+    return nlohmann::json::parse(text).get<std::vector<std::vector<double>>>();
+  } catch (const std::exception& e) {
+    throw Error(Errc::kInvalidArgument, "BRAID_TOPOLOGY " + from + ": " + e.what());
+  }
 }
 
 std::vector<int> ring_order_from_hosts(const std::vector<std::string>& hosts) {

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -42,8 +43,28 @@ void mac(const std::string& secret, char role, const uint8_t* a, const uint8_t* 
     throw Error(Errc::kInternal, "HMAC-SHA256 failed");
 }
 
+// The socket non-blocking while it lives, then as it was. read_full waits
+// for the rest of a frame with MSG_WAITALL, which on a blocking socket
+// ignores the deadline: a peer that sends half a hello and falls silent
+// (slowloris) would hold the handshake forever.
+class NonBlocking {
+ public:
+  explicit NonBlocking(int fd) : fd_(fd), flags_(::fcntl(fd, F_GETFL)) {
+    if (flags_ >= 0 && !(flags_ & O_NONBLOCK)) ::fcntl(fd_, F_SETFL, flags_ | O_NONBLOCK);
+  }
+  ~NonBlocking() {
+    if (flags_ >= 0 && !(flags_ & O_NONBLOCK)) ::fcntl(fd_, F_SETFL, flags_);
+  }
+  NonBlocking(const NonBlocking&) = delete;
+  NonBlocking& operator=(const NonBlocking&) = delete;
+
+ private:
+  int fd_, flags_;
+};
+
 // role 'S' = acceptor, 'C' = connector.
 void exchange(int fd, const std::string& secret, std::chrono::milliseconds timeout, char role) {
+  const NonBlocking nb(fd);
   int64_t deadline = int64_t(now_ns()) + int64_t(timeout.count()) * 1000000;
   struct Hello {
     uint32_t magic;

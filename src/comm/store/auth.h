@@ -22,6 +22,9 @@ void authenticate_connect(int fd, const std::string& secret, std::chrono::millis
 
 // Full-length I/O with a deadline on any socket (poll-based). Throw
 // Error(kTimeout) / Error(kPeerDied) / Error(kIo). `what` names the operation.
+// On a blocking socket a read that has part of its bytes waits for the
+// rest in one recv (MSG_WAITALL), past the deadline if they never come;
+// the handshake above therefore runs its socket non-blocking.
 void write_full(int fd, const void* buf, size_t n, int64_t deadline_ns, const char* what);
 void read_full(int fd, void* buf, size_t n, int64_t deadline_ns, const char* what);
 // At least `min` and at most `max` bytes into buf (read_full is min = max);

@@ -258,18 +258,18 @@ class TcpStore : public Store {
       for (;;) {
         uint8_t hdr[4];
         comm::read_full(fd_, hdr, 4, forever, "store reply");
-        uint32_t len = get_u32(hdr);
-        if (len < 9 || len > kMaxResponseBody)
+        uint32_t len = 0;
+        if (cut_frame(hdr, 4, kMaxResponseBody, &len) == Cut::kBad)
           throw Error(Errc::kProtocol, "store at " + addr_ + " sent a reply of length " +
                                            std::to_string(len));
         Bytes body(len);
         comm::read_full(fd_, body.data(), len, forever, "store reply");
-        uint64_t id = get_u64(body.data());
+        const Response r = parse_response(body.data(), body.size());
         std::lock_guard<std::mutex> l(mu_);
-        auto it = pending_.find(id);
+        auto it = pending_.find(r.id);
         if (it == pending_.end()) continue;  // its caller gave up
-        it->second.status = body[8];
-        it->second.payload.assign(body.begin() + 9, body.end());
+        it->second.status = r.status;
+        it->second.payload.assign(r.payload, r.payload + r.payload_len);
         it->second.done = true;
         cv_.notify_all();
       }

@@ -98,15 +98,14 @@ void TcpStoreServer::Impl::on_readable(uint64_t id) {
     auto cit = conns.find(id);
     if (cit == conns.end()) return;
     Conn& cc = cit->second;
-    size_t avail = cc.in.size() - cc.in_off;
-    if (avail < 4) break;
-    uint32_t len = get_u32(cc.in.data() + cc.in_off);
-    if (len < 9 || len > kMaxRequestBody) {
-      drop(id, "frame length " + std::to_string(len) + " out of range [9, " +
-                   std::to_string(kMaxRequestBody) + "]");
+    uint32_t len = 0;
+    Cut cut = cut_frame(cc.in.data() + cc.in_off, cc.in.size() - cc.in_off, kMaxRequestBody, &len);
+    if (cut == Cut::kBad) {
+      drop(id, "frame length " + std::to_string(len) + " out of range [" + std::to_string(kMinBody) +
+                   ", " + std::to_string(kMaxRequestBody) + "]");
       return;
     }
-    if (avail < 4 + size_t(len)) break;
+    if (cut == Cut::kPartial) break;
     const uint8_t* body = cc.in.data() + cc.in_off + 4;
     cc.in_off += 4 + size_t(len);
     // handle() may drop the connection (and free `body`'s buffer) only

@@ -42,9 +42,12 @@ void TcpStoreServer::Impl::start_handshake(int fd, std::string peer) {
   std::lock_guard<std::mutex> l(hs_mu);
   reap_handshakes_locked();
   if (handshakes.size() >= kMaxHandshakes) {
-    BRAID_LOG(kWarn, "store server: dropped connection from " << peer << ": more than "
-                                                              << kMaxHandshakes
-                                                              << " handshakes in progress");
+    uint64_t more = 0;
+    if (stranger_log.allow(&more))
+      BRAID_LOG(kWarn, "store server: dropped connection from " << peer << ": more than "
+                                                                << kMaxHandshakes
+                                                                << " handshakes in progress"
+                                                                << LogLimiter::note(more));
     ::close(fd);
     return;
   }
@@ -61,10 +64,11 @@ void TcpStoreServer::Impl::run_handshake(Handshake* h) {
     comm::authenticate_accept(h->fd, secret, kHandshakeTimeout);
     ok = true;
   } catch (const std::exception& e) {
-    if (!stopping.load())
+    uint64_t more = 0;
+    if (!stopping.load() && stranger_log.allow(&more))
       BRAID_LOG(kWarn, "store server: dropped connection from " << h->peer
                                                                 << " (handshake failed): "
-                                                                << e.what());
+                                                                << e.what() << LogLimiter::note(more));
   }
   std::lock_guard<std::mutex> l(hs_mu);
   if (ok && !stopping.load()) {

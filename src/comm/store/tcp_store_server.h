@@ -30,6 +30,7 @@
 #include "braid/store.h"
 #include "comm/store/tcp_store_state.h"
 #include "comm/store/tcp_store_wire.h"
+#include "core/log_limit.h"
 
 namespace braid {
 
@@ -61,6 +62,7 @@ struct TcpStoreServer::Impl {
   std::mutex hs_mu;
   std::list<Handshake> handshakes;
   std::vector<std::pair<int, std::string>> authenticated;
+  LogLimiter stranger_log;  // connections that fail or overflow the handshake
 
   // Everything below is touched only by the loop thread.
   struct Conn {

@@ -131,6 +131,35 @@ struct Reader {
   }
 };
 
+// Every frame carries at least an id and a status/op byte.
+constexpr size_t kMinBody = 9;
+
+// Where the frame at the front of `avail` received bytes stands: its body
+// length in *len when whole (kWhole) or still arriving (kPartial), or kBad
+// when its length word is out of [kMinBody, max_body] -- decided from the
+// 4-byte length word alone, before anything is buffered for the body.
+// Both ends cut frames with it (server: max_body kMaxRequestBody; client:
+// kMaxResponseBody).
+enum class Cut { kPartial, kWhole, kBad };
+inline Cut cut_frame(const uint8_t* p, size_t avail, size_t max_body, uint32_t* len) {
+  *len = 0;
+  if (avail < 4) return Cut::kPartial;
+  *len = get_u32(p);
+  if (*len < kMinBody || *len > max_body) return Cut::kBad;
+  return avail - 4 < *len ? Cut::kPartial : Cut::kWhole;
+}
+
+// A response body split into its parts (body holds at least kMinBody bytes).
+struct Response {
+  uint64_t id = 0;
+  uint8_t status = 0;
+  const uint8_t* payload = nullptr;
+  size_t payload_len = 0;
+};
+inline Response parse_response(const uint8_t* body, size_t len) {
+  return Response{get_u64(body), body[8], body + kMinBody, len - kMinBody};
+}
+
 // Starts a frame: reserves the length word, to be filled by finish().
 inline std::vector<uint8_t> begin_frame() { return std::vector<uint8_t>(4, 0); }
 inline void finish_frame(std::vector<uint8_t>& f) {

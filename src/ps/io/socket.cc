@@ -9,12 +9,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/store/auth.h"
 
 namespace braid::ps {
 
@@ -63,7 +65,10 @@ int listen_tcp(const std::string& host, int* port) {
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a = resolve(host, 0);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+  // The kernel's largest accept queue: with a short one, a flood of
+  // connections overflows it, and a connection the kernel then leaves half
+  // open is neither served nor refused until its retransmissions end.
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     int e = errno;
     ::close(fd);
     errno = e;
@@ -97,6 +102,23 @@ int connect_tcp(const std::string& host, int port, std::chrono::milliseconds tim
                                       std::to_string(port) + " within " +
                                       std::to_string(timeout.count()) + " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
+}
+
+int connect_authenticated(const std::string& host, int port, const std::string& secret,
+                          std::chrono::milliseconds timeout, const std::string& what) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    int fd = connect_tcp(host, port, std::max(left, std::chrono::milliseconds(1)), what);
+    try {
+      comm::authenticate_connect(fd, secret, std::max(left, std::chrono::milliseconds(1)));
+      return fd;
+    } catch (const Error& e) {
+      ::close(fd);
+      if (e.code() != Errc::kPeerDied || std::chrono::steady_clock::now() >= until) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 

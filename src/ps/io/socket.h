@@ -18,6 +18,13 @@ int accept_tcp(int listen_fd);
 // (a server may not listen yet). Throws Error(kTimeout) naming `what`.
 int connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout,
                 const std::string& what);
+// connect_tcp, then the job-secret handshake (comm/store/auth.h), both
+// retried until `timeout` while the server closes the connection before
+// the handshake ends: a server refuses connections while too many are
+// proving the secret (a flood of strangers). The proof itself failing
+// (Error(kAuth)) is final.
+int connect_authenticated(const std::string& host, int port, const std::string& secret,
+                          std::chrono::milliseconds timeout, const std::string& what);
 // Waits up to `ms` for fd to become readable (or closed). True if so.
 bool wait_readable(int fd, int ms);
 // A blocking recv on fd returns EAGAIN after `ms` without data

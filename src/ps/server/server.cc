@@ -52,9 +52,41 @@ void Server::Impl::accept_loop() {
       ::close(fd);
       break;
     }
-    conns.push_back({fd, {}});
-    conns.back().thread = std::thread([this, fd] { serve(fd); });
+    reap_locked();
+    if (proving_locked() >= kMaxProving) {
+      ::close(fd);
+      uint64_t more = 0;
+      if (stranger_log.allow(&more))
+        BRAID_LOG(kInfo, server_name(opt.rank) << ": dropped a connection: " << kMaxProving
+                                               << " are still proving the secret"
+                                               << LogLimiter::note(more));
+      continue;
+    }
+    Conn& c = conns.emplace_back();
+    c.fd = fd;
+    c.thread = std::thread([this, &c] {
+      serve(c);
+      c.done = true;
+    });
   }
+}
+
+void Server::Impl::reap_locked() {
+  for (auto it = conns.begin(); it != conns.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();
+    ::close(it->fd);
+    it = conns.erase(it);
+  }
+}
+
+size_t Server::Impl::proving_locked() const {
+  size_t n = 0;
+  for (const Conn& c : conns) n += c.proving;
+  return n;
 }
 
 void Server::Impl::reject(Link& link, ShardState& st, const wire::Header& h, const Error& e) {
@@ -171,14 +203,20 @@ std::unique_ptr<ShmChannel> Server::Impl::accept_shm(Link& link, const wire::Hea
   }
 }
 
-void Server::Impl::serve(int fd) {
+void Server::Impl::serve(Conn& conn) {
+  const int fd = conn.fd;
   const std::string name = server_name(opt.rank);
   try {
     comm::authenticate_accept(fd, opt.secret, kHandshakeTimeout);
+    conn.proving = false;
   } catch (const Error& e) {
     own().count_traffic(0, 0, true);
-    BRAID_LOG(kInfo, name << ": dropped a connection that failed authentication: " << e.what());
+    uint64_t more = 0;
+    if (stranger_log.allow(&more))
+      BRAID_LOG(kInfo, name << ": dropped a connection that failed authentication: " << e.what()
+                            << LogLimiter::note(more));
     ::shutdown(fd, SHUT_RDWR);
+    conn.proving = false;
     return;
   }
   Connection c(fd, kPollMs);

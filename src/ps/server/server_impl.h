@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "braid/ps.h"
+#include "core/log_limit.h"
 #include "ps/replication/chain.h"
 #include "ps/io/frame_reader.h"
 #include "ps/hot/hot_keys.h"
@@ -44,11 +45,22 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};
   std::thread acceptor;
   std::mutex mu;
+  // One per accepted connection, until the accept thread reaps it (joins
+  // its thread and closes its fd) after `done`; `proving` while its peer
+  // has yet to prove the secret. At most kMaxProving connections prove it
+  // at once: more are closed on arrival, so a flood of strangers costs
+  // bounded threads and descriptors.
   struct Conn {
     int fd = -1;
     std::thread thread;
+    std::atomic<bool> proving{true};
+    std::atomic<bool> done{false};
   };
+  static constexpr size_t kMaxProving = 256;
   std::list<Conn> conns;
+  void reap_locked();  // under mu
+  size_t proving_locked() const;
+  LogLimiter stranger_log;  // connections dropped before the hello
   std::vector<JoinReport> joins;  // ServerOptions::join's, in order
   // Lost workers (server_lost.cc): run by the accept thread between polls.
   void check_lost();
@@ -111,7 +123,7 @@ struct Server::Impl {
   void accept_loop();
   // A connection's thread (server.cc): proves the secret, reads the hello
   // and hands the connection to its role's handler (connection.cc).
-  void serve(int fd);
+  void serve(Conn& conn);
   void serve_worker(Connection& c, const wire::Header& hello, Shard& sh);
   void serve_chain(Connection& c, const wire::Header& hello, Shard& sh);
   void serve_hot_peer(Connection& c, const wire::Header& hello, Shard& sh);

@@ -37,10 +37,10 @@ int Worker::Impl::connect(int shard, int server, int64_t deadline) {
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos)
     throw Error(Errc::kProtocol, what + ": bad address '" + addr + "' in the store");
-  int fd = connect_tcp(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), opt.timeout, what);
+  int fd = connect_authenticated(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), opt.secret,
+                                 opt.timeout, what);
   conns[{shard, server}] = fd;  // closed with the others, also when this throws
   Link& ln = links.insert_or_assign(fd, Link(fd)).first->second;  // a closed fd's number may come back
-  comm::authenticate_connect(fd, opt.secret, opt.timeout);
   Header h = header(wire::kHello, shard);
   h.key = uint32_t(shard);
   h.epoch = view.epoch();

@@ -23,19 +23,16 @@
 #include "braid/error.h"
 #include "braid/log.h"
 #include "comm/store/auth.h"
+#include "core/log_limit.h"
 
 namespace braid::comm {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x54647262;  // "brdT"
+// Connections still proving the secret at once; more are closed on arrival.
+constexpr size_t kMaxHandshakes = 256;
 
-struct Hello {
-  uint32_t magic;
-  int32_t rank;
-  int32_t size;
-  int32_t stream;  // which of the pair's connections (0 .. streams-1)
-  char token[32];
-};
+using Hello = TcpHello;
 struct Ack {
   uint32_t magic;
   int32_t rank;
@@ -53,6 +50,21 @@ void set_buffers_(int fd, int bytes) {
 }
 
 }  // namespace
+
+size_t tcp_hello_slot(const TcpHello& h, const std::string& token, int size, const std::vector<int>& expect,
+                      int streams) {
+  char tok[32];
+  copy_token(tok, token);
+  if (h.magic != kHelloMagic || h.size != size || std::memcmp(tok, h.token, sizeof tok) != 0)
+    throw Error(Errc::kProtocol, "hello from another job or communicator");
+  if (h.rank < 0 || h.rank >= size || std::find(expect.begin(), expect.end(), h.rank) == expect.end())
+    throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
+  if (h.stream < 0 || h.stream >= streams)
+    throw Error(Errc::kProtocol, "hello names connection " + std::to_string(h.stream) + " of rank " +
+                                     std::to_string(h.rank) + ", but this rank takes " +
+                                     std::to_string(streams) + " per peer");
+  return size_t(h.rank) * size_t(streams) + size_t(h.stream);
+}
 
 TcpEndpoint tcp_local_endpoint(bool all_local) {
   if (auto a = env_str("BRAID_TCP_ADDR")) return {"", *a, "BRAID_TCP_ADDR"};
@@ -104,15 +116,12 @@ int tcp_listen(const WireContext& ctx, bool all_local, int buf_bytes, int stream
 
 namespace {
 
-// Opens connection `stream` to rank q at `sa` (published as `v`): connect
-// (retrying until the set-up deadline), authenticate, exchange hellos.
-int open_stream(const WireContext& ctx, int q, const sockaddr_in& sa, const std::string& v,
-                int buf_bytes, int stream) {
-  const int rank_ = ctx.rank;
-  const PeerInfo& pi = ctx.peers[size_t(q)];
-  int fd = -1;
+// A socket connected to rank q at `sa` (published as `v`), retrying until
+// the set-up deadline.
+int connect_retrying(const WireContext& ctx, int q, const sockaddr_in& sa, const std::string& v,
+                     int buf_bytes) {
   for (;;) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) throw_errno("tcp: socket");
     set_buffers_(fd, buf_bytes);
     int err = 0;
@@ -127,16 +136,40 @@ int open_stream(const WireContext& ctx, int q, const sockaddr_in& sa, const std:
         else err = ETIMEDOUT;
       }
     }
-    if (err == 0) break;
+    if (err == 0) return fd;
     ::close(fd);
     if (ctx.ms_left() <= 0)
-      throw Error(Errc::kTimeout, "rank " + std::to_string(rank_) + ": could not connect to " +
-                                      describe_peer_info(pi) + " at " + v + ": " + std::strerror(err));
+      throw Error(Errc::kTimeout, "rank " + std::to_string(ctx.rank) + ": could not connect to " +
+                                      describe_peer_info(ctx.peers[size_t(q)]) + " at " + v + ": " +
+                                      std::strerror(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// Opens connection `stream` to rank q at `sa` (published as `v`): connect
+// and authenticate (both retried until the set-up deadline: q closes a
+// connection before its handshake while too many others are in progress,
+// e.g. in a flood), then exchange hellos.
+int open_stream(const WireContext& ctx, int q, const sockaddr_in& sa, const std::string& v,
+                int buf_bytes, int stream) {
+  const int rank_ = ctx.rank;
+  const PeerInfo& pi = ctx.peers[size_t(q)];
+  int fd = -1;
+  for (;;) {
+    fd = connect_retrying(ctx, q, sa, v, buf_bytes);
+    try {
+      auto left = std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1));
+      authenticate_connect(fd, ctx.opt->secret, left);
+      break;
+    } catch (const Error& e) {
+      ::close(fd);
+      if (e.code() != Errc::kPeerDied || ctx.ms_left() <= 0)
+        throw Error(e.code(), "rank " + std::to_string(rank_) + ": connecting to " + describe_peer_info(pi) +
+                                  ": " + e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   try {
-    auto left = std::chrono::milliseconds(std::max<int64_t>(ctx.ms_left(), 1));
-    authenticate_connect(fd, ctx.opt->secret, left);
     Hello h{};
     h.magic = kHelloMagic;
     h.rank = rank_;
@@ -203,6 +236,7 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
   auto describe_peer = [&](int q) { return describe_peer_info(ctx.peers[size_t(q)]); };
   std::mutex mu;
   std::set<int> inflight;  // fds whose handshake thread is running
+  static LogLimiter strangers;  // a flood of strangers costs a bounded log
   std::vector<std::thread> hs;
   size_t got = 0;
   auto handshake = [&](int fd, std::string from) {
@@ -211,17 +245,7 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
       authenticate_accept(fd, ctx.opt->secret, left);
       Hello h{};
       read_full(fd, &h, sizeof h, now_ns() + uint64_t(left.count()) * 1000000, "tcp hello");
-      char tok[32];
-      copy_token(tok, ctx.token);
-      if (h.magic != kHelloMagic || h.size != ctx.size || std::memcmp(tok, h.token, sizeof tok) != 0)
-        throw Error(Errc::kProtocol, "hello from another job or communicator");
-      if (h.rank < 0 || h.rank >= ctx.size || std::find(expect.begin(), expect.end(), h.rank) == expect.end())
-        throw Error(Errc::kProtocol, "hello names rank " + std::to_string(h.rank) + ", which should not connect here");
-      if (h.stream < 0 || h.stream >= streams)
-        throw Error(Errc::kProtocol, "hello names connection " + std::to_string(h.stream) + " of rank " +
-                                         std::to_string(h.rank) + ", but this rank takes " +
-                                         std::to_string(streams) + " per peer");
-      const size_t at = size_t(h.rank) * size_t(streams) + size_t(h.stream);
+      const size_t at = tcp_hello_slot(h, ctx.token, ctx.size, expect, streams);
       {
         std::lock_guard<std::mutex> g(mu);
         if (fds[at] >= 0)
@@ -235,7 +259,10 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
       }
       return;
     } catch (const std::exception& e) {
-      BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what());
+      uint64_t more = 0;
+      if (strangers.allow(&more))
+        BRAID_LOG(kWarn, "rank " << rank_ << ": rejected a TCP connection from " << from << ": " << e.what()
+                                 << LogLimiter::note(more));
     }
     std::lock_guard<std::mutex> g(mu);
     inflight.erase(fd);
@@ -269,6 +296,15 @@ void tcp_accept(const WireContext& ctx, int lfd, const std::vector<int>& expect,
     ::inet_ntop(AF_INET, &from.sin_addr, buf, sizeof buf);
     std::string who = std::string(buf) + ":" + std::to_string(ntohs(from.sin_port));
     std::lock_guard<std::mutex> g(mu);
+    if (inflight.size() >= kMaxHandshakes) {
+      // A flood: the real peers retry a refused connection until set-up's deadline.
+      ::close(fd);
+      uint64_t more = 0;
+      if (strangers.allow(&more))
+        BRAID_LOG(kWarn, "rank " << rank_ << ": refused a TCP connection from " << who << ": "
+                                 << kMaxHandshakes << " handshakes in progress" << LogLimiter::note(more));
+      continue;
+    }
     inflight.insert(fd);
     hs.emplace_back(handshake, fd, who);
   }

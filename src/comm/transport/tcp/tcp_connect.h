@@ -10,6 +10,8 @@
 // slow or silent stranger cannot hold up the real peers.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,21 @@
 #include "comm/transport/wire.h"
 
 namespace braid::comm {
+
+// The fixed-size hello a connecting rank sends after the handshake.
+struct TcpHello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  int32_t stream;  // which of the pair's connections (0 .. streams-1)
+  char token[32];
+};
+// Where a received hello goes in tcp_accept's fds: rank * streams + stream.
+// Error(kProtocol) for a hello from another job or communicator (magic,
+// size or token differ), or one naming a rank not in `expect` or a
+// connection index outside [0, streams).
+size_t tcp_hello_slot(const TcpHello& h, const std::string& token, int size, const std::vector<int>& expect,
+                      int streams);
 
 // SO_SNDBUF/SO_RCVBUF (bytes <= 0: leave the kernel's autotuning).
 void tcp_set_buffers(int fd, int bytes);
