@@ -87,7 +87,9 @@ TEST(TrainPrecision, Bf16LayoutsMatchTheOneProcessBf16Run) {
                                    "--pp 2 --schedule 1f1b", "--dp 2 --tp 2 --zero 1"}) {
     const auto v = train(flags, layout, "layout");
     expect_close_losses(serial, v, 2e-4, "bf16 " + layout);
-    if (!v.empty()) EXPECT_EQ(v.back()["precision"], "bf16") << layout;
+    if (!v.empty()) {
+      EXPECT_EQ(v.back()["precision"], "bf16") << layout;
+    }
   }
 }
 
