@@ -85,7 +85,8 @@ constexpr Setting kSettings[] = {
      "shared-memory slot copies of at least this many bytes use streaming stores, so the reading "
      "core takes them from memory rather than from the writer's cache",
      "src/comm/transport/shm/shm_wire_setup.cc"},
-    {"BRAID_SOURCE_DIR", K::kTest, "set by CMake for the tests", "the source tree (fixtures, README)",
+    {"BRAID_SOURCE_DIR", K::kTest, "unset: the tests find it from their own path",
+     "the source tree (fixtures, README), for tests run from elsewhere",
      "tests/"},
     {"BRAID_SPIN_US", K::kUser, "200 µs; 2 µs when the host has more ranks than cores",
      "how long a waiting rank spins before it sleeps (with more ranks than cores, shared-memory "
