@@ -33,7 +33,7 @@ bench: build
 
 # The libFuzzer targets (fuzz/), in a clang ASan+UBSan build tree of their
 # own ($(FUZZ_BUILD)); scripts/fuzz.sh runs them.
-FUZZ_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DBRAID_SANITIZE=address,undefined -DBRAID_FUZZ=ON
