@@ -5,7 +5,7 @@
 # (crash, leak, timeout or out-of-memory inputs libFuzzer wrote).
 #
 #   scripts/fuzz.sh [BUILD] [SECONDS] [RUNS] [TARGETS...]
-#     BUILD    a BRAID_FUZZ=ON build (default build-asan; `make fuzz`)
+#     BUILD    a BRAID_FUZZ=ON build (default build-fuzz; `make fuzz`)
 #     SECONDS  per target (default 10; 0: no time bound)
 #     RUNS     per target (default 0: no bound)
 #
@@ -16,7 +16,7 @@
 # (tests/fuzz/replay_test.cc). Exits 1 if any target found anything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build-asan}
+BUILD=${1:-build-fuzz}
 SECS=${2:-10}
 RUNS=${3:-0}
 shift $(( $# > 3 ? 3 : $# ))
