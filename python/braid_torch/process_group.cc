@@ -97,7 +97,7 @@ std::function<void()> copy_back(const at::Tensor& t, const at::Tensor& buf) {
 
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : BackendBase(rank, size) {
+    : BackendBase(rank, size), timeout_(timeout) {
   braid::CommOptions opt;
   opt.timeout = timeout;
   try {
@@ -205,12 +205,68 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>&, int) {
   throw braid::Error(braid::Errc::kNotSupported,
-                     "braid_torch recv: receiving from any source is not supported (braid matches "
-                     "messages per sender); pass src=");
+                     "braid_torch recv: receiving from any source is not supported (braid's "
+                     "communicator matches messages per sender and has no any-source receive); "
+                     "pass src=");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions&) {
   return enqueue(OpType::BARRIER, {comm_->barrier_async()}, nullptr, {}, {});
+}
+
+}  // namespace braid_torch
+
+namespace braid_torch {
+
+namespace {
+// The tag of monitoredBarrier's messages: above every tag torch passes (an
+// int, refused when negative), so no user send/recv matches it.
+constexpr uint32_t kMonitoredBarrierTag = 0xFFFFFFF0u;
+}  // namespace
+
+void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  using namespace std::chrono;
+  const milliseconds timeout = opts.timeout.count() >= 0 ? duration_cast<milliseconds>(opts.timeout)
+                                                         : timeout_;
+  const auto deadline = steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::max(milliseconds(0), duration_cast<milliseconds>(deadline - steady_clock::now()));
+  };
+  static uint8_t token = 1;
+  if (rank_ != 0) {
+    uint8_t ack = 0;
+    auto s = comm_->send_async(&token, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
+    auto r = comm_->recv_async(&ack, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
+    if (!s.wait_for(left()) || !r.wait_for(left()))
+      throw braid::Error(braid::Errc::kTimeout,
+                         "Rank " + std::to_string(rank_) +
+                             " successfully reached monitoredBarrier, but got no answer from rank 0 "
+                             "within " + std::to_string(timeout.count()) + " ms (braid_torch)");
+    return;
+  }
+  std::vector<uint8_t> got(size_);
+  std::vector<braid::Work> recvs(size_);
+  for (int r = 1; r < size_; ++r)
+    recvs[r] = comm_->recv_async(&got[r], 1, braid::DType::kU8, r, kMonitoredBarrierTag);
+  std::vector<int> late;
+  for (int r = 1; r < size_; ++r) {
+    if (recvs[r].wait_for(left())) continue;
+    late.push_back(r);
+    if (!wait_all_ranks) break;
+  }
+  if (!late.empty()) {
+    std::string msg;
+    if (late.size() == 1) {
+      msg = "Rank " + std::to_string(late[0]) + " failed to pass monitoredBarrier in " +
+            std::to_string(timeout.count()) + " ms";
+    } else {
+      msg = "Ranks ";
+      for (size_t i = 0; i < late.size(); ++i) msg += (i ? ", " : "") + std::to_string(late[i]);
+      msg += " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
+    }
+    throw braid::Error(braid::Errc::kTimeout, msg + " (braid_torch)");
+  }
+  for (int r = 1; r < size_; ++r) comm_->send(&token, 1, braid::DType::kU8, r, kMonitoredBarrierTag);
 }
 
 }  // namespace braid_torch

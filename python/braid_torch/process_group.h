@@ -90,6 +90,20 @@ class ProcessGroupBraid : public BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Every input of every rank, gathered: outputs[r][i] gets rank r's
+  // inputs[i] (shapes and dtypes must match; one braid all_gather of bytes).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  // Sparse tensors are refused (braid reduces dense buffers only).
+  // monitoredBarrier: every rank checks in with rank 0 (a send on a tag no
+  // torch call can use) and waits for its answer, within opts.timeout (the
+  // group's when unset). Rank 0 throws naming the first rank that did not
+  // check in in time ("Rank r failed to pass monitoredBarrier in t ms"), or
+  // every such rank when wait_all_ranks; a rank that gets no answer throws
+  // too. A late rank's message is still pending on the communicator after
+  // that: like a timed-out collective, the group should not be used again.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
  private:
   // Wraps the issued braid operations in a BraidWork and queues it.
@@ -124,6 +138,7 @@ class ProcessGroupBraid : public BackendBase {
                                                  std::function<void()> finish,
                                                  std::vector<at::Tensor> outputs);
 
+  std::chrono::milliseconds timeout_;
   std::shared_ptr<braid::Communicator> comm_;
   // Declared after comm_: destroyed first, so every queued work has ended
   // before the communicator goes.
