@@ -1,6 +1,7 @@
 #include "process_group.h"
 
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "braid/error.h"
@@ -74,6 +75,10 @@ void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs)
 }  // namespace detail
 
 namespace {
+
+// The tag of monitoredBarrier's messages: the largest braid accepts, which
+// send and recv refuse (torch passes an int tag; braid takes up to INT32_MAX).
+constexpr uint32_t kMonitoredBarrierTag = uint32_t(std::numeric_limits<int32_t>::max());
 
 std::string job_secret(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
   if (const char* s = std::getenv("BRAID_SECRET"); s && *s) return s;
@@ -187,7 +192,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dst,
                                                        int tag) {
   const at::Tensor& t = single(tensors, "send");
-  require(tag >= 0, "send", "tag " + std::to_string(tag) + " is negative");
+  require(tag >= 0 && uint32_t(tag) < kMonitoredBarrierTag, "send",
+          "tag " + std::to_string(tag) + " is negative or INT32_MAX (monitored_barrier's own)");
   at::Tensor buf = dense(t);
   auto w = comm_->send_async(ptr(buf), nbytes(buf), braid::DType::kU8, dst, uint32_t(tag));
   return enqueue(OpType::SEND, {w}, nullptr, {buf}, tensors, true);
@@ -196,7 +202,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
                                                        int tag) {
   const at::Tensor& t = single(tensors, "recv");
-  require(tag >= 0, "recv", "tag " + std::to_string(tag) + " is negative");
+  require(tag >= 0 && uint32_t(tag) < kMonitoredBarrierTag, "recv",
+          "tag " + std::to_string(tag) + " is negative or INT32_MAX (monitored_barrier's own)");
   std::function<void()> back;
   at::Tensor buf = detail::output_buffer(t, back);
   auto w = comm_->recv_async(ptr(buf), nbytes(buf), braid::DType::kU8, src, uint32_t(tag));
@@ -218,11 +225,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOpt
 
 namespace braid_torch {
 
-namespace {
-// The tag of monitoredBarrier's messages: above every tag torch passes (an
-// int, refused when negative), so no user send/recv matches it.
-constexpr uint32_t kMonitoredBarrierTag = 0xFFFFFFF0u;
-}  // namespace
 
 void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   using namespace std::chrono;

@@ -95,9 +95,8 @@ class ProcessGroupBraid : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
-  // Sparse tensors are refused (braid reduces dense buffers only).
-  // monitoredBarrier: every rank checks in with rank 0 (a send on a tag no
-  // torch call can use) and waits for its answer, within opts.timeout (the
+  // monitoredBarrier: every rank checks in with rank 0 (a send on tag INT32_MAX,
+  // which send/recv refuse) and waits for its answer, within opts.timeout (the
   // group's when unset). Rank 0 throws naming the first rank that did not
   // check in in time ("Rank r failed to pass monitoredBarrier in t ms"), or
   // every such rank when wait_all_ranks; a rank that gets no answer throws

@@ -28,7 +28,9 @@ runs on CPU. The module is imported with one source line changed:
 equal to "braid" that also compares (and hashes) equal to "gloo" -- only the
 suite module's own BACKEND variable; torch.distributed gets the plain name
 "braid" (init_process_group lowercases it into a plain str), so every
-collective runs on braid. The tests then run are exactly gloo's.
+collective runs on braid. The tests then run are exactly gloo's. Besides, "braid" joins DistTestCases.backend_feature["plugin"],
+torch's list of third-party backends, which the suite's availability check
+(require_backend_is_available on torch 2.x) accepts.
 
 Excepted (EXCEPTED below): tests whose failure comes from torch's own Python
 API refusing every backend but gloo, not from the backend.
@@ -112,6 +114,9 @@ def _import_suite():
     import importlib.util
     import torch.testing._internal.common_distributed as common  # noqa: F401
 
+    # torch's own list of third-party backends (DistTestCases.backend_feature
+    # ["plugin"]): the suite's "is this backend available" check accepts them.
+    common.DistTestCases.backend_feature["plugin"].add("braid")
     name = "torch.testing._internal.distributed.distributed_test"
     if name in sys.modules:
         return sys.modules[name]
