@@ -242,8 +242,9 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     if (!s.wait_for(left()) || !r.wait_for(left()))
       throw braid::Error(braid::Errc::kTimeout,
                          "Rank " + std::to_string(rank_) +
-                             " successfully reached monitoredBarrier, but got no answer from rank 0 "
-                             "within " + std::to_string(timeout.count()) + " ms (braid_torch)");
+                             " successfully reached monitoredBarrier, but received errors while waiting "
+                             "for send/recv from rank 0 (braid_torch: no answer within " +
+                             std::to_string(timeout.count()) + " ms)");
     return;
   }
   std::vector<uint8_t> got(size_);
