@@ -253,6 +253,11 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     recvs[r] = comm_->recv_async(&got[r], 1, braid::DType::kU8, r, kMonitoredBarrierTag);
   std::vector<int> late;
   for (int r = 1; r < size_; ++r) {
+    // Rank 0's own time ran out before it could wait for rank r.
+    if (!wait_all_ranks && left().count() == 0 && !recvs[r].test())
+      throw braid::Error(braid::Errc::kTimeout,
+                         "Rank 0 timed out in monitoredBarrier after " +
+                             std::to_string(timeout.count()) + " ms (braid_torch)");
     if (recvs[r].wait_for(left())) continue;
     late.push_back(r);
     if (!wait_all_ranks) break;

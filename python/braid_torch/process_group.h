@@ -99,7 +99,8 @@ class ProcessGroupBraid : public BackendBase {
   // which send/recv refuse) and waits for its answer, within opts.timeout (the
   // group's when unset). Rank 0 throws naming the first rank that did not
   // check in in time ("Rank r failed to pass monitoredBarrier in t ms"), or
-  // every such rank when wait_all_ranks; a rank that gets no answer throws
+  // every such rank when wait_all_ranks, or itself when its time ran out
+  // before it could wait for a rank ("Rank 0 timed out in monitoredBarrier"); a rank that gets no answer throws
   // too. A late rank's message is still pending on the communicator after
   // that: like a timed-out collective, the group should not be used again.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;

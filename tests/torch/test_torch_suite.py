@@ -65,7 +65,6 @@ EXCEPTED = {
         "test_monitored_barrier_allreduce_hang_wait_all_ranks",
         "test_monitored_barrier_failure_order",
         "test_monitored_barrier_gloo",
-        "test_monitored_barrier_gloo_rank_0_timeout",
         "test_monitored_barrier_gloo_subgroup",
         "test_monitored_barrier_wait_all_ranks",
         "test_ddp_model_diff_across_ranks",
@@ -251,8 +250,11 @@ def full(backends, worlds, pattern):
         for backend in backends:
             r = spawn_one(backend, world, names, timeout=7200)
             results[(backend, world)] = r
-            with open(os.path.join(tempfile.gettempdir(), "braid_torch_suite_%s_%d.log" % (backend, world)), "w") as f:
+            log = os.path.join(tempfile.gettempdir(), "braid_torch_suite_%s_%s_%d.log" % (
+                torch.__version__.split("+")[0], backend, world))
+            with open(log, "w") as f:
                 f.write(r["log"])
+            print("%s world %d: log in %s" % (backend, world, log), flush=True)
     print("torch %s" % torch.__version__)
     print("| backend | world | passed | failed + errors | skipped |")
     print("|---|---|---|---|---|")
