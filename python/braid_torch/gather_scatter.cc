@@ -270,6 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoallv_bytes(
   std::vector<size_t> sd(size_), rd(size_);
   std::exclusive_scan(send_bytes.begin(), send_bytes.end(), sd.begin(), size_t(0));
   std::exclusive_scan(recv_bytes.begin(), recv_bytes.end(), rd.begin(), size_t(0));
+  ++seq_;
   comm_->all_to_all_v(ptr(in), send_bytes, sd, ptr(out), recv_bytes, rd, kBytes);
   auto w = c10::make_intrusive<BraidWork>(rank_, type, std::vector<braid::Work>{}, std::move(finish),
                                           std::vector<at::Tensor>{}, std::move(outputs),

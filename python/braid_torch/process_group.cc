@@ -131,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(OpType type, std::vect
                                                           std::function<void()> finish,
                                                           std::vector<at::Tensor> keep,
                                                           std::vector<at::Tensor> outputs, bool p2p) {
+  if (!p2p) ++seq_;
   auto w = c10::make_intrusive<BraidWork>(rank_, type, std::move(works), std::move(finish),
                                           std::move(keep), std::move(outputs),
                                           p2p ? p2p_ : collectives_);
@@ -236,9 +237,11 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   };
   static uint8_t token = 1;
   if (rank_ != 0) {
-    uint8_t ack = 0;
+    // Kept by the group: a receive that times out still writes here later.
+    monitor_buffers_.push_back(std::make_shared<std::vector<uint8_t>>(1));
+    uint8_t* ack = monitor_buffers_.back()->data();
     auto s = comm_->send_async(&token, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
-    auto r = comm_->recv_async(&ack, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
+    auto r = comm_->recv_async(ack, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
     if (!s.wait_for(left()) || !r.wait_for(left()))
       throw braid::Error(braid::Errc::kTimeout,
                          "Rank " + std::to_string(rank_) +
@@ -247,7 +250,8 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
                              std::to_string(timeout.count()) + " ms)");
     return;
   }
-  std::vector<uint8_t> got(size_);
+  monitor_buffers_.push_back(std::make_shared<std::vector<uint8_t>>(size_));
+  std::vector<uint8_t>& got = *monitor_buffers_.back();
   std::vector<braid::Work> recvs(size_);
   for (int r = 1; r < size_; ++r)
     recvs[r] = comm_->recv_async(&got[r], 1, braid::DType::kU8, r, kMonitoredBarrierTag);

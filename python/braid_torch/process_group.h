@@ -23,6 +23,7 @@
 // ranks share the host and no thread variable is set (threads.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -104,6 +105,11 @@ class ProcessGroupBraid : public BackendBase {
   // too. A late rank's message is still pending on the communicator after
   // that: like a timed-out collective, the group should not be used again.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // Sequence numbers: the collectives this group has issued (send/recv not
+  // counted), the same on every rank whose calls match. They start at 0 on
+  // every rank, so there is nothing to agree on: set... does nothing.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
  private:
   // Wraps the issued braid operations in a BraidWork and queues it.
@@ -139,6 +145,10 @@ class ProcessGroupBraid : public BackendBase {
                                                  std::vector<at::Tensor> outputs);
 
   std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
+  // monitoredBarrier's receive buffers: a receive that timed out may still
+  // complete into one, so they live as long as the group.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> monitor_buffers_;
   std::shared_ptr<braid::Communicator> comm_;
   // Declared after comm_: destroyed first, so every queued work has ended
   // before the communicator goes.
