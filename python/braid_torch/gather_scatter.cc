@@ -40,6 +40,56 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
                  {src, flat}, outs);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const char* op = "allgather_coalesced";
+  require(!inputs.empty(), op, "no input tensors given");
+  require(outputs.size() == size_t(size_), op,
+          "expected " + std::to_string(size_) + " output lists (one per rank), got " +
+              std::to_string(outputs.size()));
+  // The inputs' bytes, one after another: one all_gather moves them all.
+  std::vector<int64_t> offset(inputs.size() + 1, 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_cpu_tensor(inputs[i], std::string(op) + " input " + std::to_string(i));
+    offset[i + 1] = offset[i] + int64_t(nbytes(inputs[i]));
+  }
+  for (int r = 0; r < size_; ++r) {
+    require(outputs[r].size() == inputs.size(), op,
+            "output list " + std::to_string(r) + " has " + std::to_string(outputs[r].size()) +
+                " tensors for " + std::to_string(inputs.size()) + " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& o = outputs[r][i];
+      check_cpu_tensor(o, std::string(op) + " output " + std::to_string(r) + "," + std::to_string(i));
+      require(o.scalar_type() == inputs[i].scalar_type() && o.numel() == inputs[i].numel(), op,
+              "output " + std::to_string(r) + "," + std::to_string(i) +
+                  " differs from input " + std::to_string(i) + " in dtype or numel");
+    }
+  }
+  const int64_t total = offset.back();
+  at::Tensor send = at::empty({total}, at::kByte);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].numel())
+      send.narrow(0, offset[i], offset[i + 1] - offset[i])
+          .copy_(dense(inputs[i]).reshape({-1}).view(at::kByte));
+  at::Tensor recv = at::empty({int64_t(size_) * total}, at::kByte);
+  auto w = comm_->all_gather_async(ptr(send), ptr(recv), size_t(total), kBytes);
+  std::vector<std::vector<at::Tensor>> outs = outputs;
+  std::vector<at::Tensor> flat_outs;
+  for (const auto& l : outputs) flat_outs.insert(flat_outs.end(), l.begin(), l.end());
+  auto finish = [recv, outs, offset, total] {
+    for (size_t r = 0; r < outs.size(); ++r)
+      for (size_t i = 0; i < outs[r].size(); ++i) {
+        at::Tensor o = outs[r][i];
+        if (!o.numel()) continue;
+        // A fresh copy: the slice's byte offset may not suit o's dtype.
+        at::Tensor bytes = recv.narrow(0, int64_t(r) * total + offset[i], offset[i + 1] - offset[i]).clone();
+        o.copy_(bytes.view(o.scalar_type()).view(o.sizes()));
+      }
+  };
+  return enqueue(OpType::ALLGATHER_COALESCED, {w}, finish, {send, recv}, flat_outs);
+}
+
 void ProcessGroupBraid::check_allgather_base(const at::Tensor& output, const at::Tensor& input,
                                              const char* op) const {
   check_cpu_tensor(input, std::string(op) + " input");
@@ -220,6 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoallv_bytes(
   std::vector<size_t> sd(size_), rd(size_);
   std::exclusive_scan(send_bytes.begin(), send_bytes.end(), sd.begin(), size_t(0));
   std::exclusive_scan(recv_bytes.begin(), recv_bytes.end(), rd.begin(), size_t(0));
+  ++seq_;
   comm_->all_to_all_v(ptr(in), send_bytes, sd, ptr(out), recv_bytes, rd, kBytes);
   auto w = c10::make_intrusive<BraidWork>(rank_, type, std::vector<braid::Work>{}, std::move(finish),
                                           std::vector<at::Tensor>{}, std::move(outputs),

@@ -1,6 +1,7 @@
 #include "process_group.h"
 
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "braid/error.h"
@@ -75,6 +76,10 @@ void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& outs)
 
 namespace {
 
+// The tag of monitoredBarrier's messages: the largest braid accepts, which
+// send and recv refuse (torch passes an int tag; braid takes up to INT32_MAX).
+constexpr uint32_t kMonitoredBarrierTag = uint32_t(std::numeric_limits<int32_t>::max());
+
 std::string job_secret(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
   if (const char* s = std::getenv("BRAID_SECRET"); s && *s) return s;
   const std::string key = "braid_torch/secret";
@@ -97,7 +102,7 @@ std::function<void()> copy_back(const at::Tensor& t, const at::Tensor& buf) {
 
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : BackendBase(rank, size) {
+    : BackendBase(rank, size), timeout_(timeout) {
   braid::CommOptions opt;
   opt.timeout = timeout;
   try {
@@ -126,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(OpType type, std::vect
                                                           std::function<void()> finish,
                                                           std::vector<at::Tensor> keep,
                                                           std::vector<at::Tensor> outputs, bool p2p) {
+  if (!p2p) ++seq_;
   auto w = c10::make_intrusive<BraidWork>(rank_, type, std::move(works), std::move(finish),
                                           std::move(keep), std::move(outputs),
                                           p2p ? p2p_ : collectives_);
@@ -187,7 +193,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dst,
                                                        int tag) {
   const at::Tensor& t = single(tensors, "send");
-  require(tag >= 0, "send", "tag " + std::to_string(tag) + " is negative");
+  require(tag >= 0 && uint32_t(tag) < kMonitoredBarrierTag, "send",
+          "tag " + std::to_string(tag) + " is negative or INT32_MAX (monitored_barrier's own)");
   at::Tensor buf = dense(t);
   auto w = comm_->send_async(ptr(buf), nbytes(buf), braid::DType::kU8, dst, uint32_t(tag));
   return enqueue(OpType::SEND, {w}, nullptr, {buf}, tensors, true);
@@ -196,7 +203,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
                                                        int tag) {
   const at::Tensor& t = single(tensors, "recv");
-  require(tag >= 0, "recv", "tag " + std::to_string(tag) + " is negative");
+  require(tag >= 0 && uint32_t(tag) < kMonitoredBarrierTag, "recv",
+          "tag " + std::to_string(tag) + " is negative or INT32_MAX (monitored_barrier's own)");
   std::function<void()> back;
   at::Tensor buf = detail::output_buffer(t, back);
   auto w = comm_->recv_async(ptr(buf), nbytes(buf), braid::DType::kU8, src, uint32_t(tag));
@@ -205,12 +213,72 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>&, int) {
   throw braid::Error(braid::Errc::kNotSupported,
-                     "braid_torch recv: receiving from any source is not supported (braid matches "
-                     "messages per sender); pass src=");
+                     "braid_torch recv: receiving from any source is not supported (braid's "
+                     "communicator matches messages per sender and has no any-source receive); "
+                     "pass src=");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions&) {
   return enqueue(OpType::BARRIER, {comm_->barrier_async()}, nullptr, {}, {});
+}
+
+}  // namespace braid_torch
+
+namespace braid_torch {
+
+
+void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  using namespace std::chrono;
+  const milliseconds timeout = opts.timeout.count() >= 0 ? duration_cast<milliseconds>(opts.timeout)
+                                                         : timeout_;
+  const auto deadline = steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::max(milliseconds(0), duration_cast<milliseconds>(deadline - steady_clock::now()));
+  };
+  static uint8_t token = 1;
+  if (rank_ != 0) {
+    // Kept by the group: a receive that times out still writes here later.
+    monitor_buffers_.push_back(std::make_shared<std::vector<uint8_t>>(1));
+    uint8_t* ack = monitor_buffers_.back()->data();
+    auto s = comm_->send_async(&token, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
+    auto r = comm_->recv_async(ack, 1, braid::DType::kU8, 0, kMonitoredBarrierTag);
+    if (!s.wait_for(left()) || !r.wait_for(left()))
+      throw braid::Error(braid::Errc::kTimeout,
+                         "Rank " + std::to_string(rank_) +
+                             " successfully reached monitoredBarrier, but received errors while waiting "
+                             "for send/recv from rank 0 (braid_torch: no answer within " +
+                             std::to_string(timeout.count()) + " ms)");
+    return;
+  }
+  monitor_buffers_.push_back(std::make_shared<std::vector<uint8_t>>(size_));
+  std::vector<uint8_t>& got = *monitor_buffers_.back();
+  std::vector<braid::Work> recvs(size_);
+  for (int r = 1; r < size_; ++r)
+    recvs[r] = comm_->recv_async(&got[r], 1, braid::DType::kU8, r, kMonitoredBarrierTag);
+  std::vector<int> late;
+  for (int r = 1; r < size_; ++r) {
+    // Rank 0's own time ran out before it could wait for rank r.
+    if (!wait_all_ranks && left().count() == 0 && !recvs[r].test())
+      throw braid::Error(braid::Errc::kTimeout,
+                         "Rank 0 timed out in monitoredBarrier after " +
+                             std::to_string(timeout.count()) + " ms (braid_torch)");
+    if (recvs[r].wait_for(left())) continue;
+    late.push_back(r);
+    if (!wait_all_ranks) break;
+  }
+  if (!late.empty()) {
+    std::string msg;
+    if (late.size() == 1) {
+      msg = "Rank " + std::to_string(late[0]) + " failed to pass monitoredBarrier in " +
+            std::to_string(timeout.count()) + " ms";
+    } else {
+      msg = "Ranks ";
+      for (size_t i = 0; i < late.size(); ++i) msg += (i ? ", " : "") + std::to_string(late[i]);
+      msg += " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
+    }
+    throw braid::Error(braid::Errc::kTimeout, msg + " (braid_torch)");
+  }
+  for (int r = 1; r < size_; ++r) comm_->send(&token, 1, braid::DType::kU8, r, kMonitoredBarrierTag);
 }
 
 }  // namespace braid_torch

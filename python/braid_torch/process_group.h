@@ -23,6 +23,7 @@
 // ranks share the host and no thread variable is set (threads.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -90,6 +91,25 @@ class ProcessGroupBraid : public BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Every input of every rank, gathered: outputs[r][i] gets rank r's
+  // inputs[i] (shapes and dtypes must match; one braid all_gather of bytes).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  // monitoredBarrier: every rank checks in with rank 0 (a send on tag INT32_MAX,
+  // which send/recv refuse) and waits for its answer, within opts.timeout (the
+  // group's when unset). Rank 0 throws naming the first rank that did not
+  // check in in time ("Rank r failed to pass monitoredBarrier in t ms"), or
+  // every such rank when wait_all_ranks, or itself when its time ran out
+  // before it could wait for a rank ("Rank 0 timed out in monitoredBarrier"); a rank that gets no answer throws
+  // too. A late rank's message is still pending on the communicator after
+  // that: like a timed-out collective, the group should not be used again.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // Sequence numbers: the collectives this group has issued (send/recv not
+  // counted), the same on every rank whose calls match. They start at 0 on
+  // every rank, so there is nothing to agree on: set... does nothing.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
  private:
   // Wraps the issued braid operations in a BraidWork and queues it.
@@ -124,6 +144,11 @@ class ProcessGroupBraid : public BackendBase {
                                                  std::function<void()> finish,
                                                  std::vector<at::Tensor> outputs);
 
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
+  // monitoredBarrier's receive buffers: a receive that timed out may still
+  // complete into one, so they live as long as the group.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> monitor_buffers_;
   std::shared_ptr<braid::Communicator> comm_;
   // Declared after comm_: destroyed first, so every queued work has ended
   // before the communicator goes.

@@ -7,6 +7,26 @@
 
 namespace braid_torch {
 
+namespace {
+
+// PyTorch's backends word a timeout " Timed out " (what its tests and users
+// match); braid's own message follows, unchanged.
+std::exception_ptr torch_wording(std::exception_ptr e, int rank, c10d::OpType type) {
+  if (!e) return e;
+  try {
+    std::rethrow_exception(e);
+  } catch (const braid::Error& err) {
+    if (err.code() != braid::Errc::kTimeout) return e;
+    return std::make_exception_ptr(braid::Error(
+        braid::Errc::kTimeout, "braid_torch: rank " + std::to_string(rank) + " " +
+                                   c10d::opTypeToString(type) + " Timed out (" + err.what() + ")"));
+  } catch (...) {
+    return e;
+  }
+}
+
+}  // namespace
+
 BraidWork::BraidWork(int rank, c10d::OpType type, std::vector<braid::Work> works,
                      std::function<void()> finish, std::vector<at::Tensor> keep,
                      std::vector<at::Tensor> outputs, std::weak_ptr<Completer> completer)
@@ -61,6 +81,7 @@ void BraidWork::settle(std::exception_ptr e) {
       e = std::current_exception();
     }
   }
+  e = torch_wording(e, rank_, retrieveOpType());
   // keep_ stays: a failed work's other operations may still be using it
   // until the Completer has seen them end.
   finish_ = nullptr;
@@ -139,7 +160,7 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
         throw braid::Error(braid::Errc::kTimeout,
                            "braid_torch: rank " + std::to_string(rank_) + " " +
                                c10d::opTypeToString(retrieveOpType()) +
-                               " not complete after wait(timeout=" +
+                               " Timed out in wait(timeout=" +
                                std::to_string(timeout.count()) + " ms); it keeps running");
     }
     settle(e);

@@ -128,7 +128,16 @@ def check_reductions(rank, world, checks):
     same(a, reference([data(r, torch.float32, 5) for r in range(world)], torch.float32, R.SUM), "coalesced a")
     same(b.reshape(-1), reference([data(r, torch.float32, 7) for r in range(world)], torch.float32, R.SUM),
          "coalesced b")
-    return checks + 1
+    # all_gather_coalesced: tensors of different shapes (one empty) in one call
+    # (torch's Python refuses mixed dtypes before the backend sees them).
+    ins = [data(rank, torch.float64, 3), data(rank, torch.float64, 6).reshape(2, 3), data(rank, torch.float64, 0)]
+    outs = [[torch.empty_like(t) for t in ins] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(world):
+        for i, want in enumerate([data(r, torch.float64, 3), data(r, torch.float64, 6).reshape(2, 3),
+                                  data(r, torch.float64, 0)]):
+            same(outs[r][i], want, "all_gather_coalesced rank %d tensor %d" % (r, i))
+    return checks + 2
 
 
 def check_movement(rank, world, checks):
