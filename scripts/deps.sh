@@ -13,6 +13,9 @@ if [[ ${1:-} == --list ]]; then list=1; shift; fi
 # libopenblas-openmp-dev: braid links the OpenMP build of OpenBLAS whatever
 # the system's default BLAS is (cmake/braidOpenBLAS.cmake says why).
 # libdnnl-dev: oneDNN, braid's bf16 GEMMs (src/tensor/bf16_gemm.cc).
+# python3-pip: installs expecttest from PyPI (below), which PyTorch's own
+# distributed test suite imports (tests/torch/test_torch_suite.py) and
+# Debian does not package.
 # openmpi-bin: the tests that launch braid's ranks and servers with mpirun.
 # slurmctld, slurmd, slurm-client: the tests that start a Slurm cluster on
 # namespaced test hosts and run srun and sbatch on it.
@@ -22,7 +25,7 @@ want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-
       libopenblas0-pthread libdnnl-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3
-      python3-torch libtorch-dev pybind11-dev python3-dev
+      python3-torch libtorch-dev pybind11-dev python3-dev python3-pip
       openmpi-bin slurmctld slurmd slurm-client)
 if [[ "${1:-build}" == bench ]]; then
   want+=(libopenmpi-dev libopenblas0-openmp)
@@ -32,6 +35,13 @@ if ((list)); then
   exit 0
 fi
 
+# PyPI's expecttest for Debian's python3 (the one python3-torch serves).
+want_expecttest() {
+  /usr/bin/python3 -c "import expecttest" 2>/dev/null && return 0
+  echo "deps.sh: installing expecttest (PyPI) for /usr/bin/python3" >&2
+  /usr/bin/python3 -m pip install -q --break-system-packages expecttest >/dev/null
+}
+
 missing=()
 for p in "${want[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -39,6 +49,7 @@ for p in "${want[@]}"; do
   fi
 done
 if ((${#missing[@]} == 0)); then
+  want_expecttest
   exit 0
 fi
 echo "deps.sh: installing ${missing[*]}" >&2
@@ -47,3 +58,4 @@ if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq || true
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+want_expecttest
