@@ -47,6 +47,9 @@ struct Device {
   std::string dtype = "bf16";
   // In a cluster file: "runtime": "megatron" (the default) or "braid-cpu".
   Runtime runtime = Runtime::kMegatron;
+  // Cores one device is (a CPU device; 0: not a CPU). With cores_per_host,
+  // it tells when a host's ranks outnumber its cores and time-share them.
+  int cores = 0;
   std::vector<EfficiencyPoint> gemm_efficiency;  // ascending flops
   std::string source;                            // where the figures come from
 

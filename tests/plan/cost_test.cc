@@ -202,3 +202,26 @@ TEST(PlanCost, RefusesLayoutsThatCannotRun) {
 }
 
 }  // namespace
+
+namespace {
+// Ranks beyond a CPU host's cores time-share them: on two one-core
+// devices' worth of cores, eight data-parallel ranks take about as long
+// per step as two (the same work on the same two cores), not a quarter.
+TEST(PlanCost, RanksBeyondTheCoresTimeShareTheirCompute) {
+  plan::Cluster c = plan::cluster_preset("this-machine");
+  c.cores_per_host = 2;
+  ASSERT_EQ(c.device.cores, 1);
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=4,hidden=256,heads=4,seq=128,vocab=256");
+  plan::Layout two, eight;
+  two.dp = 2;
+  two.mbs = 8;
+  eight.dp = 8;
+  eight.mbs = 2;
+  const double t2 = plan::estimate(m, c, two, 16).step_s, t8 = plan::estimate(m, c, eight, 16).step_s;
+  EXPECT_GT(t8, 0.8 * t2) << "dp 2 " << t2 << " s, dp 8 " << t8 << " s";
+  EXPECT_LT(t8, 1.5 * t2) << "dp 2 " << t2 << " s, dp 8 " << t8 << " s";
+  // A GPU device (cores 0) is never time-shared.
+  c.device.cores = 0;
+  EXPECT_LT(plan::estimate(m, c, eight, 16).step_s, 0.5 * t2);
+}
+}  // namespace

@@ -82,7 +82,7 @@ Device parse_device(const json& j, const std::string& from) {
   const json& d = j["device"];
   const std::string w = "device.";
   only_keys(d, {"name", "peak_tflops", "memory_gib", "memory_bw_gbytes_per_s", "dtype",
-                "runtime", "gemm_efficiency", "source"},
+                "runtime", "cores", "gemm_efficiency", "source"},
             from, w);
   Device dev;
   dev.name = text_or(d, "name", "device", from, w);
@@ -99,6 +99,11 @@ Device parse_device(const json& j, const std::string& from) {
   if (runtime != "megatron" && runtime != "braid-cpu")
     bad(from, w + "runtime", "must be \"megatron\" or \"braid-cpu\"");
   dev.runtime = runtime == "megatron" ? Runtime::kMegatron : Runtime::kBraidCpu;
+  if (d.contains("cores")) {
+    const double v = positive(d, "cores", from, w);
+    if (v != std::floor(v) || v > 1e9) bad(from, w + "cores", "must be a whole number >= 1");
+    dev.cores = int(v);
+  }
   if (!d.contains("gemm_efficiency") || !d["gemm_efficiency"].is_array() ||
       d["gemm_efficiency"].empty())
     bad(from, w + "gemm_efficiency", "missing list of [gemm_flops, efficiency] pairs");
@@ -215,6 +220,7 @@ std::string cluster_json(const Cluster& c) {
          {"nics_per_host", c.nics_per_host}};
   if (c.gamma_s_per_b > 0) j["reduce_gbytes_per_s"] = 1.0 / c.gamma_s_per_b / 1e9;
   if (c.cores_per_host != (1 << 20)) j["cores_per_host"] = c.cores_per_host;
+  if (c.device.cores > 0) j["device"]["cores"] = c.device.cores;
   return j.dump(2);
 }
 

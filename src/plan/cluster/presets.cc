@@ -166,6 +166,7 @@ Cluster eth_cpu() {
   c.device.memory_bw = 204.8e9;  // 8 channels of DDR4-3200 × 25.6 GB/s
   c.device.dtype = "f32";
   c.device.runtime = Runtime::kBraidCpu;  // braid's CPU layers run here
+  c.device.cores = 32;
   c.device.gemm_efficiency = generic_cpu_curve();
   c.device.source =
       "peak = cores x clock x 32 f32 FLOP/cycle (AVX2, 2 FMA pipes); DDR4-3200 x 8 "
@@ -228,7 +229,10 @@ Cluster this_machine() {
         "square, tuning file gemm_f32_1thread); memory = physical memory / usable cores; 10 "
         "GB/s memory bandwidth per core assumed";
   }
-  c.devices_per_host = cores;
+  // Every rank braid runs here is on this host; beyond its cores they
+  // time-share them (Device::cores, cores_per_host).
+  c.device.cores = 1;
+  c.devices_per_host = 1 << 16;
   c.hosts_per_rack = 1;
   c.intra_host = link_class("shm");
   c.inter_host = link_class("tcp-loopback");

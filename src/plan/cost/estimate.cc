@@ -140,6 +140,14 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   Group tpg(c, tp, 1, "tp", e);
   const bool sp = l.sequence_parallel;
 
+  // A CPU host whose ranks need more cores than it has time-shares them:
+  // every rank's compute stretches by that ratio (this-machine at a world
+  // above its cores). Collectives price it themselves (the selector's
+  // oversubscription).
+  const double ranks_here =
+      std::min(double(tp) * pp * l.dp, double(std::max(c.devices_per_host, 1)));
+  const double share =
+      dev.cores > 0 ? std::max(1.0, ranks_here * dev.cores / double(c.cores_per_host)) : 1.0;
   std::vector<Stage> st(static_cast<size_t>(S));
   std::vector<double> blocks_on(static_cast<size_t>(pp), 1.0);  // non-GPT: one unit
   auto gemm_time = [&](double flops, double gemm) { return flops / (peak * dev.efficiency(gemm)); };
@@ -233,8 +241,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         // lean: its input, and f32 probabilities.
         x.act += braid_layers ? eb * tokens * bb.last : Na + tokens * V * 4 / tp;
       }
-      x.fwd = comp + elementwise + x.tp_fwd;
-      x.bwd = 2 * comp + elementwise + recompute + x.tp_bwd;
+      x.fwd = share * (comp + elementwise) + x.tp_fwd;
+      x.bwd = share * (2 * comp + elementwise + recompute) + x.tp_bwd;
     }
   } else {
     Stage& x = st[0];
@@ -245,8 +253,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       if (f > 0) comp += gemm_time(f, f);
       act += d.act_elems * mbs * eb;
     }
-    x.fwd = comp;
-    x.bwd = 2 * comp;
+    x.fwd = share * comp;
+    x.bwd = share * 2 * comp;
     x.act = act;
   }
 
@@ -349,7 +357,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     // The update reads and writes weights, gradients and both moments:
     // ~28 bytes per parameter it owns (f32 moments and master weights).
-    const double opt_s = 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
+    const double opt_s = share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
     const double tail = exposed + opt_s;
     if (mem.total() > e.memory.total()) e.memory = mem;
     if (tail > worst || r == 0) {
