@@ -34,7 +34,8 @@ bench: build
 # The libFuzzer targets (fuzz/), in a clang ASan+UBSan build tree of their
 # own ($(FUZZ_BUILD)); scripts/fuzz.sh runs them.
 FUZZ_BUILD ?= build-fuzz
-fuzz: deps
+fuzz:
+	@scripts/deps.sh fuzz
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DBRAID_SANITIZE=address,undefined -DBRAID_FUZZ=ON
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz

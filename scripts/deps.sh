@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what braid needs to build and test, on Debian 12, as root.
 # Idempotent: packages already present are skipped, so a second run costs
-# one dpkg query. Usage: scripts/deps.sh [--list] [build|bench]
+# one dpkg query. Usage: scripts/deps.sh [--list] [build|bench|fuzz]
 # (--list: print the packages of that tier, one a line, and install nothing;
 # scripts/fresh_path.sh reads it.)
 set -euo pipefail
@@ -29,6 +29,12 @@ want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-
       openmpi-bin slurmctld slurmd slurm-client)
 if [[ "${1:-build}" == bench ]]; then
   want+=(libopenmpi-dev libopenblas0-openmp)
+fi
+# fuzz (`make fuzz`): clang and its runtimes (libFuzzer, ASan, UBSan). The
+# build tier needs neither: `make test` replays the fuzz inputs through the
+# targets built by the ordinary compiler (tests/fuzz/replay_test.cc).
+if [[ "${1:-build}" == fuzz ]]; then
+  want+=(clang libclang-rt-14-dev)
 fi
 if ((list)); then
   printf '%s\n' "${want[@]}"
