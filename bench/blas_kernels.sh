@@ -21,9 +21,9 @@ esac
 # Neither side inherits the library path or OpenMP tuning of the shell that
 # runs the benchmark: braid runs as a user runs it, and the rival's own
 # settings (its LD_LIBRARY_PATH, OMP_NUM_THREADS) are added after this prefix.
+. "$(dirname "${BASH_SOURCE[0]}")/braid_env.sh"
 blas_env() {
-  benv=(env -u LD_LIBRARY_PATH -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_PLACES
-        -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
+  benv=("${clean_env[@]}")
   [[ $1 == native ]] && benv+=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
   return 0
 }

@@ -1,9 +1,10 @@
 # Sourced by bench scripts: how braid's side runs (as a user runs it, none
 # of the settings a rival may be tuned with) and how they read its logs.
-#   "${clean_env[@]}" braid …     braid with LD_LIBRARY_PATH, OMP_NUM_THREADS,
-#                                  OMP_WAIT_POLICY and OPENBLAS_NUM_THREADS unset
+#   "${clean_env[@]}" braid …     braid with the library path and the OpenMP
+#                                  and BLAS thread settings of the shell unset
 #   done_field FILE KEY           a field of a JSON log's done record (JSON)
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+clean_env=(env -u LD_LIBRARY_PATH -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_PLACES
+           -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
 done_field() {
   python3 -c "import json,sys
 for l in open(sys.argv[1]):
