@@ -82,9 +82,11 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
 
 // The closed form the planner prices the same call with: the registry
 // entry's cost formula (comm::price_algorithm) over place_group(c, ranks,
-// stride).
+// stride), with a ring cut into chunks of `chunk_bytes` (SimOptions'
+// default: the runtime's).
 double closed_form_seconds(const Cluster& c, const std::string& collective,
-                           const std::string& algo, size_t bytes, int ranks, int stride = 1);
+                           const std::string& algo, size_t bytes, int ranks, int stride = 1,
+                           size_t chunk_bytes = size_t(1) << 20);
 
 struct PipelineSimResult {
   double makespan = 0;  // seconds, virtual

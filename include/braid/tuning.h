@@ -70,6 +70,7 @@ struct GroupLinks {
   double gamma_s_per_b = 1.0 / 10e9;
   bool inner_is_shm = false;
   int cores = 1 << 20;
+  size_t chunk_bytes = size_t(1) << 20;  // the ring's pipelining chunk (BRAID_CHUNK_BYTES)
 };
 struct CollectivePrice {
   std::string algorithm;  // the registry entry the runtime would run

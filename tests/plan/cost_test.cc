@@ -56,8 +56,13 @@ TEST(PlanCost, RingAllReduceByHandOnOneHost) {
   g.inner = {1e-5, 1e-9};  // slow α: the ring wins at 64 MiB
   g.gamma_s_per_b = 1e-11;
   const size_t N = size_t(64) << 20;
-  const double n = 4, chunks = std::ceil(double(N) / n / (256 * 1024));
-  const double ring = (2 * (n - 1) + chunks - 1) * 1e-5 + 2 * (n - 1) / n * N * 1e-9 + (n - 1) / n * N * 1e-11;
+  // 1 MiB chunks (BRAID_CHUNK_BYTES's default), 16 a segment: the
+  // link's load (busy) outlasts the last chunk's way round (path).
+  const double n = 4, chunks = std::ceil(double(N) / n / (1 << 20)), c = N / n / chunks;
+  const double path = (2 * (n - 1) + chunks - 1) * (1e-5 + c * 1e-9);
+  const double busy = 2 * (n - 1) * chunks * c * 1e-9 + 1e-5;
+  ASSERT_GT(busy, path);
+  const double ring = busy + (n - 1) / n * N * 1e-11;
   const comm::CollectivePrice p = comm::price_collective("all_reduce", N, g);
   if (p.algorithm == "ring") {
     EXPECT_DOUBLE_EQ(p.seconds, ring);

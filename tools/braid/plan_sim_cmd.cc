@@ -46,7 +46,8 @@ int simulate_collective_main(const plan::Cluster& c, const SimCollectiveArgs& a)
   o.group_stride = a.group_stride;
   o.trace = !a.trace_path.empty();
   const plan::SimResult r = plan::simulate_collective(c, a.collective, algo, a.bytes, a.ranks, o);
-  const double closed = plan::closed_form_seconds(c, a.collective, algo, a.bytes, a.ranks, a.stride);
+  const double closed =
+      plan::closed_form_seconds(c, a.collective, algo, a.bytes, a.ranks, a.stride, o.chunk_bytes);
   if (o.trace) write_file(a.trace_path, r.trace_json);
   if (a.json) {
     json j = {{"collective", a.collective}, {"algorithm", algo},       {"ranks", a.ranks},
@@ -118,7 +119,7 @@ void simulate_layouts(const plan::Cluster& c, const std::vector<plan::Estimate>&
       // runtime's 1 MiB chunks is tens of millions of simulated messages;
       // past 16 the pipeline's fill is a few percent of its time.
       o.chunk_bytes = std::max(o.chunk_bytes, bytes / size_t(size) / 16 / 4 * 4);
-      const double closed = plan::closed_form_seconds(c, op, algo, bytes, size, o.stride);
+      const double closed = plan::closed_form_seconds(c, op, algo, bytes, size, o.stride, o.chunk_bytes);
       try {
         const plan::SimResult r = plan::simulate_collective(c, op, algo, bytes, size, o);
         j[what] = {{"algorithm", algo},         {"bytes", bytes},

@@ -12,6 +12,7 @@
 // wire and γ the time per byte of reduction.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -62,8 +63,8 @@ struct CostInputs {
   double as = 0, bs = 0;  // α and β of shared memory (the hierarchy's inner level)
   int p = 1;            // the largest power of two ≤ n
   bool folded = false;  // n is not a power of two
-  double chunk = 0;     // pipelining chunk the model assumes, bytes
-  double chunks = 1;    // chunks per segment of a ring: max(1, ⌈N/n/chunk⌉)
+  double chunk = 0;     // chain's pipelining chunk the model assumes, bytes
+  double chunks = 1;    // chunks per segment of a ring: max(1, ⌈N/n/the comm's chunk⌉)
   int hosts = 1, max_local = 1;  // the hierarchy: hosts, ranks of the largest
   int nics = 1;                  // links a host's ranks spread their traffic across hosts over
   int cores = 1;                 // usable cores of a host
@@ -92,6 +93,25 @@ struct CostInputs {
   // hop, so a ring's steps walk it round and pay the hops' mean, not the
   // slowest hop's α every step.
   double ring_hop_alpha() const { return hosts > 1 ? (hosts * a + (n - hosts) * as) / n : a; }
+  // The same mean for β.
+  double ring_hop_beta() const { return hosts > 1 ? (hosts * b + (n - hosts) * bs) / n : b; }
+  // The α and β time of `steps` ring steps, each moving a segment of N/n
+  // bytes in `chunks` chunks of c bytes: the longer of two bounds.
+  //   path: the last chunk's way round: `steps` hops at the hops' mean
+  //     α and β (the steps walk the ring), behind the chunks − 1 before it
+  //     at the slowest link's rate;
+  //   busy: the slowest link (β = b) carries steps × chunks chunks one
+  //     after another, and α is latency that holds no link.
+  // On one kind of link with one chunk a step both are steps·(α + c·β) and
+  // steps·c·β + α, so path decides, as the flat formula has it; a pipeline
+  // of many chunks is bound by busy; across hosts a ring of small segments
+  // pays the mean hop, not the host link's β, on every step.
+  double ring_ab(double steps) const {
+    const double c = N / n / chunks;
+    const double path = steps * (ring_hop_alpha() + c * ring_hop_beta()) + (chunks - 1) * (a + c * b);
+    const double busy = steps * chunks * c * b + a;
+    return std::max(path, busy);
+  }
 };
 
 inline double log2c(int n) { return std::ceil(std::log2(double(std::max(n, 1)))); }

@@ -9,19 +9,24 @@
 //     segment (r−s−1) from r−1 and reduce it into the local copy. After n−1
 //     steps rank r holds the fully reduced segment (r+1).
 //   all-gather step t (0 ≤ t ≤ n−2): send segment (r+1−t), receive (r−t).
-// With C = max(1, ⌈N/n / chunk⌉) chunks per segment (the model assumes a
-// 256 KiB chunk), the pipeline fills in C − 1 extra steps.
-// Cost: (2(n−1) + C − 1)α + 2(n−1)/n·Nβ + (n−1)/n·Nγ. Across hosts the
-// 2(n−1) steps' α is the mean of the ring's hops (CostInputs::
-// ring_hop_alpha: H of n hops cross hosts), the fill's and β the link
-// between hosts'. Bandwidth-optimal: the choice for large messages.
+// With C = max(1, ⌈N/n / chunk⌉) chunks of c = N/(nC) bytes per segment
+// (chunk: the communicator's, BRAID_CHUNK_BYTES), the pipeline fills in
+// C − 1 extra steps.
+// Cost: max(path, busy) + (n−1)/n·Nγ, with S = 2(n−1) steps,
+//   path = S(ᾱ + c·β̄) + (C − 1)(α + c·β)   the last chunk's way round,
+//   busy = S·C·c·β + α                     the slowest link's load,
+// ᾱ, β̄ the mean of the ring's hops (CostInputs::ring_ab: across hosts, H
+// of the n hops cross a host's link), α, β the slowest link's. On one
+// kind of link with one chunk a step this is (2(n−1))α + 2(n−1)/n·Nβ +
+// (n−1)/n·Nγ; with many chunks the link's load decides (the α of each
+// step is latency, hidden behind the chunks in flight). Bandwidth-optimal:
+// the choice for large messages.
 // Latency grows linearly with n, so small messages go to recursive
 // doubling instead.
 //
 // reduce-scatter alone: the same first phase, shifted so rank r ends with
-// segment r: (n−1 + C−1)α + (n−1)/n·N(β + γ) (N = the whole input).
-// all-gather alone: the second phase: (n−1 + C−1)α + (n−1)/n·Nβ (N = whole
-// output).
+// segment r: S = n − 1 steps, plus (n−1)/n·Nγ (N = the whole input).
+// all-gather alone: the second phase: S = n − 1 steps (N = whole output).
 // reduce: the reduce-scatter phase, then every rank hands its reduced
 // segment to the root: (2(n−1) + C − 1)α + (n−1)/n·N(2β + γ) at the root's
 // links — independent of log n, unlike the tree. When ranks outnumber
@@ -301,8 +306,7 @@ void add_ring(Table& t) {
   t.push_back({CollOp::kAllReduce, AlgoId::kRing, "ring",
                "bandwidth-optimal, pipelined in chunks: large buffers", always,
                [](const CostInputs& m) {
-                 return 2 * (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
-                        2 * (m.n - 1) / m.n * m.N * m.b + (m.n - 1) / m.n * m.N * m.g;
+                 return m.ring_ab(2 * (m.n - 1)) + (m.n - 1) / m.n * m.N * m.g;
                },
                [](Context& c, const Call& k) {
                  all_reduce_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
@@ -320,8 +324,7 @@ void add_ring(Table& t) {
                }});
   t.push_back({CollOp::kAllGather, AlgoId::kRing, "ring", "pipelined ring: large buffers", always,
                [](const CostInputs& m) {
-                 return (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
-                        (m.n - 1) / m.n * m.N * m.b;
+                 return m.ring_ab(m.n - 1);
                },
                [](Context& c, const Call& k) {
                  all_gather_ring(c, k.send, k.recv, k.count, k.chunk_bytes);
@@ -329,8 +332,7 @@ void add_ring(Table& t) {
   t.push_back({CollOp::kReduceScatter, AlgoId::kRing, "ring", "pipelined ring: large buffers",
                always,
                [](const CostInputs& m) {
-                 return (m.n - 1) * m.ring_hop_alpha() + (m.chunks - 1) * m.a +
-                        (m.n - 1) / m.n * m.N * (m.b + m.g);
+                 return m.ring_ab(m.n - 1) + (m.n - 1) / m.n * m.N * m.g;
                },
                [](Context& c, const Call& k) {
                  reduce_scatter_ring(c, k.send, k.recv, k.count, k.chunk_bytes);

@@ -18,7 +18,7 @@ namespace braid::comm {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr size_t kChunk = 256 * 1024;  // pipelining chunk assumed by the model
+constexpr size_t kChunk = 256 * 1024;  // chain's pipelining chunk, as its model assumes it
 // Measured on this project's 2-core VM (2026-11-22, braid bench --algo):
 // - a sleeping receiver costs ~12 µs per schedule step when ranks outnumber
 //   cores (4 ranks, 1 KiB: rd 24 µs for 2 steps, hd 50 µs for 4, ring 75 µs
@@ -174,7 +174,7 @@ algo::CostInputs Selector::inputs(size_t bytes) const {
   while (m.p * 2 <= n_) m.p *= 2;
   m.folded = m.p != n_;
   m.chunk = double(kChunk);
-  m.chunks = std::max(1.0, std::ceil(m.N / m.n / m.chunk));
+  m.chunks = std::max(1.0, std::ceil(m.N / m.n / double(ring_chunk_)));
   m.hosts = hosts_;
   m.max_local = max_local_;
   m.nics = nics_;
@@ -271,8 +271,9 @@ Selector group_selector(const GroupLinks& g) {
   p.tcp = p.net = g.outer;
   p.gamma_s_per_b = g.gamma_s_per_b;
   const bool spans = g.hosts > 1;
-  return Selector(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores,
-                  g.nics);
+  Selector s(g.ranks, spans, p, g.hosts, g.max_local, g.inner_is_shm && !spans, g.cores, g.nics);
+  s.set_chunk_bytes(g.chunk_bytes);
+  return s;
 }
 
 }  // namespace

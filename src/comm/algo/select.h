@@ -70,6 +70,10 @@ class Selector {
   // for an algorithm that can run, with more than one rank.
   algo::CostInputs inputs(size_t bytes) const;
   bool deterministic() const { return deterministic_; }
+  // The communicator's pipelining chunk (BRAID_CHUNK_BYTES; 1 MiB unless
+  // set): a ring's segments are cut into chunks of it, and its formula
+  // counts them (CostInputs::chunks).
+  void set_chunk_bytes(size_t bytes) { ring_chunk_ = bytes; }
   // True if BRAID_ALGO or set_algorithm forced an algorithm for `op`.
   bool overridden(CollOp op) const { return overrides_.count(op) != 0; }
 
@@ -84,6 +88,7 @@ class Selector {
   bool all_shm_;  // every peer over shared memory, and n > 1
   bool fit_shm_;  // every peer over shared memory (vacuous at n = 1)
   int cores_;  // usable cores of a host
+  size_t ring_chunk_ = size_t(1) << 20;
   bool deterministic_;
   std::map<CollOp, const algo::Algorithm*> overrides_;
 };

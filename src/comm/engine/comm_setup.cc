@@ -40,6 +40,7 @@ void CommImpl::make_selector(int nhosts, int max_local, bool any_tcp, bool all_s
   // probe's "net" class), not loopback's.
   if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1) p.tcp = p.net;
   selector_ = std::make_unique<Selector>(size_, any_tcp, p, nhosts, max_local, all_shm, cores);
+  selector_->set_chunk_bytes(chunk_bytes_);
   selector_->load_env_overrides();
   last_choice_ = LastChoice{};
 }

@@ -75,8 +75,11 @@ void default_fill(int rank, float* buf, size_t count) {
 }  // namespace
 
 double closed_form_seconds(const Cluster& c, const std::string& collective,
-                           const std::string& algo, size_t bytes, int ranks, int stride) {
-  return comm::price_algorithm(collective, algo, bytes, place_group(c, ranks, stride).links);
+                           const std::string& algo, size_t bytes, int ranks, int stride,
+                           size_t chunk_bytes) {
+  comm::GroupLinks g = place_group(c, ranks, stride).links;
+  g.chunk_bytes = chunk_bytes;
+  return comm::price_algorithm(collective, algo, bytes, g);
 }
 
 SimResult simulate_collective(const Cluster& c, const std::string& collective,
