@@ -181,6 +181,7 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   // Eight ranks on one host: with a core each, and with two cores, which
   // every send's copy (B·β on the sender's core) and every reduction
   // (B·γ) take turns on, so the run lasts at least all that work over two.
+  // this-machine's ranks are CPU cores (copies_on_core).
   plan::Cluster c = plan::cluster_preset("this-machine");
   c.devices_per_host = 8;
   c.cores_per_host = 8;
@@ -193,7 +194,10 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   const double gamma = plan::place_group(c, n, 1).links.gamma_s_per_b;
   const double work = 2.0 * (n - 1) * double(bytes) * beta + (n - 1) * double(bytes) * gamma;
   EXPECT_GE(shared, work / 2 * (1 - 1e-9)) << "own cores " << own << " s";
-  EXPECT_GT(shared, 2 * own);
+  // A rank's core copies what it sends and reduces what it receives, one
+  // after the other, even with a core of its own.
+  EXPECT_GE(own, work / n * (1 - 1e-9));
+  EXPECT_GT(shared, 1.25 * own) << "work " << work << " s";
 }
 
 TEST(PlanSim, GroupsRunAtOnceWhereTheLayoutPutsThem) {

@@ -236,6 +236,9 @@ Cluster this_machine() {
   c.hosts_per_rack = 1;
   c.intra_host = link_class("shm");
   c.inter_host = link_class("tcp-loopback");
+  // Reductions at the rate the probe measured, as the runtime selector
+  // prices them (not 3 bytes an element at the assumed memory bandwidth).
+  c.gamma_s_per_b = comm::parse_cost_params(comm::read_tuning(), "tuning file").gamma_s_per_b;
   c.nics_per_host = 1;
   c.cores_per_host = cores;
   return c;

@@ -9,6 +9,8 @@
 
 namespace braid::plan::sim {
 
+constexpr int kMaxHops = 8;  // NIC out, uplink, downlink, NIC in, two pools, a core
+
 const char* link_kind_name(LinkKind k) {
   switch (k) {
     case LinkKind::kIntraHost: return "intra_host";
@@ -53,6 +55,10 @@ Network::Network(const Cluster& c, int ranks)
   for (int h = 0; h < hosts; ++h)
     if (c.cores_per_host >= 1 && std::min(per_host_, n_ - h * per_host_) > c.cores_per_host)
       cpu_[size_t(h)] = add_link(c.cores_per_host, 0);
+  if (c.device.runtime == Runtime::kBraidCpu) {
+    own_core_ = int(links_.size());
+    for (int r = 0; r < n_; ++r) add_link(1, 0);
+  }
 }
 
 int Network::add_link(int lanes, double beta) {
@@ -84,13 +90,14 @@ Flow Network::send(int src, int dst, double now, double bytes) {
     f.start = f.inject_end = f.arrival = now;
     return f;
   }
-  int path[6];
+  int path[kMaxHops];
   int hops = 0;
   double alpha;
   if (f.kind == LinkKind::kIntraHost) {
     path[hops++] = port_out_ + src;
     path[hops++] = port_in_ + dst;
     if (cpu_[size_t(host_of(src))] >= 0) path[hops++] = cpu_[size_t(host_of(src))];  // a core copies
+    if (own_core_ >= 0) path[hops++] = own_core_ + src;
     alpha = intra_.alpha_s;
   } else {
     const int nic_s = host_of(src) * nics_ + (src % per_host_) % nics_;
@@ -103,6 +110,7 @@ Flow Network::send(int src, int dst, double now, double bytes) {
     path[hops++] = nic_in_ + nic_d;
     for (int h : {host_of(src), host_of(dst)})
       if (cpu_[size_t(h)] >= 0) path[hops++] = cpu_[size_t(h)];
+    if (own_core_ >= 0) path[hops++] = own_core_ + src;
     alpha = inter_.alpha_s;
   }
   double beta = 0;  // the cores' pool has no rate of its own (β 0)
@@ -122,7 +130,7 @@ double Network::reserve(const int* path, int hops, double now, double earliest, 
   // path has a lane free for the whole span. Reservations are intervals,
   // so a span may take a gap before one made earlier for later.
   if (dur <= 0) return earliest;
-  Lane* lane[6] = {};
+  Lane* lane[kMaxHops] = {};
   double t = earliest;
   for (bool moved = true; moved;) {
     moved = false;
@@ -149,10 +157,12 @@ double Network::reserve(const int* path, int hops, double now, double earliest, 
 }
 
 double Network::compute(int rank, double now, double earliest, double dur) {
-  const int pool = cpu_[size_t(host_of(rank))];
-  if (pool < 0) return earliest;
-  const int path[1] = {pool};
-  return reserve(path, 1, now, earliest, dur);
+  int path[2];
+  int hops = 0;
+  if (cpu_[size_t(host_of(rank))] >= 0) path[hops++] = cpu_[size_t(host_of(rank))];
+  if (own_core_ >= 0) path[hops++] = own_core_ + rank;
+  if (hops == 0) return earliest;
+  return reserve(path, hops, now, earliest, dur);
 }
 
 }  // namespace braid::plan::sim

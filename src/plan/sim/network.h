@@ -19,7 +19,10 @@
 // link, so messages on one link pipeline. A host with fewer cores
 // (cores_per_host) than ranks has a pool of that many cores: a message
 // also holds a core of its sender's host (and, between hosts, of its
-// receiver's) for its B·β, and a reduction holds one for its B·γ.
+// receiver's) for its B·β, and a reduction holds one for its B·γ. Where
+// the devices are CPU cores (Runtime::kBraidCpu), a rank's own core copies
+// what it sends and runs its reductions and compute, so those take turns
+// too (a GPU's links and copy engines move data while its cores reduce).
 #pragma once
 
 #include <cstdint>
@@ -56,8 +59,8 @@ class Network {
   Flow send(int src, int dst, double now, double bytes);
   // A span of `dur` seconds of compute on rank's host, from `earliest`
   // or the first time after it that one of the host's cores is free (at
-  // once when the host has a core per rank); its start. `now`: the
-  // engine's clock.
+  // once when the host has a core per rank), and, for CPU devices, the
+  // rank's own core; its start. `now`: the engine's clock.
   double compute(int rank, double now, double earliest, double dur);
   // Bytes carried so far, by kind, and the time messages waited for links.
   double bytes(LinkKind k) const { return bytes_[size_t(k)]; }
@@ -83,6 +86,7 @@ class Network {
   std::vector<Link> links_;
   int port_out_ = 0, port_in_ = 0, nic_out_ = 0, nic_in_ = 0, up_ = 0, down_ = 0;
   std::vector<int> cpu_;  // by host: its core pool's link, -1 if it has a core per rank
+  int own_core_ = -1;     // CPU devices: rank r's own core is link own_core_ + r
   double bytes_[3] = {0, 0, 0};
   double waited_ = 0;
   uint64_t messages_ = 0;
