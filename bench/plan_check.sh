@@ -8,6 +8,7 @@
 # not depend on load; step times need a quiet machine.
 #   bench/plan_check.sh [BUILD]
 #   STEPS=25  LAYERS=4 D_MODEL=256 HEADS=4 CONTEXT=128 BATCH=16
+#   WORLDS="1 2 4 8" (the world sizes whose layouts run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -19,7 +20,7 @@ model="gpt:layers=$L,hidden=$H,heads=$A,seq=$T,vocab=256"
 shape=(--layers "$L" --d-model "$H" --heads "$A" --context "$T")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-half=$((batch / 2)) quarter=$((batch / 4))
+half=$((batch / 2)) quarter=$((batch / 4)) eighth=$((batch / 8))
 # name | ranks | braid train flags | braid plan flags
 layouts=(
   "1 rank|1||--tp 1 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none"
@@ -33,12 +34,24 @@ layouts=(
   "tp 2, sp|2|--tp 2 --sequence-parallel|--tp 2 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none --sequence-parallel"
   "pp 2, 1f1b, 4 micro-batches|2|--pp 2 --micro-batches 4|--tp 1 --pp 2 --dp 1 --mbs $quarter --schedule 1f1b --zero 0 --recompute none"
   "pp 2, gpipe, 4 micro-batches|2|--pp 2 --micro-batches 4 --schedule gpipe|--tp 1 --pp 2 --dp 1 --mbs $quarter --schedule gpipe --zero 0 --recompute none"
+  # More ranks than the cores: they take turns (this-machine counts it).
+  "dp 4|4|--dp 4|--tp 1 --pp 1 --dp 4 --mbs $quarter --zero 0 --recompute none"
+  "dp 4, ZeRO-3|4|--dp 4 --zero 3|--tp 1 --pp 1 --dp 4 --mbs $quarter --zero 3 --recompute none"
+  "tp 2 x dp 2|4|--tp 2 --dp 2|--tp 2 --pp 1 --dp 2 --mbs $half --zero 0 --recompute none --no-sequence-parallel"
+  "pp 2 x dp 2, 2 micro-batches|4|--pp 2 --dp 2 --micro-batches 2|--tp 1 --pp 2 --dp 2 --mbs $quarter --schedule 1f1b --zero 0 --recompute none"
+  "tp 4|4|--tp 4|--tp 4 --pp 1 --dp 1 --mbs $batch --zero 0 --recompute none --no-sequence-parallel"
+  "pp 4, 1f1b, 8 micro-batches|4|--pp 4 --micro-batches 8|--tp 1 --pp 4 --dp 1 --mbs $eighth --schedule 1f1b --zero 0 --recompute none"
+  "dp 8|8|--dp 8|--tp 1 --pp 1 --dp 8 --mbs $eighth --zero 0 --recompute none"
+  "dp 8, ZeRO-1|8|--dp 8 --zero 1|--tp 1 --pp 1 --dp 8 --mbs $eighth --zero 1 --recompute none"
+  "tp 2 x dp 4|8|--tp 2 --dp 4|--tp 2 --pp 1 --dp 4 --mbs $quarter --zero 0 --recompute none --no-sequence-parallel"
+  "pp 2 x tp 2 x dp 2|8|--pp 2 --tp 2 --dp 2 --micro-batches 2|--tp 2 --pp 2 --dp 2 --mbs $quarter --schedule 1f1b --zero 0 --recompute none --no-sequence-parallel"
 )
 echo "# $model, batch $batch, $steps steps; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '| layout | step measured | predicted | / measured | peak memory measured | predicted | / measured |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name ranks train plan <<<"$entry"
+  [[ " ${WORLDS:-1 2 4 8} " == *" $ranks "* ]] || continue
   log=$tmp/log.jsonl
   rm -f "$log"
   run=("$braid" train gpt --steps "$steps" --batch "$batch" --threads 1 -q "${shape[@]}" --json-log "$log")

@@ -60,12 +60,19 @@ class Group {
 struct Stage {
   double params = 0;          // this rank's share (÷ tp)
   double fwd = 0, bwd = 0;    // seconds, tp communication included
+  double fwd_own = 0, bwd_own = 0;  // the same on a core of its own (no time-sharing)
   double tp_fwd = 0, tp_bwd = 0;  // the tp communication in them
   double tp_bytes = 0;        // bus bytes of that communication
   double act = 0;             // bytes stored for backward
   double work = 0;            // transient bytes while it runs (full recomputation)
   double re_flops = 0;        // FLOPs recomputation adds (this rank's share)
 };
+
+double mean_busy_of(const PipelineRun& run) {
+  double sum = 0;
+  for (double b : run.busy) sum += b;
+  return run.busy.empty() ? 0 : sum / double(run.busy.size());
+}
 
 void validate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch) {
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.mbs < 1) refuse("tp/pp/dp/mbs", "must be >= 1");
@@ -241,6 +248,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         // lean: its input, and f32 probabilities.
         x.act += braid_layers ? eb * tokens * bb.last : Na + tokens * V * 4 / tp;
       }
+      x.fwd_own = comp + elementwise + x.tp_fwd;
+      x.bwd_own = 2 * comp + elementwise + recompute + x.tp_bwd;
       x.fwd = share * (comp + elementwise) + x.tp_fwd;
       x.bwd = share * (2 * comp + elementwise + recompute) + x.tp_bwd;
     }
@@ -253,6 +262,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       if (f > 0) comp += gemm_time(f, f);
       act += d.act_elems * mbs * eb;
     }
+    x.fwd_own = comp;
+    x.bwd_own = 2 * comp;
     x.fwd = share * comp;
     x.bwd = share * 2 * comp;
     x.act = act;
@@ -311,10 +322,25 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   const std::string sched = pp > 1 ? l.schedule : "1f1b";
   const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
   const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
-  e.bubble = run.bubble;
+  // Time-shared cores (share > 1): a pipeline rank waiting in the bubble
+  // leaves its core to the others, so the pipeline lasts the longer of its
+  // schedule on cores of their own and the host's work over its cores (the
+  // mean rank's time-shared busy time), not every stage stretched by the
+  // share. Without pipelining, or with a core a rank, that is run.makespan.
+  double makespan = run.makespan;
+  if (share > 1 && pp > 1) {
+    std::vector<double> fwd_own, bwd_own;
+    for (const Stage& x : st) {
+      fwd_own.push_back(x.fwd_own);
+      bwd_own.push_back(x.bwd_own);
+    }
+    makespan = std::max(run_pipeline(sched, pp, M, chunks, fwd_own, bwd_own, transfer).makespan,
+                        mean_busy_of(run) + std::max(0.0, run.makespan - dry.makespan));
+  }
+  e.bubble = makespan < run.makespan ? std::max(0.0, 1 - mean_busy_of(run) / makespan) : run.bubble;
   e.stage_forward_s = fwd;
   e.stage_backward_s = bwd;
-  e.pipeline_s = run.makespan;
+  e.pipeline_s = makespan;
 
   // Per pipeline rank: its chunks' parameters, activations, busy time.
   Group dpg(c, l.dp, tp * pp, "dp", e);
@@ -377,8 +403,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   if (l.dp > 1) e.comm_bytes[dpg.link()] += dp_bytes;
   e.compute_s = busiest - e.tp_comm_s;
   e.p2p_s = pp > 1 ? std::max(0.0, run.makespan - dry.makespan) : 0;
-  e.bubble_s = run.makespan - busiest - e.p2p_s;
-  e.step_s = run.makespan + e.dp_exposed_s + e.optimizer_s;
+  e.bubble_s = std::max(0.0, makespan - busiest - e.p2p_s);
+  e.step_s = makespan + e.dp_exposed_s + e.optimizer_s;
   const double devices = double(tp) * pp * l.dp;
   e.model_flops = m.model_flops_per_sample() * double(batch);
   e.hardware_flops = e.model_flops + recomputed * M * tp * l.dp;
