@@ -5,6 +5,7 @@
 
 #include "braid/env.h"
 #include "braid/error.h"
+#include "comm/algo/algorithms.h"
 #include "comm/transport/shm/stream_copy.h"
 
 namespace braid::comm {
@@ -58,6 +59,12 @@ Request* Context::recv_final(int peer, void* buf, size_t bytes, size_t out_bytes
   r->stream_dst = stream_out(out_bytes);
   tp_.post(r);
   return r;
+}
+
+void Context::copy(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  algo::copy_if_distinct(dst, src, bytes);
+  tp_.copied(bytes);
 }
 
 Request* Context::recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step) {

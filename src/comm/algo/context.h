@@ -99,6 +99,8 @@ class Context {
   // output (out_bytes, on this rank) is large, the wire writes it past the
   // cache (Request::stream_dst, stream_out()); else a plain recv.
   Request* recv_final(int peer, void* buf, size_t bytes, size_t out_bytes, uint32_t step = 0);
+  // copy_if_distinct, told to the transport (the simulator times it).
+  void copy(void* dst, const void* src, size_t bytes);
   // dst = acc op incoming, `count` elements of the call's dtype and op (avg
   // reduces as sum).
   Request* recv_reduce(int peer, void* dst, const void* acc, size_t count, uint32_t step = 0);

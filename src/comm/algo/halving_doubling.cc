@@ -56,7 +56,7 @@ void with_fold(Context& c, const void* send, void* recv, size_t count, Body body
   const int n = c.size(), r = c.rank();
   const size_t bytes = count * c.esize();
   auto* buf = static_cast<uint8_t*>(recv);
-  copy_if_distinct(recv, send, bytes);
+  c.copy(recv, send, bytes);
   if (n == 1) return;
   Fold f = make_fold(n, r);
   if (r < 2 * f.rem) {

@@ -7,9 +7,11 @@
 //   3. inside each host, the leader broadcasts the result (pipelined chain).
 // With H hosts of at most L ranks, s the shared-memory link and t the
 // communicator's: ⌈log L⌉(αs + Nβs + Nγ) for the tree, (L − 1 + C)αs + Nβs
-// for the chain (C as the ring's), 2(H−1)αt + 2(H−1)/H·Nβt + (H−1)/H·Nγ
-// for the leaders' ring — the inter-host volume of a ring of H instead of
-// H·L ranks. avg is summed throughout and divided once at the end.
+// for the chain (C as the ring's), and the leaders' ring as ring.cc prices
+// a ring of H (CostInputs::ring_time over t: 2(H−1)αt + 2(H−1)/H·Nβt
+// when each step is one chunk, its link's load when pipelined) +
+// (H−1)/H·Nγ — the inter-host volume of a ring of H instead of H·L ranks.
+// avg is summed throughout and divided once at the end.
 #include "comm/algo/hierarchical.h"
 
 #include "braid/reduce.h"
@@ -58,7 +60,12 @@ void add_hierarchical(Table& t) {
                  const double as = m.as, bs = m.bs;
                  double intra =
                      log2c(m.max_local) * (as + N * bs + N * g) + (L - 1 + m.chunks) * as + N * bs;
-                 double inter = 2 * (H - 1) * m.a + 2 * (H - 1) / H * N * m.b + (H - 1) / H * N * g;
+                 // The leaders' ring: H ranks, segments of N/H in the comm's chunks.
+                 const double CH = std::max(1.0, std::ceil(N / H / m.ring_chunk));
+                 double inter = H > 1 ? CostInputs::ring_time(2 * (H - 1), N / H / CH, CH, m.a, m.b,
+                                                              m.a, m.b) +
+                                            (H - 1) / H * N * g
+                                      : 0;
                  return intra + inter;
                },
                [](Context& c, const Call& k) {

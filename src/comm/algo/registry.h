@@ -65,6 +65,7 @@ struct CostInputs {
   bool folded = false;  // n is not a power of two
   double chunk = 0;     // chain's pipelining chunk the model assumes, bytes
   double chunks = 1;    // chunks per segment of a ring: max(1, ⌈N/n/the comm's chunk⌉)
+  double ring_chunk = 1 << 20;  // the communicator's pipelining chunk, bytes
   int hosts = 1, max_local = 1;  // the hierarchy: hosts, ranks of the largest
   int nics = 1;                  // links a host's ranks spread their traffic across hosts over
   int cores = 1;                 // usable cores of a host
@@ -107,9 +108,14 @@ struct CostInputs {
   // of many chunks is bound by busy; across hosts a ring of small segments
   // pays the mean hop, not the host link's β, on every step.
   double ring_ab(double steps) const {
-    const double c = N / n / chunks;
-    const double path = steps * (ring_hop_alpha() + c * ring_hop_beta()) + (chunks - 1) * (a + c * b);
-    const double busy = steps * chunks * c * b + a;
+    return ring_time(steps, N / n / chunks, chunks, ring_hop_alpha(), ring_hop_beta(), a, b);
+  }
+  // The same for `steps` steps of `chunks` chunks of c bytes over hops of
+  // mean α, β (am, bm) whose slowest link is (a_max, b_max).
+  static double ring_time(double steps, double c, double chunks, double am, double bm, double a_max,
+                          double b_max) {
+    const double path = steps * (am + c * bm) + (chunks - 1) * (a_max + c * b_max);
+    const double busy = steps * chunks * c * b_max + a_max;
     return std::max(path, busy);
   }
 };

@@ -174,7 +174,8 @@ algo::CostInputs Selector::inputs(size_t bytes) const {
   while (m.p * 2 <= n_) m.p *= 2;
   m.folded = m.p != n_;
   m.chunk = double(kChunk);
-  m.chunks = std::max(1.0, std::ceil(m.N / m.n / double(ring_chunk_)));
+  m.ring_chunk = double(ring_chunk_);
+  m.chunks = std::max(1.0, std::ceil(m.N / m.n / m.ring_chunk));
   m.hosts = hosts_;
   m.max_local = max_local_;
   m.nics = nics_;

@@ -111,6 +111,9 @@ class Transport {
   virtual std::string peer_abort_reason() const { return {}; }
   // The cores the ranks on `peer`'s host may use between them (host_cores).
   virtual int cores_of(int peer) const { (void)peer; return usable_cores(); }
+  // An algorithm copied `bytes` in its own memory (Context::copy): real
+  // transports have nothing to do; the planner's simulator times it.
+  virtual void copied(size_t bytes) { (void)bytes; }
 };
 
 // Builds the transport for `rank` of `size`, meeting the peers through

@@ -180,12 +180,14 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
   cfg.trace = o.trace ? &trace : nullptr;
   sim::Engine eng(net, cfg);
 
-  // Buffers: each rank's own with payloads, else one shared by all (only
-  // sizes travel; what the algorithms copy locally lands there).
+  // Buffers: each rank's own with payloads, else one input and one output
+  // shared by all (only sizes travel; what the algorithms copy locally
+  // lands there). Distinct, so that a call is out of place, as the
+  // formulas price it (hd's copy of its input, Context::copy).
   // (With payloads, buffers are by member of group 0; the other groups,
   // if any, move sizes only.)
   std::vector<std::vector<float>> sendb, recvb;
-  std::vector<float> shared;
+  std::vector<float> shared, shared_in;
   if (o.carry_data) {
     if (o.groups != 1)
       throw Error(Errc::kInvalidArgument, "simulator: carry_data runs one group");
@@ -199,6 +201,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
     if (op == CollOp::kBroadcast) recvb[0] = sendb[0];  // the root's buffer is the input
   } else {
     shared.assign(std::max(sh.send_elems, sh.recv_elems) + 16, 0.f);
+    shared_in.assign(shared.size(), 0.f);
   }
 
   std::vector<ContextPool> pools(size_t(ranks) * size_t(o.groups));
@@ -208,7 +211,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
     eng.spawn(groups[size_t(g)].members[size_t(r)], [&, g, r] {
       const Group& G = groups[size_t(g)];
       ContextPool& pool = pools[size_t(g) * size_t(ranks) + size_t(r)];
-      void* sbuf = o.carry_data ? static_cast<void*>(sendb[size_t(r)].data()) : shared.data();
+      void* sbuf = o.carry_data ? static_cast<void*>(sendb[size_t(r)].data()) : shared_in.data();
       void* rbuf = o.carry_data ? static_cast<void*>(recvb[size_t(r)].data()) : shared.data();
       auto describe = [&] { return collective + " " + algo_name + " (simulated)"; };
       algo::Call call;

@@ -198,6 +198,8 @@ void SimTransport::post(comm::Request* r) {
 
 bool SimTransport::progress() { return e_.progress(self_); }
 
+void SimTransport::copied(size_t bytes) { e_.copied(self_, double(bytes)); }
+
 std::string SimTransport::describe_peer(int peer) const {
   return "simulated rank " + std::to_string(global(peer));
 }

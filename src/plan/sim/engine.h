@@ -68,6 +68,9 @@ class Engine {
   // in the trace), on a core of its host's pool when the host's ranks
   // outnumber its cores (Network::compute); returns when it has ended.
   void compute(int self, double seconds, const char* what);
+  // From rank `self`'s fiber: a local copy of `bytes` of the algorithm's
+  // (scaled by byte_scale), timed at γ as the formulas price it.
+  void copied(int self, double bytes) { compute(self, bytes * cfg_.byte_scale * cfg_.gamma_s_per_b, "copy"); }
 
  private:
   struct Msg {
@@ -131,6 +134,8 @@ class SimTransport : public comm::Transport {
   std::string describe_peer(int peer) const override;
   std::string describe_self() const override;
   void abort(const std::string&) override {}
+  // An algorithm's local copy: bytes·γ on this rank (as its formula prices it).
+  void copied(size_t bytes) override;
 
  private:
   int global(int group_rank) const;
