@@ -383,6 +383,10 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     // The update reads and writes weights, gradients and both moments:
     // ~28 bytes per parameter it owns (f32 moments and master weights).
+    // A CPU rank's core does its collectives' copies and reductions itself
+    // (braid's DP thread takes turns with the compute on it), so on
+    // braid-cpu devices nothing of them hides behind the compute.
+    if (dev.runtime == Runtime::kBraidCpu) exposed = dp_s;
     const double opt_s = share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
     const double tail = exposed + opt_s;
     if (mem.total() > e.memory.total()) e.memory = mem;
