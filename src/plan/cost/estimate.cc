@@ -68,6 +68,27 @@ struct Stage {
   double re_flops = 0;        // FLOPs recomputation adds (this rank's share)
 };
 
+// What a GPT stage keeps for backward, in elements of eb bytes per token:
+// per block (nothing recomputed, selective, full) and at its ends, as the
+// runtime counts it. kMegatron: gpt_block_activations (tp shards the
+// sharded tensors and the scores; sequence parallelism the replicated ones
+// too), the embedding's output, and the head's input with f32
+// probabilities. kBraidCpu: what braid's layers hold
+// (gpt_braid_activations).
+BraidActivations activations_per_token(const GptShape& g, int tp, bool sp, int pp, Runtime rt,
+                                       double eb) {
+  if (rt == Runtime::kBraidCpu) return gpt_braid_activations(g, tp, sp, tp > 1 || pp > 1);
+  const BlockActivations ba = gpt_block_activations(g);
+  const double shard_full = sp ? tp : 1, h = double(g.hidden);
+  BraidActivations a;
+  a.selective = ba.replicated / shard_full + ba.sharded / tp;
+  a.block = a.selective + ba.scores / tp;
+  a.input = ba.input / shard_full;
+  a.first = h / shard_full;
+  a.last = h + double(g.vocab) * 4 / eb / tp;
+  return a;
+}
+
 double mean_busy_of(const PipelineRun& run) {
   double sum = 0;
   for (double b : run.busy) sum += b;
@@ -166,7 +187,6 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     const double shard_full = sp ? tp : 1;  // tensors replicated over tp, unless sp shards them
     // Blocks per virtual stage, as the runtime cuts them (stage 0 carries
     // the embedding, the last the head).
-    const bool braid_layers = dev.runtime == Runtime::kBraidCpu;
     const std::vector<int64_t> stage_blocks = gpt_stage_blocks(g, S, dev.runtime);
     std::vector<const LayerDesc*> blocks;
     for (const LayerDesc& d : m.layers)
@@ -195,13 +215,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     }
     const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
                               : Priced{2 * ar.s, 2 * ar.bytes};
-    const BlockActivations ba = gpt_block_activations(g);
-    const BraidActivations bb = gpt_braid_activations(g, tp, sp, tp > 1 || pp > 1);
-    const double act_sel = eb * tokens *
-                           (braid_layers ? bb.selective : ba.replicated / shard_full + ba.sharded / tp);
-    const double act_none =
-        braid_layers ? eb * tokens * bb.block : act_sel + eb * tokens * ba.scores / tp;
-    const double act_input = eb * tokens * (braid_layers ? bb.input : ba.input / shard_full);
+    const BraidActivations act = activations_per_token(g, tp, sp, pp, dev.runtime, eb);
+    const double act_sel = eb * tokens * act.selective, act_none = eb * tokens * act.block;
+    const double act_input = eb * tokens * act.input;
     for (int v = 0; v < S; ++v) {
       Stage& x = st[size_t(v)];
       const int64_t nb = stage_blocks[size_t(v)];
@@ -234,7 +250,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         const Priced p = sp ? rs : ar;
         x.tp_fwd += p.s;
         x.tp_bytes += p.bytes;
-        x.act += braid_layers ? eb * tokens * bb.first : Na / shard_full;
+        x.act += eb * tokens * act.first;
       }
       if (v == S - 1) {  // ln_f, the vocab-parallel head and its loss
         x.params += (m.layers[m.layers.size() - 2].params + m.layers.back().params) / tp;
@@ -246,7 +262,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
         x.tp_bwd += sp ? rs.s : ar.s;
         x.tp_bytes += loss.bytes + (sp ? ag.bytes + rs.bytes : ar.bytes);
         // lean: its input, and f32 probabilities.
-        x.act += braid_layers ? eb * tokens * bb.last : Na + tokens * V * 4 / tp;
+        x.act += eb * tokens * act.last;
       }
       x.fwd_own = comp + elementwise + x.tp_fwd;
       x.bwd_own = 2 * comp + elementwise + recompute + x.tp_bwd;
