@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -153,9 +154,13 @@ class ParallelModel {
   // 0, which writes `path`); load reads it on every rank, checks its seed
   // is `seed`, keeps this rank's slices and returns the step to resume at.
   // Errors: checkpoint.h's (kIo, kCorrupt naming the missing tensor).
-  // ParallelTrainer::save / load call these with its own step and seed.
-  void save(const std::string& path, const nn::Optimizer& opt, int64_t step, uint64_t seed);
-  int64_t load(const std::string& path, nn::Optimizer& opt, uint64_t seed);
+  // ParallelTrainer::save / load call these with its own step and seed,
+  // and the rest of its loop's meta (`extra`, nn::Trainer::run_meta: the
+  // loss scaler's state), which load hands back in `meta`.
+  void save(const std::string& path, const nn::Optimizer& opt, int64_t step, uint64_t seed,
+            const std::map<std::string, std::string>& extra = {});
+  int64_t load(const std::string& path, nn::Optimizer& opt, uint64_t seed,
+               std::map<std::string, std::string>* meta = nullptr);
 
  private:
   friend class ParallelTrainer;

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,8 +156,10 @@ class Trainer {
   const std::vector<Parameter*>& parameters() const { return params_; }
   const TrainOptions& options() const { return opts_; }
   int64_t next_step() const { return step_; }
-  // The dynamic loss scaler (meaningful when options().loss_scaling). Its
-  // scale restarts at the initial one on resume.
+  // The dynamic loss scaler (meaningful when options().loss_scaling).
+  // Checkpoints carry its scale and clean run (add_meta); a run that
+  // resumes with loss scaling takes them back (restore_meta), one that
+  // saved none (another precision) starts at the initial scale.
   const LossScaler& loss_scaler() const { return scaler_; }
   void set_next_step(int64_t s) { step_ = s; }
 
@@ -173,8 +176,14 @@ class Trainer {
   // (seed, step) is its whole state). load throws kCorrupt on a mismatch.
   void save(const std::string& path);
   void load(const std::string& path);
-  // The loop's part of a checkpoint's meta: step, seed, rng, global_batch.
+  // The loop's part of a checkpoint's meta: step, seed, rng, global_batch,
+  // and with loss scaling "loss_scale" and "loss_scale/good_run".
   void add_meta(Checkpoint& ck) const;
+  std::map<std::string, std::string> run_meta() const;
+  // Takes back from a checkpoint's meta what add_meta wrote beyond the
+  // step (which resume_step reads): the loss scaler's state, when this run
+  // scales and the checkpoint has one. Error(kCorrupt) for a malformed one.
+  void restore_meta(const std::map<std::string, std::string>& meta);
 
  protected:
   // Stage 2 of step(): every micro-batch's forward, loss and backward,

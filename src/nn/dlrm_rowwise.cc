@@ -118,6 +118,7 @@ void DlrmRowwiseHooks::load(const std::string& path, Trainer& trainer, Optimizer
       std::memcpy(sum_[f].data(), it->second.f32(), sum_[f].size() * 4);
     }
   trainer.set_next_step(step);
+  trainer.restore_meta(ck.meta);
 }
 
 }  // namespace braid::nn

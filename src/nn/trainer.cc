@@ -3,6 +3,7 @@
 #include "braid/trainer.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "braid/checkpoint.h"
 #include "braid/env.h"
@@ -196,11 +197,38 @@ EvalStats Trainer::evaluate(const Dataset& data, int64_t batch) {
   return eval_sums(data, batch, 0, data.size()).stats();
 }
 
+std::map<std::string, std::string> Trainer::run_meta() const {
+  std::map<std::string, std::string> m;
+  m["step"] = std::to_string(step_);
+  m["seed"] = std::to_string(opts_.seed);
+  m["rng"] = "counter-based: (seed, step)";
+  m["global_batch"] = std::to_string(opts_.global_batch);
+  if (opts_.loss_scaling) {
+    std::ostringstream s;
+    s.precision(17);
+    s << scaler_.scale();
+    m["loss_scale"] = s.str();
+    m["loss_scale/good_run"] = std::to_string(scaler_.good_run());
+  }
+  return m;
+}
+
 void Trainer::add_meta(Checkpoint& ck) const {
-  ck.meta["step"] = std::to_string(step_);
-  ck.meta["seed"] = std::to_string(opts_.seed);
-  ck.meta["rng"] = "counter-based: (seed, step)";
-  ck.meta["global_batch"] = std::to_string(opts_.global_batch);
+  for (auto& [k, v] : run_meta()) ck.meta[k] = v;
+}
+
+void Trainer::restore_meta(const std::map<std::string, std::string>& meta) {
+  const auto s = meta.find("loss_scale"), g = meta.find("loss_scale/good_run");
+  if (!opts_.loss_scaling || s == meta.end()) return;
+  double scale = 0;
+  int64_t run = 0;
+  try {
+    scale = std::stod(s->second);
+    run = g == meta.end() ? 0 : std::stoll(g->second);
+  } catch (const std::exception&) {
+    throw Error(Errc::kCorrupt, "checkpoint: malformed loss_scale '" + s->second + "'");
+  }
+  scaler_.restore(scale, run);
 }
 
 void Trainer::save(const std::string& path) {
@@ -216,6 +244,7 @@ void Trainer::load(const std::string& path) {
   load_parameters(ck, params_);
   opt_.load_state(ck, params_);
   step_ = resume_step(ck, opts_.seed, path);
+  restore_meta(ck.meta);
 }
 
 }  // namespace braid::nn

@@ -80,6 +80,16 @@ class Poison : public Module {
   Tensor dx_;
 };
 
+// fp16 loss scaling from `init`, doubling after `growth` clean steps; 8 rows a step.
+TrainOptions scaled(double init, int64_t growth) {
+  TrainOptions o;
+  o.global_batch = 8;
+  o.loss_scaling = true;
+  o.scaler.init_scale = init;
+  o.scaler.growth_interval = growth;
+  return o;
+}
+
 std::vector<float> snapshot(const std::vector<Parameter*>& ps) {
   std::vector<float> v;
   for (Parameter* p : ps) v.insert(v.end(), p->data.f32(), p->data.f32() + p->size());
@@ -94,12 +104,7 @@ TEST(LossScaling, Fp16TrainerSkipsTheOverflowedStepAndRecovers) {
   // Poison sits after the logits: its inf reaches every gradient.
   model->emplace<Poison>(4);
   AdamW opt(0.9f, 0.999f, 1e-8f, 0.0f);
-  TrainOptions o;
-  o.global_batch = 8;
-  o.loss_scaling = true;
-  o.scaler.init_scale = 1024;
-  o.scaler.growth_interval = 10;
-  Trainer t(*model, data, opt, LrSchedule{3e-3f}, o);
+  Trainer t(*model, data, opt, LrSchedule{3e-3f}, scaled(1024, 10));
   const auto params = t.parameters();
   std::vector<StepStats> st;
   std::vector<float> before_poison;
@@ -147,4 +152,38 @@ TEST(LossScaling, UnscaledUpdateEqualsTheUnscaledRun) {
   ASSERT_EQ(w[0].size(), w[1].size());
   for (size_t i = 0; i < w[0].size(); ++i)
     ASSERT_NEAR(w[1][i], w[0][i], 1e-5 * (std::fabs(w[0][i]) + 1e-2)) << "element " << i;
+}
+
+TEST(LossScaling, ACheckpointCarriesTheScaleAcrossAResume) {
+  // fp16 with an overflow at step 3 (scale 1024 -> 512) and a growth
+  // interval of 4: saved after step 6, the scale is 512 with a clean run
+  // of 3, so the resumed run must double it at step 8 exactly as the
+  // uninterrupted run does, and take the same steps.
+  set_compute_precision(Precision::kF16);
+  const std::string path = ::testing::TempDir() + "/loss_scale.ckpt";
+  auto run = [&](int from, int to, bool save_at_end, bool load_first) {
+    ByteText data = text();
+    auto model = make_gpt(tiny(1), 5);
+    model->emplace<Poison>(3);
+    AdamW opt(0.9f, 0.999f, 1e-8f, 0.0f);
+    Trainer t(*model, data, opt, LrSchedule{3e-3f}, scaled(1024, 4));
+    if (load_first) t.load(path);
+    EXPECT_EQ(t.next_step(), from);
+    std::vector<StepStats> st;
+    for (int i = from; i < to; ++i) st.push_back(t.step());
+    if (save_at_end) t.save(path);
+    return std::make_pair(st, snapshot(t.parameters()));
+  };
+  const auto whole = run(0, 12, false, false);
+  const auto first = run(0, 7, true, false);
+  const auto second = run(7, 12, false, true);
+  set_compute_precision(Precision::kF32);
+  ASSERT_EQ(whole.first.size(), 12u);
+  EXPECT_EQ(first.first[6].loss_scale, 512) << "the overflow halved it";
+  for (size_t i = 0; i < second.first.size(); ++i) {
+    EXPECT_EQ(second.first[i].loss_scale, whole.first[7 + i].loss_scale) << "step " << 7 + i;
+    EXPECT_EQ(second.first[i].loss, whole.first[7 + i].loss) << "step " << 7 + i;
+  }
+  EXPECT_EQ(whole.first[8].loss_scale, 1024) << "doubled after 4 clean steps (4-7)";
+  EXPECT_EQ(second.second, whole.second);
 }

@@ -136,6 +136,24 @@ TEST(TrainPrecision, CheckpointHoldsF32AndResumesInAnyPrecision) {
   expect_close_losses(b, h, 0.01, "resumed fp16 vs resumed bf16");
 }
 
+TEST(TrainPrecision, Fp16CheckpointsCarryTheLossScaler) {
+  // Every layout's checkpoint holds the scaler's scale and clean run
+  // (nn::Trainer::run_meta), which a resumed fp16 run takes back
+  // (LossScaling.ACheckpointCarriesTheScaleAcrossAResume checks the resume).
+  for (const std::string layout : {"", "--dp 2 --zero 1", "--tp 2 --pp 2"}) {
+    const std::string ck = dir() + "/fp16.ck";
+    train(kSmall, "--steps 3 --precision fp16 --checkpoint " + ck + " " + layout, "fp16ck");
+    const braid::Checkpoint c = braid::load_checkpoint(ck);
+    ASSERT_TRUE(c.meta.count("loss_scale")) << layout;
+    EXPECT_EQ(std::stod(c.meta.at("loss_scale")), 65536.0) << layout;
+    EXPECT_EQ(c.meta.at("loss_scale/good_run"), "3") << layout;
+    const auto r = train(kSmall, "--steps 5 --precision fp16 --resume " + ck + " " + layout,
+                         "fp16resume");
+    ASSERT_EQ(r.size(), 3u) << layout;
+    EXPECT_EQ(r[0]["loss_scale"], 65536.0) << layout;
+  }
+}
+
 TEST(TrainPrecision, RefusesAnUnknownPrecision) {
   CommandResult r = run_command(braid_bin() + " train gpt --steps 1 --precision int8 2>&1");
   EXPECT_NE(r.status, 0);

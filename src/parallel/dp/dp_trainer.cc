@@ -60,6 +60,7 @@ void DpTrainer::load(const std::string& path) {
   const int64_t step = resume_step(ck, trainer_.options().seed, path);  // checks before loading
   dp_.load_state(ck, opt_);
   trainer_.set_next_step(step);
+  trainer_.restore_meta(ck.meta);
 }
 
 }  // namespace braid::parallel

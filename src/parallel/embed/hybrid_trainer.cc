@@ -165,6 +165,7 @@ void HybridDlrmTrainer::load(const std::string& path) {
   dp_->load_state(ck, opt_);
   tables_->load_state(ck);
   trainer_->set_next_step(step);
+  trainer_->restore_meta(ck.meta);
 }
 
 }  // namespace braid::parallel

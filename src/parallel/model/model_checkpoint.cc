@@ -125,7 +125,7 @@ static Tensor expert_block(Tensor t, const tp::Sharded& s, const nn::ExpertExcha
 }
 
 void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int64_t step,
-                         uint64_t seed) {
+                         uint64_t seed, const std::map<std::string, std::string>& extra) {
   Impl& m = *impl_;
   const MeshCoord& c = mesh_.coord();
   // Optimizer state per whole parameter of this rank, complete on dp rank 0
@@ -157,6 +157,7 @@ void ParallelModel::save(const std::string& path, const nn::Optimizer& opt, int6
         Checkpoint ck;
         ck.tensors = std::move(full);
         ck.meta = local.meta;  // optim/kind, optim/steps
+        for (const auto& [k, v] : extra) ck.meta[k] = v;
         ck.meta["step"] = std::to_string(step);
         ck.meta["seed"] = std::to_string(seed);
         ck.meta["rng"] = "counter-based: (seed, step)";
@@ -178,7 +179,8 @@ void load_model_slices(const std::string& path, const std::vector<tp::Sharded>& 
   }
 }
 
-int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_t seed) {
+int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_t seed,
+                            std::map<std::string, std::string>* meta) {
   Impl& m = *impl_;
   const Checkpoint ck = load_checkpoint(path);
   const int r = mesh_.coord().tp, n = mesh_.tp_size();
@@ -195,7 +197,9 @@ int64_t ParallelModel::load(const std::string& path, nn::Optimizer& opt, uint64_
   // This rank's tensors at their full (tp-sliced) shapes: DataParallel
   // keeps what it holds of them.
   m.dp->load_state(local, opt);
-  return resume_step(ck, seed, path);
+  const int64_t step = resume_step(ck, seed, path);
+  if (meta) *meta = ck.meta;
+  return step;
 }
 
 }  // namespace braid::parallel

@@ -174,11 +174,13 @@ nn::StepStats ParallelTrainer::step() {
 }
 
 void ParallelTrainer::save(const std::string& path) {
-  model_.save(path, opt_, trainer_->next_step(), trainer_->options().seed);
+  model_.save(path, opt_, trainer_->next_step(), trainer_->options().seed, trainer_->run_meta());
 }
 
 void ParallelTrainer::load(const std::string& path) {
-  trainer_->set_next_step(model_.load(path, opt_, trainer_->options().seed));
+  std::map<std::string, std::string> meta;
+  trainer_->set_next_step(model_.load(path, opt_, trainer_->options().seed, &meta));
+  trainer_->restore_meta(meta);
 }
 
 }  // namespace braid::parallel
