@@ -119,6 +119,11 @@ class Server {
   // Blocks until every worker has said goodbye (Worker::finish) or
   // `timeout` passes (Error(kTimeout) naming the missing workers).
   void wait_finished(std::chrono::milliseconds timeout);
+  // The job failed elsewhere (`why`, e.g. another rank's posted failure):
+  // every request of its workers that waits, and every later one, fails
+  // with Error(kPeerDied) carrying `why`, as when this server loses a
+  // worker itself. The first reason is kept.
+  void fail(const std::string& why);
   // The shards it keeps a replica of, and one's full state written to
   // `path` as a join's state transfer carries it (shard_transfer.cc), for
   // comparing replicas.

@@ -141,9 +141,12 @@ int run_ps_rank(const Job& job, PsFlags f) {
         launch::post_failure(*job.store, job.rank, e.what());
         throw;
       }
-      if (auto why = launch::posted_failure(*job.store))
+      if (auto why = launch::posted_failure(*job.store)) {
+        // Its waiting workers learn why, not only that it stops.
+        srv->fail("a worker failed (" + *why + ")");
         throw Error(Errc::kPeerDied, "braid ps: parameter server " + std::to_string(server) +
                                          " stops: a worker failed (" + *why + ")");
+      }
     }
   }
   return rc;

@@ -320,4 +320,8 @@ void Server::wait_finished(std::chrono::milliseconds timeout) {
   for (auto& [id, sh] : impl_->shards) sh->state->wait_finished(timeout);
 }
 
+void Server::fail(const std::string& why) {
+  for (auto& [id, sh] : impl_->shards) sh->state->fail(why);
+}
+
 }  // namespace braid::ps
