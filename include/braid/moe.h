@@ -173,11 +173,9 @@ class ExpertSet {
   View view(int64_t i);  // held expert i < count, else shadow i - count
   int64_t dim_, hidden_, first_, count_;
   Parameter w1_, b1_, w2_, b2_;
-  GELU act_;
   const Tensor* x_ = nullptr;
-  const Tensor* a_ = nullptr;  // act_'s output
   std::vector<int64_t> rows_;
-  Tensor h_, y_, dh_, dx_;
+  Tensor h_, a_, y_, dh_, dpre_, dx_;  // fc + bias, GELU(h_), proj; dL/da, dL/dh
   int64_t shadows_ = 0;
   Tensor shadow_w_, shadow_g_;
 };

@@ -1,13 +1,15 @@
 // ExpertSet: this rank's experts, stacked, each an MLP fc → GELU → proj
 // over its own block of rows, forward and backward, and the shadows it
-// runs for other ranks (moe.h, moe_shadow.h). The GEMMs run
-// in the compute precision (precision.h); the router stays f32.
+// runs for other ranks (moe.h, moe_shadow.h). The GEMMs run in the
+// compute precision (precision.h); the router stays f32. fc's bias and the
+// GELU are one pass each way, as the dense MLP's (bias_gelu.h).
 #include <algorithm>
 
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/moe.h"
 #include "braid/precision.h"
+#include "nn/bias_gelu.h"
 
 namespace braid::nn {
 
@@ -19,8 +21,7 @@ ExpertSet::ExpertSet(std::string name, int64_t dim, int64_t hidden, int64_t firs
       w1_(name + ".fc.weight", {count, hidden, dim}),
       b1_(name + ".fc.bias", {count, hidden}, false),
       w2_(name + ".proj.weight", {count, dim, hidden}),
-      b2_(name + ".proj.bias", {count, dim}, false),
-      act_(name + ".gelu") {
+      b2_(name + ".proj.bias", {count, dim}, false) {
   BRAID_CHECK_ARG(dim > 0 && hidden > 0 && count > 0,
                   "MoE experts " + name + ": sizes must be positive");
 }
@@ -74,7 +75,7 @@ void ExpertSet::add_packed_grad(int64_t i, const float* g) {
   add(b2_.grad.f32() + i * C, g + 2 * H * C + H, C);
 }
 
-const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& rows, Context& ctx) {
+const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& rows, Context&) {
   BRAID_CHECK_ARG(int64_t(rows.size()) == count_ + shadows_,
                   "MoE experts: rows for " + std::to_string(rows.size()) + " experts, " +
                       std::to_string(count_) + " held and " + std::to_string(shadows_) +
@@ -88,19 +89,19 @@ const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& ro
   rows_ = rows;
   const int64_t C = dim_, H = hidden_, n = int64_t(rows.size());
   h_.resize({m, H}, DType::kF32);
+  a_.resize({m, H}, DType::kF32);
   int64_t o = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = rows[size_t(i)];
     if (r > 0) {
       const View v = view(i);
-      fill_bias(h_.f32() + o * H, v.b1, r, H);
-      gemm_compute(false, true, r, H, C, 1.0f, x.f32() + o * C, C, v.w1, C, 1.0f,
+      gemm_compute(false, true, r, H, C, 1.0f, x.f32() + o * C, C, v.w1, C, 0.0f,
                    h_.f32() + o * H, H);
+      bias_gelu_forward(h_.f32() + o * H, v.b1, a_.f32() + o * H, r, H);
     }
     o += r;
   }
-  const Tensor& a = act_.forward(h_, ctx);
-  a_ = &a;
+  const Tensor& a = a_;
   y_.resize({m, C}, DType::kF32);
   o = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -116,7 +117,7 @@ const Tensor& ExpertSet::forward(const Tensor& x, const std::vector<int64_t>& ro
   return y_;
 }
 
-const Tensor& ExpertSet::backward(const Tensor& dy, Context& ctx) {
+const Tensor& ExpertSet::backward(const Tensor& dy, Context&) {
   BRAID_CHECK_ARG(x_ != nullptr, "MoE experts: backward before forward");
   check_same_shape(dy, y_, "MoE experts backward: dy vs y");
   const int64_t C = dim_, H = hidden_, m = y_.dim(0), n = int64_t(rows_.size());
@@ -125,7 +126,7 @@ const Tensor& ExpertSet::backward(const Tensor& dy, Context& ctx) {
     shadow_g_.zero();
   }
   dh_.resize({m, H}, DType::kF32);
-  const Tensor& a = *a_;  // GELU's output, kept from forward
+  const Tensor& a = a_;  // GELU's output, kept from forward
   int64_t o = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = rows_[size_t(i)];
@@ -139,16 +140,18 @@ const Tensor& ExpertSet::backward(const Tensor& dy, Context& ctx) {
     }
     o += r;
   }
-  const Tensor& dh = act_.backward(dh_, ctx);
+  // Through GELU and fc's bias in one pass (dpre_), then fc.
+  dpre_.resize({m, H}, DType::kF32);
+  const Tensor& dh = dpre_;
   dx_.resize({m, C}, DType::kF32);
   o = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = rows_[size_t(i)];
     if (r > 0) {
       const View v = view(i);
+      bias_gelu_backward(h_.f32() + o * H, dh_.f32() + o * H, dpre_.f32() + o * H, v.gb1, r, H);
       gemm_compute(true, false, H, C, r, 1.0f, dh.f32() + o * H, H, x_->f32() + o * C, C, 1.0f,
                    v.gw1, C);
-      col_sum_acc(dh.f32() + o * H, r, H, v.gb1);
       gemm_compute(false, false, r, C, H, 1.0f, dh.f32() + o * H, H, v.w1, C, 0.0f,
                    dx_.f32() + o * C, C);
     }
@@ -169,8 +172,9 @@ void ExpertSet::collect_parameters(std::vector<Parameter*>& out) {
 }
 
 void ExpertSet::release_activations() {
-  act_.release_activations();
   h_.release();
+  a_.release();
+  dpre_.release();
   y_.release();
   dh_.release();
   dx_.release();
@@ -178,7 +182,6 @@ void ExpertSet::release_activations() {
   shadow_g_.release();
   shadows_ = 0;
   x_ = nullptr;
-  a_ = nullptr;
 }
 
 }  // namespace braid::nn
