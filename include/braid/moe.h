@@ -47,12 +47,12 @@
 // a shadowed expert's weights go out to the other ranks after the counts
 // (all_to_all_v), its rows stay home, and in backward its copies'
 // gradients come back to its rank (all_to_all_v) before its gradients are
-// marked ready. With no exchange
-// (or a group of one) every expert is local and nothing is sent.
+// marked ready. With no exchange (or a group of one) every expert is
+// local and nothing is sent.
 //
 // Errors: Error(kInvalidArgument) for E < 1, top_k outside [1, E] (named:
-// "top-k 3 > experts 2"), capacity_factor ≤ 0, E not divisible by the
-// group size, an input whose width is not C.
+// "top-k 3 > experts 2"), capacity_factor ≤ 0, shadow_rows < 0, E not
+// divisible by the group size, an input whose width is not C.
 #pragma once
 
 #include <cstdint>
@@ -145,7 +145,6 @@ class ExpertSet {
   // Room for `n` shadows' packed weights (until the next call or release);
   // the caller fills it before forward.
   float* shadow_weights(int64_t n);
-  int64_t shadows() const { return shadows_; }
   // Held expert i's weights, packed, into out[packed_size()].
   void pack_weights(int64_t i, float* out) const;
   // Adds a packed gradient (a shadow's, from another rank) to held expert i's.
