@@ -18,7 +18,10 @@
 #    (the same width; one 4·d MLP per token) at dp=2, both through the same
 #    path (parallelize; --micro-batches 1 sends the dense run there too),
 #    ROUNDS alternating rounds; medians of tokens/s, the ratio (goal >= 0.8)
-#    and the MoE run's dropped share.
+#    and the MoE run's dropped share. The MoE runs twice: as a user gets it
+#    (shadow experts on: a busy rank lends an expert for the step) and with
+#    --moe-shadow 0 (every row goes to its expert's rank), to show what
+#    lending buys; the goal is on the first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -67,13 +70,17 @@ for r in $(seq "$rounds"); do
     --json-log "$tmp/dense.$r" >/dev/null 2>&1
   "${clean_env[@]}" "$braid" train "${model[@]}" --dp 2 --micro-batches 1 --ep 2 --moe-experts 4 \
     --moe-every 1 --moe-capacity 4 --quiet --json-log "$tmp/moe.$r" >/dev/null 2>&1
+  "${clean_env[@]}" "$braid" train "${model[@]}" --dp 2 --micro-batches 1 --ep 2 --moe-experts 4 \
+    --moe-every 1 --moe-capacity 4 --moe-shadow 0 --quiet --json-log "$tmp/lent0.$r" >/dev/null 2>&1
 done
-for k in dense moe; do
+for k in dense moe lent0; do
   for r in $(seq "$rounds"); do done_field "$tmp/$k.$r" tokens_per_s; done | median > "$tmp/$k.med"
 done
 dense=$(cat "$tmp/dense.med")
 moe=$(cat "$tmp/moe.med")
-printf '%-28s %12s\n' run tokens/s
-printf '%-28s %12.0f\n' "dense GPT dp=2" "$dense" "MoE GPT dp=2 ep=2" "$moe"
-echo "MoE dropped share: $(moe_mean "$tmp/moe.1" drop_share); all_to_all share of the step: $(moe_mean "$tmp/moe.1" a2a_fraction)"
-echo "ratio MoE/dense: $(calc "round($moe / $dense, 3)") (goal >= 0.8)"
+lent0=$(cat "$tmp/lent0.med")
+printf '%-34s %12s\n' run tokens/s
+printf '%-34s %12.0f\n' "dense GPT dp=2" "$dense" "MoE GPT dp=2 ep=2" "$moe" \
+  "MoE GPT dp=2 ep=2 --moe-shadow 0" "$lent0"
+echo "MoE dropped share: $(moe_mean "$tmp/moe.1" drop_share); all_to_all share of the step: $(moe_mean "$tmp/moe.1" a2a_fraction) (--moe-shadow 0: $(moe_mean "$tmp/lent0.1" a2a_fraction)); shadows per step: $(moe_mean "$tmp/moe.1" shadows)"
+echo "ratio MoE/dense: $(calc "round($moe / $dense, 3)") (goal >= 0.8); --moe-shadow 0: $(calc "round($lent0 / $dense, 3)")"

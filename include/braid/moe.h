@@ -41,12 +41,18 @@
 // what arrived, send the outputs back (all_to_all_v), combine. Backward
 // mirrors it: output gradients to the experts, input gradients back.
 // Every rank of the group must call forward and backward in the same order
-// (a data-parallel group's ranks run the same schedule). With no exchange
-// (or a group of one) every expert is local and nothing is sent.
+// (a data-parallel group's ranks run the same schedule). The counts are
+// all-gathered, so every rank knows every rank's rows per expert and
+// computes the same shadow plan (moe_shadow.h, MoeConfig::shadow_rows):
+// a shadowed expert's weights go out to the other ranks after the counts
+// (all_to_all_v), its rows stay home, and in backward its copies'
+// gradients come back to its rank (all_to_all_v) before its gradients are
+// marked ready. With no exchange (or a group of one) every expert is
+// local and nothing is sent.
 //
 // Errors: Error(kInvalidArgument) for E < 1, top_k outside [1, E] (named:
-// "top-k 3 > experts 2"), capacity_factor ≤ 0, E not divisible by the
-// group size, an input whose width is not C.
+// "top-k 3 > experts 2"), capacity_factor ≤ 0, shadow_rows < 0, E not
+// divisible by the group size, an input whose width is not C.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +71,9 @@ struct MoeConfig {
   float capacity_factor = 1.25f;
   int64_t every = 1;             // every K-th block's MLP is an MoE (blocks K-1, 2K-1, …)
   float aux_coef = 0.01f;        // weight of the load-balancing loss
+  // Under expert parallelism: shadow an expert (moe_shadow.h) when that
+  // lowers the busiest rank's expert rows by at least this many; 0: never.
+  int64_t shadow_rows = 64;
 };
 
 // Throws Error(kInvalidArgument) naming what is wrong with `c` over an
@@ -125,27 +134,49 @@ class Router {
   Routing r_;
 };
 
-// `count` experts (global indices first … first+count-1) stacked.
+// `count` experts (global indices first … first+count-1) stacked, and
+// while a forward's plan says so, shadows: copies of other ranks' experts
+// (moe_shadow.h), run after the held ones on rows of their own.
 class ExpertSet {
  public:
   ExpertSet(std::string name, int64_t dim, int64_t hidden, int64_t first, int64_t count);
-  // x: [M, C] rows expert-major, rows[i] of local expert i. Returns [M, C].
+  // Floats of one expert packed [fc.weight | fc.bias | proj.weight | proj.bias].
+  int64_t packed_size() const;
+  // Room for `n` shadows' packed weights (until the next call or release);
+  // the caller fills it before forward.
+  float* shadow_weights(int64_t n);
+  // Held expert i's weights, packed, into out[packed_size()].
+  void pack_weights(int64_t i, float* out) const;
+  // Adds a packed gradient (a shadow's, from another rank) to held expert i's.
+  void add_packed_grad(int64_t i, const float* g);
+  // x: [M, C] rows expert-major: rows[i] of held expert i, then rows[count
+  // + j] of shadow j. Returns [M, C].
   const Tensor& forward(const Tensor& x, const std::vector<int64_t>& rows, Context& ctx);
-  // dy: [M, C]; returns dL/dx [M, C]; accumulates the experts' gradients.
+  // dy: [M, C]; returns dL/dx [M, C]; accumulates the held experts'
+  // gradients and sets the shadows' (shadow_grads()). Marks nothing ready:
+  // params_ready() does, once the shadows' gradients have been added.
   const Tensor& backward(const Tensor& dy, Context& ctx);
+  // [shadows, packed_size()] the shadows' gradients of the last backward.
+  const Tensor& shadow_grads() const { return shadow_g_; }
+  void params_ready(Context& ctx);
   void collect_parameters(std::vector<Parameter*>& out);
   void release_activations();
   int64_t first() const { return first_; }
   int64_t count() const { return count_; }
 
  private:
+  struct View {
+    const float *w1, *b1, *w2, *b2;
+    float *gw1, *gb1, *gw2, *gb2;
+  };
+  View view(int64_t i);  // held expert i < count, else shadow i - count
   int64_t dim_, hidden_, first_, count_;
   Parameter w1_, b1_, w2_, b2_;
-  GELU act_;
   const Tensor* x_ = nullptr;
-  const Tensor* a_ = nullptr;  // act_'s output
   std::vector<int64_t> rows_;
-  Tensor h_, y_, dh_, dx_;
+  Tensor h_, a_, y_, dh_, dpre_, dx_;  // fc + bias, GELU(h_), proj; dL/da, dL/dh
+  int64_t shadows_ = 0;
+  Tensor shadow_w_, shadow_g_;
 };
 
 // The MoE MLP: [B, T, C] (or [N, C]) → same shape. `exchange` null: all
@@ -163,15 +194,21 @@ class MoeLayer : public Module {
   static bool is_expert_param(const std::string& name);
 
  private:
-  // Rows in slot order (this rank's choices) to the experts' ranks
-  // (`by_source`: what arrived, by sending rank), then expert-major.
+  // Rows in dispatch order (this rank's choices) to the experts' ranks
+  // (`by_source`: what arrived, by sending rank), then expert-major, then
+  // the rows this rank keeps for its shadows.
   void to_experts(const Tensor& rows, Tensor& by_source, Tensor& expert_major);
   // Expert-major rows back to the ranks whose tokens they are, into `rows`
-  // in slot order.
+  // in dispatch order (the shadows' rows copied).
   void to_home(const Tensor& expert_major, Tensor& rows);
   // Sends `send` (blocks per rank) and receives into `recv`, timing it.
-  void exchange(const Tensor& send, const std::vector<size_t>& send_counts, Tensor& recv,
+  void exchange(const float* send, const std::vector<size_t>& send_counts, float* recv,
                 const std::vector<size_t>& recv_counts);
+  // All ranks' rows per expert, the shadow plan, and the dispatch order.
+  void plan(const Routing& r);
+  // The shadows' weights from their ranks; their gradients back to them.
+  void fetch_shadows();
+  void return_shadow_grads();
   MoeConfig c_;
   int64_t dim_;
   std::shared_ptr<ExpertExchange> ex_;
@@ -179,21 +216,30 @@ class MoeLayer : public Module {
   Router router_;
   ExpertSet experts_;
   const Tensor* x_ = nullptr;
+  // Dispatch order: slot order with the rows of experts this rank shadows
+  // (held elsewhere) moved to the end, `exchanged_` rows before them.
+  std::vector<int64_t> row_;         // [N·k] dispatch row of each kept choice; -1: dropped
+  int64_t exchanged_ = 0;
+  std::vector<int64_t> all_counts_;  // [ep · E] rows rank s routes to expert e
+  std::vector<char> shadowed_;       // [E] the plan
+  std::vector<int64_t> shadow_of_;   // global index of each shadow this rank runs
+  int64_t lent_ = 0;                 // shadowed experts this rank holds
   // Per rank of the group: floats sent/received in dispatch (the combine
   // and the backward reverse them).
   std::vector<size_t> send_counts_, recv_counts_;
-  std::vector<int64_t> local_rows_;  // rows per local expert after dispatch
+  std::vector<int64_t> local_rows_;  // rows per local expert after dispatch, then per shadow
   std::vector<int64_t> recv_order_;  // expert-major row → row of recv_
-  Tensor send_;   // [kept, C] this rank's chosen rows, slot order
+  Tensor send_;   // [kept, C] this rank's chosen rows, dispatch order
   Tensor recv_;   // rows that came for the local experts, by source rank
-  Tensor ein_;    // recv_ expert-major (the experts' input)
+  Tensor ein_;    // recv_ expert-major, then the shadows' rows (the experts' input)
   Tensor back_;   // expert outputs (backward: gradients) by source rank
-  Tensor ret_;    // expert outputs back home, slot order
+  Tensor ret_;    // expert outputs back home, dispatch order
   Tensor y_;
-  Tensor dret_;   // gate · dy per kept choice, slot order
+  Tensor dret_;   // gate · dy per kept choice, dispatch order
   Tensor dein_;   // output gradients expert-major
-  Tensor dsend_;  // input gradients back home, slot order
+  Tensor dsend_;  // input gradients back home, dispatch order
   Tensor dx_;
+  Tensor lend_;   // packed weights (backward: gradients) of lent experts, per rank
   std::vector<float> dgate_;
 };
 

@@ -1,8 +1,8 @@
 // nn::MoeCounts — what the MoE layers (moe.h) of this process routed in
-// training since the counters were last taken: the per-expert
-// token counts, the dropped choices, the auxiliary loss and the time spent
-// in the expert-parallel exchanges. `braid train gpt` takes them once per
-// step for its log.
+// training since the counters were last taken: the per-expert token
+// counts, the dropped choices, the auxiliary loss, the time spent in the
+// expert-parallel exchanges and the shadow experts run (moe_shadow.h).
+// `braid train gpt` takes them once per step for its log.
 //
 // Process-wide: every MoeLayer (a pipeline's activation-slot copies
 // included) adds to one set of counters under a mutex, so whoever reports
@@ -27,6 +27,7 @@ struct MoeCounts {
   int64_t groups = 0;           // groups (layer × sequence) behind aux_sum
   double exchange_s = 0;        // seconds in the expert-parallel all_to_alls, forward and backward
   int64_t forwards = 0;         // MoE layer micro-batches counted
+  int64_t shadows = 0;          // shadows run (moe_shadow.h), over layers and micro-batches
   double aux_mean() const { return groups > 0 ? aux_sum / double(groups) : 0.0; }
 };
 
@@ -34,6 +35,7 @@ struct MoeCounts {
 void moe_count_routing(const std::vector<int64_t>& per_expert, int64_t routed, int64_t dropped,
                        double aux_sum, int64_t groups);
 void moe_count_exchange(double seconds);
+void moe_count_shadows(int64_t shadows);  // counted with the routing, by backward
 // The counters since the last take, and zeroes them.
 MoeCounts moe_take_counts();
 

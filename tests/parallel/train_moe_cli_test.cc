@@ -9,6 +9,8 @@
 //   * with a small capacity the drops are the same in two runs and in the
 //     single process and ep layouts (a group is one sequence, so the drop
 //     rule does not see the layout), and the losses still agree;
+//   * with shadow experts forced on (--moe-shadow 1), lent weights and
+//     returned gradients, the same layouts still equal one process;
 //   * the clipping norm counts every expert once (equal to one process);
 //   * a checkpoint written at one layout resumes at another;
 //   * the JSON log carries the MoE record (tokens per expert, dropped,
@@ -120,6 +122,36 @@ TEST(TrainMoe, ExpertParallelLayoutsMatchSingleProcess) {
   }
 }
 
+TEST(TrainMoe, ShadowExpertsMatchSingleProcess) {
+  // --moe-shadow 1: a busy rank lends an expert whenever that takes a row
+  // off it, so the lent weights, the rows kept home and the gradients sent
+  // back all run; the result must still be the one-process run's. With
+  // drops too (--moe-capacity 0.5): shadows see only the kept rows.
+  for (const std::string& cap :
+       {std::string(" --moe-capacity 8 --moe-top-k 2"), std::string(" --moe-capacity 0.5")}) {
+    const auto serial = train(cap, 4, "shadow_serial");
+    ASSERT_EQ(serial.size(), 5u) << cap;
+    EXPECT_EQ(serial[0]["moe"]["shadows"], 0) << "one process has no one to lend to";
+    for (const std::string& layout :
+         {std::string("--dp 2 --ep 2"), std::string("--dp 4 --ep 4"), std::string("--dp 4 --ep 2"),
+          std::string("--dp 2 --ep 2 --pp 2"), std::string("--dp 2 --ep 2 --tp 2")}) {
+      const std::string what = cap + " " + layout;
+      const auto v = train(cap + " --moe-shadow 1 " + layout, 4, "shadow_layout");
+      ASSERT_EQ(v.size(), serial.size()) << what;
+      int64_t shadows = 0;
+      for (size_t i = 0; i + 1 < v.size(); ++i) shadows += int64_t(v[i]["moe"]["shadows"]);
+      EXPECT_GT(shadows, 0) << what << ": no expert was lent, nothing tested";
+      expect_same_losses(serial, v, what);
+      expect_same_routing(serial, v, what);
+      expect_same_weights_rel(ck("shadow_serial"), ck("shadow_layout"), what);
+    }
+  }
+  // --moe-shadow 0 never lends.
+  const auto off = train(" --moe-capacity 8 --moe-shadow 0 --dp 2 --ep 2", 2, "shadow_off");
+  ASSERT_EQ(off.size(), 3u);
+  for (size_t i = 0; i + 1 < off.size(); ++i) EXPECT_EQ(off[i]["moe"]["shadows"], 0);
+}
+
 TEST(TrainMoe, DropPathIsDeterministicAcrossRunsAndLayouts) {
   const std::string cap = " --moe-capacity 0.5 --moe-top-k 1";  // 2 places per expert per sequence
   const auto a = train(cap, 3, "drop_a");
@@ -166,6 +198,7 @@ TEST(TrainMoe, BadLayoutsAreRefusedBeforeTraining) {
   for (const Case& c :
        {Case{"--moe-experts 3 --dp 2 --ep 2", "not divisible by --ep 2"},
         Case{"--moe-experts 2 --moe-top-k 3", "top-k 3 > experts 2"},
+        Case{"--moe-experts 4 --moe-shadow -1", "shadow rows -1"},
         Case{"--moe-experts 4 --dp 3 --ep 2", "--ep 2 does not divide --dp 3"},
         Case{"--moe-experts 4 --dp 2 --ep 2 --zero 1", "ZeRO 0 only"},
         Case{"--dp 2 --ep 2", "--ep 2 needs an MoE model"},

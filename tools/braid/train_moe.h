@@ -1,8 +1,9 @@
 // `braid train gpt`'s mixture-of-experts flags (--moe-experts, --moe-top-k,
-// --moe-capacity, --moe-every, --moe-aux) and the per-step MoE record of
-// its JSON log and progress: per-expert token counts, dropped choices, the
-// load-balancing loss, the imbalance (max/mean tokens per expert) and the
-// expert-parallel all_to_all time (nn::moe_take_counts, summed over the
+// --moe-capacity, --moe-every, --moe-aux, --moe-shadow) and the per-step
+// MoE record of its JSON log and progress: per-expert token counts,
+// dropped choices, the load-balancing loss, the imbalance (max/mean tokens
+// per expert), the shadow experts run and the expert-parallel all_to_all
+// time (nn::moe_take_counts, summed over the
 // job's ranks).
 #pragma once
 
@@ -24,6 +25,7 @@ struct MoeFlags {
   double capacity = 1.25;
   int64_t every = 2;
   double aux = 0.01;
+  int64_t shadow = 64;
 };
 
 inline void add_moe_options(CLI::App& app, MoeFlags& f) {
@@ -35,6 +37,10 @@ inline void add_moe_options(CLI::App& app, MoeFlags& f) {
                  "sequence, the rest are dropped (1.25)");
   app.add_option("--moe-every", f.every, "gpt: every K-th block's MLP is an MoE (2)");
   app.add_option("--moe-aux", f.aux, "gpt: load-balancing loss coefficient (0.01)");
+  app.add_option("--moe-shadow", f.shadow,
+                 "gpt --ep: run a busy rank's expert on every rank (its weights lent, its "
+                 "rows kept home) when that takes at least this many rows off the busiest "
+                 "rank (64; 0: never)");
 }
 
 inline nn::MoeConfig moe_config(const MoeFlags& f) {
@@ -44,6 +50,7 @@ inline nn::MoeConfig moe_config(const MoeFlags& f) {
   c.capacity_factor = float(f.capacity);
   c.every = f.every;
   c.aux_coef = float(f.aux);
+  c.shadow_rows = f.shadow;
   return c;
 }
 
@@ -62,13 +69,14 @@ inline nlohmann::json moe_step_record(Communicator* world, int64_t experts, doub
     time_only.exchange_s = c.exchange_s;
     c = time_only;
   }
-  std::vector<double> v(size_t(experts) + 5, 0.0);
+  std::vector<double> v(size_t(experts) + 6, 0.0);
   for (size_t e = 0; e < c.tokens.size() && e < size_t(experts); ++e) v[e] = double(c.tokens[e]);
   v[size_t(experts)] = double(c.routed);
   v[size_t(experts) + 1] = double(c.dropped);
   v[size_t(experts) + 2] = c.aux_sum;
   v[size_t(experts) + 3] = double(c.groups);
   v[size_t(experts) + 4] = double(c.forwards);
+  v[size_t(experts) + 5] = double(c.shadows);
   double a2a[2] = {c.exchange_s, step_s > 0 ? c.exchange_s / step_s : 0.0};
   if (world != nullptr && world->size() > 1) {
     world->all_reduce(v.data(), v.data(), v.size(), DType::kF64, ReduceOp::kSum);
@@ -88,6 +96,7 @@ inline nlohmann::json moe_step_record(Communicator* world, int64_t experts, doub
           {"dropped", int64_t(v[size_t(experts) + 1])},
           {"aux_loss", groups > 0 ? v[size_t(experts) + 2] / groups : 0.0},
           {"imbalance", mean > 0 ? most / mean : 0.0},
+          {"shadows", int64_t(v[size_t(experts) + 5])},
           {"a2a_s", a2a[0]},
           {"a2a_fraction", a2a[1]}};
 }

@@ -28,6 +28,11 @@ void moe_count_exchange(double seconds) {
   g_counts.exchange_s += seconds;
 }
 
+void moe_count_shadows(int64_t shadows) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_counts.shadows += shadows;
+}
+
 MoeCounts moe_take_counts() {
   std::lock_guard<std::mutex> lock(g_mu);
   MoeCounts out = std::move(g_counts);

@@ -21,6 +21,8 @@ void check_moe(const MoeConfig& c, int ep) {
   BRAID_CHECK_ARG(c.every >= 1, "MoE: every " + std::to_string(c.every) + " (at least 1)");
   BRAID_CHECK_ARG(c.aux_coef >= 0,
                   "MoE: aux loss coefficient " + std::to_string(c.aux_coef) + " (at least 0)");
+  BRAID_CHECK_ARG(c.shadow_rows >= 0, "MoE: shadow rows " + std::to_string(c.shadow_rows) +
+                                         " (at least 0; 0: never shadow)");
   BRAID_CHECK_ARG(ep >= 1, "MoE: expert-parallel size " + std::to_string(ep) + " (at least 1)");
   BRAID_CHECK_ARG(c.experts % ep == 0, "MoE: experts " + std::to_string(c.experts) +
                                            " not divisible by the expert-parallel size ep " +
