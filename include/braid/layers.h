@@ -26,6 +26,12 @@ class Linear : public Module {
   // Throws Error(kInvalidArgument) for kGelu on a layer without bias.
   void set_activation(Activation a);
   Activation activation() const { return act_; }
+  // For an owner whose every reader of this layer's output is a GEMM (its
+  // own next Linear, the attention core): the output is then kept in
+  // activation_dtype() (precision.h), i.e. bf16 under Precision::kBF16 —
+  // the rounding those GEMMs apply anyway, at half the bytes. The input x
+  // may be f32 or bf16 in any case.
+  void set_gemm_only_output(bool on) { gemm_only_output_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -39,10 +45,12 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Activation act_ = Activation::kNone;
+  bool gemm_only_output_ = false;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
   Tensor a_, dpre_;  // with an activation: its output; dL/d(x Wᵀ + b)
+                     // (bf16 under Precision::kBF16: it feeds GEMMs alone)
 };
 
 class ReLU : public Module {

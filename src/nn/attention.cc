@@ -11,6 +11,7 @@
 #include "../tensor/simd.h"  // first: sets vectorisation options
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "braid/error.h"
 #include "braid/kernels.h"
@@ -28,6 +29,7 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       qkv_(name + ".qkv", dim, 3 * dim),
       proj_(name + ".proj", dim, dim),
       drop_(name + ".drop", dropout, dropout_key) {
+  qkv_.set_gemm_only_output(true);  // q, k, v feed the attention GEMMs alone
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));
@@ -96,34 +98,60 @@ void for_each_head(int64_t B, int64_t H, const Body& body) {
 }
 }  // namespace
 
-void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C, int64_t H,
-                              float* att, float* o) {
+namespace {
+// Element offset `off` of a qkv buffer of the given dtype as a GEMM operand
+// with row stride ld.
+GemmOperand operand_at(const void* base, DType dt, int64_t off, int64_t ld) {
+  const auto* p = static_cast<const char*>(base) + off * int64_t(dtype_size(dt));
+  return {p, dt, ld};
+}
+}  // namespace
+
+void causal_attention_forward(const void* qkvp, DType qkv_dt, int64_t B, int64_t T, int64_t C,
+                              int64_t H, float* att, void* o, DType o_dt) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
+  BRAID_CHECK_ARG(o_dt == DType::kF32 || o_dt == DType::kBF16,
+                  std::string("attention: output dtype ") + dtype_name(o_dt));
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
-    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
+    const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
     float* s = att + bh * T * T;
-    float* oh = o + b * T * C + h * D;
+    // A bf16 o: the head's f32 product in this thread's scratch, then rounded.
+    thread_local std::vector<float> wide;
+    float* oh;
+    int64_t ldo;
+    if (o_dt == DType::kF32) {
+      oh = static_cast<float*>(o) + b * T * C + h * D;
+      ldo = C;
+    } else {
+      if (wide.size() < size_t(T * D)) wide.resize(size_t(T * D));
+      oh = wide.data();
+      ldo = D;
+    }
     // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, scale, q + i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, s + i0 * T,
-           T);
+      gemm_compute(false, true, i1 - i0, i1, D, scale, operand_at(qkvp, qkv_dt, q + i0 * 3 * C, 3 * C),
+                   operand_at(qkvp, qkv_dt, k, 3 * C), 0.0f, s + i0 * T, T);
     }
     softmax_causal(s, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
+      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, gemm_operand(s + i0 * T, T),
+                   operand_at(qkvp, qkv_dt, v, 3 * C), 0.0f, oh + i0 * ldo, ldo);
     }
+    if (o_dt == DType::kBF16)
+      round_rows_to_bf16(oh, T, D, D, static_cast<uint16_t*>(o) + b * T * C + h * D, C);
   });
 }
 
-void causal_attention_backward(const float* qkvp, const float* att, const float* dop, int64_t B,
-                               int64_t T, int64_t C, int64_t H, float* dqkv, float* datt) {
+void causal_attention_backward(const void* qkvp, DType qkv_dt, const float* att, const float* dop,
+                               int64_t B, int64_t T, int64_t C, int64_t H, float* dqkv,
+                               float* datt) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
-    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
+    const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
     const auto [dq, dk, dv] = head_qkv(dqkv, b, h, T, C, D);
     const float* p = att + bh * T * T;
     float* dp = datt + bh * T * T;
@@ -132,23 +160,24 @@ void causal_attention_backward(const float* qkvp, const float* att, const float*
     // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, doh + i0 * C, C, v, 3 * C, 0.0f, dp + i0 * T, T);
+      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, gemm_operand(doh + i0 * C, C),
+                   operand_at(qkvp, qkv_dt, v, 3 * C), 0.0f, dp + i0 * T, T);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
       gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
-           dv + j0 * 3 * C, 3 * C);
+                   dv + j0 * 3 * C, 3 * C);
     }
     softmax_bwd_causal(p, dp, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, scale, dp + i0 * T, T, k, 3 * C, 0.0f, dq + i0 * 3 * C,
-           3 * C);
+      gemm_compute(false, false, i1 - i0, D, i1, scale, gemm_operand(dp + i0 * T, T),
+                   operand_at(qkvp, qkv_dt, k, 3 * C), 0.0f, dq + i0 * 3 * C, 3 * C);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
-           0.0f, dk + j0 * 3 * C, 3 * C);
+      gemm_compute(true, false, j1 - j0, D, T - j0, scale, gemm_operand(dp + j0 * T + j0, T),
+                   operand_at(qkvp, qkv_dt, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * 3 * C, 3 * C);
     }
   });
 }
@@ -161,8 +190,8 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
   const Tensor& qkv = qkv_.forward(x, ctx);
   qkv_out_ = &qkv;
   att_.resize({B, H, T, T}, DType::kF32);
-  o_.resize({B, T, C}, DType::kF32);
-  causal_attention_forward(qkv.f32(), B, T, C, H, att_.f32(), o_.f32());
+  o_.resize({B, T, C}, activation_dtype());  // read by proj_'s GEMMs only
+  causal_attention_forward(qkv.raw(), qkv.dtype(), B, T, C, H, att_.f32(), o_.raw(), o_.dtype());
   const Tensor& y = proj_.forward(o_, ctx);
   return drop_.forward(y, ctx);
 }
@@ -174,8 +203,8 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   dqkv_.resize({B, T, 3 * C}, DType::kF32);
   datt_.resize({B, H, T, T}, DType::kF32);
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
-  causal_attention_backward(qkv_out_->f32(), att_.f32(), dout.f32(), B, T, C, H, dqkv_.f32(),
-                            datt_.f32());
+  causal_attention_backward(qkv_out_->raw(), qkv_out_->dtype(), att_.f32(), dout.f32(), B, T, C,
+                            H, dqkv_.f32(), datt_.f32());
   return qkv_.backward(dqkv_, ctx);
 }
 

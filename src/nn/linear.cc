@@ -33,46 +33,74 @@ BRAID_SIMD_FN void fill_rows(float* y, const float* b, int64_t rows, int64_t col
 }
 }  // namespace
 
+namespace {
+// An f32 buffer of the given shape shared by this thread's layers, for a
+// product that is kept rounded to bf16: one layer's worth, not one per layer.
+float* wide_scratch(const Shape& shape) {
+  thread_local Tensor t;
+  t.resize(shape, DType::kF32);
+  return t.f32();
+}
+}  // namespace
+
 const Tensor& Linear::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, in_, "Linear", name_);
   Shape ys = x.shape();
   ys.back() = out_;
-  y_.resize(ys, DType::kF32);
   x_ = &x;
+  const GemmOperand xin{x.raw(), x.dtype(), in_};
+  const DType out_dt = gemm_only_output_ ? activation_dtype() : DType::kF32;
   if (act_ == Activation::kGelu) {
-    gemm_compute(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, 0.0f,
+    y_.resize(ys, DType::kF32);
+    gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), 0.0f,
                  y_.f32(), out_);
-    a_.resize(ys, DType::kF32);
-    bias_gelu_forward(y_.f32(), b_.data.f32(), a_.f32(), rows, out_);
+    float* a = out_dt == DType::kF32 ? (a_.resize(ys, DType::kF32), a_.f32()) : wide_scratch(ys);
+    bias_gelu_forward(y_.f32(), b_.data.f32(), a, rows, out_);
+    if (out_dt == DType::kBF16) {
+      a_.resize(ys, DType::kBF16);
+      round_rows_to_bf16(a, rows, out_, out_, a_.bf16(), out_);
+    }
     return a_;
   }
+  float* y = out_dt == DType::kF32 ? (y_.resize(ys, DType::kF32), y_.f32()) : wide_scratch(ys);
   float beta = 0.0f;
   if (has_bias_) {
-    fill_rows(y_.f32(), b_.data.f32(), rows, out_);
+    fill_rows(y, b_.data.f32(), rows, out_);
     beta = 1.0f;
   }
-  gemm_compute(false, true, rows, out_, in_, 1.0f, x.f32(), in_, w_.data.f32(), in_, beta, y_.f32(), out_);
+  gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), beta, y,
+               out_);
+  if (out_dt == DType::kBF16) {
+    y_.resize(ys, DType::kBF16);
+    round_rows_to_bf16(y, rows, out_, out_, y_.bf16(), out_);
+  }
   return y_;
 }
 
 const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   BRAID_CHECK_ARG(x_ != nullptr, "Linear " + name_ + ": backward before forward");
   check_same_shape(dy_in, y_, "Linear " + name_ + " backward: dy vs y");
+  const Shape& ys = y_.shape();
   const int64_t rows = dy_in.numel() / out_;
-  const Tensor* dyp = &dy_in;
+  GemmOperand dy = gemm_operand(dy_in.f32(), out_);
   if (act_ == Activation::kGelu) {
-    // dL/d(x Wᵀ + b) and the bias gradient in one pass.
-    dpre_.resize(y_.shape(), DType::kF32);
-    bias_gelu_backward(y_.f32(), dy_in.f32(), dpre_.f32(), b_.grad.f32(), rows, out_);
-    dyp = &dpre_;
+    // dL/d(x Wᵀ + b) and the bias gradient in one pass; under bf16 kept
+    // rounded, as both GEMMs below would round it.
+    const bool narrow = activation_dtype() == DType::kBF16;
+    float* dpre = narrow ? wide_scratch(ys) : (dpre_.resize(ys, DType::kF32), dpre_.f32());
+    bias_gelu_backward(y_.f32(), dy_in.f32(), dpre, b_.grad.f32(), rows, out_);
+    if (narrow) {
+      dpre_.resize(ys, DType::kBF16);
+      round_rows_to_bf16(dpre, rows, out_, out_, dpre_.bf16(), out_);
+    }
+    dy = {dpre_.raw(), dpre_.dtype(), out_};
   }
-  const Tensor& dy = *dyp;
   // dW += dyᵀ x  ([out, rows] · [rows, in])
-  gemm_compute(true, false, out_, in_, rows, 1.0f, dy.f32(), out_, x_->f32(), in_, 1.0f, w_.grad.f32(),
-       in_);
+  gemm_compute(true, false, out_, in_, rows, 1.0f, dy, GemmOperand{x_->raw(), x_->dtype(), in_},
+               1.0f, w_.grad.f32(), in_);
   ctx.param_ready(w_);
   if (has_bias_) {
-    if (act_ == Activation::kNone) col_sum_acc(dy.f32(), rows, out_, b_.grad.f32());
+    if (act_ == Activation::kNone) col_sum_acc(dy_in.f32(), rows, out_, b_.grad.f32());
     ctx.param_ready(b_);
   }
   if (!input_grad_) {
@@ -81,8 +109,8 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   }
   dx_.resize(x_->shape(), DType::kF32);
   // dx = dy W  ([rows, out] · [out, in])
-  gemm_compute(false, false, rows, in_, out_, 1.0f, dy.f32(), out_, w_.data.f32(), in_, 0.0f, dx_.f32(),
-       in_);
+  gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f,
+               dx_.f32(), in_);
   return dx_;
 }
 

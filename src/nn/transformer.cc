@@ -13,6 +13,7 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
       proj_(name + ".proj", hidden, dim),
       drop_(name + ".drop", dropout, dropout_key) {
   fc_.set_activation(Linear::Activation::kGelu);
+  fc_.set_gemm_only_output(true);  // GELU's output feeds proj_'s GEMMs alone
 }
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {

@@ -36,7 +36,8 @@ const Tensor& ParallelAttention::forward(const Tensor& x, nn::Context& ctx) {
   qkv_out_ = &qkv;
   att_.resize({B, local_heads_, T, T}, DType::kF32);
   o_.resize({B, T, local_dim_}, DType::kF32);
-  nn::causal_attention_forward(qkv.f32(), B, T, local_dim_, local_heads_, att_.f32(), o_.f32());
+  nn::causal_attention_forward(qkv.raw(), qkv.dtype(), B, T, local_dim_, local_heads_, att_.f32(),
+                               o_.raw(), o_.dtype());
   const Tensor& y = proj_.forward(o_, ctx);
   drop_.set_element_offset(
       mode_ == SeqMode::kSequenceParallel ? int64_t(tp_->rank()) * per_sample(y) : 0);
@@ -49,7 +50,7 @@ const Tensor& ParallelAttention::backward(const Tensor& dy, nn::Context& ctx) {
   const int64_t B = o_.dim(0), T = o_.dim(1);
   dqkv_.resize({B, T, 3 * local_dim_}, DType::kF32);
   datt_.resize({B, local_heads_, T, T}, DType::kF32);
-  nn::causal_attention_backward(qkv_out_->f32(), att_.f32(), dout.f32(), B, T, local_dim_,
+  nn::causal_attention_backward(qkv_out_->raw(), qkv_out_->dtype(), att_.f32(), dout.f32(), B, T, local_dim_,
                                 local_heads_, dqkv_.f32(), datt_.f32());
   return qkv_.backward(dqkv_, ctx);
 }

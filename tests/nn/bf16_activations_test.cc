@@ -1,0 +1,130 @@
+// Activations kept in bf16 under Precision::kBF16 (precision.h's
+// activation_dtype): the tensors layers keep only for GEMMs (attention's
+// q, k, v and output, the GELU output, dL/d(pre-GELU)) are stored rounded,
+// which gemm_compute would do to them anyway. So a GPT's loss and every
+// gradient are bit for bit those of the same bf16 run with them kept in
+// f32 (set_bf16_activations(false)), with and without recomputation and
+// dropout, and the step's peak tensor bytes are lower.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "braid/error.h"
+#include "braid/loss.h"
+#include "braid/models.h"
+#include "braid/precision.h"
+#include "braid/tensor.h"
+#include "braid/threads.h"
+
+using namespace braid;
+using namespace braid::nn;
+
+namespace {
+
+struct StepResult {
+  double loss = 0;
+  std::vector<Tensor> grads;
+  size_t peak = 0;  // tensor bytes of the forward and backward, over the model's
+};
+
+// One forward and backward of a small GPT in bf16 on fixed tokens.
+StepResult gpt_step(bool bf16_activations, bool recompute) {
+  set_compute_precision(Precision::kBF16);
+  set_bf16_activations(bf16_activations);
+  set_num_threads(2);
+  GptConfig c;
+  c.context = 32;
+  c.layers = 2;
+  c.dim = 64;
+  c.heads = 4;
+  c.dropout = 0.1f;
+  c.recompute = recompute;
+  auto m = make_gpt(c, 7);
+  const int64_t B = 4;
+  Tensor x({B, c.context}, DType::kI32), y({B, c.context}, DType::kI32);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.i32()[i] = int32_t((i * 37 + 11) % 256);
+    y.i32()[i] = int32_t((i * 53 + 5) % 256);
+  }
+  Context ctx;
+  ctx.seed = 3;
+  ctx.step = 1;
+  SoftmaxCrossEntropy ce;
+  zero_grad(m->parameters());
+  const size_t base = tensor_bytes_in_use();
+  reset_tensor_peak_bytes();
+  StepResult r;
+  r.loss = ce.forward(m->forward(x, ctx), y);
+  m->backward(ce.backward(1.0f / float(B * c.context)), ctx);
+  r.peak = tensor_peak_bytes() - base;
+  for (Parameter* p : m->parameters()) r.grads.push_back(p->grad);
+  set_bf16_activations(true);
+  set_compute_precision(Precision::kF32);
+  set_num_threads(1);
+  return r;
+}
+
+void expect_bitwise_same(bool recompute) {
+  const StepResult kept = gpt_step(true, recompute), wide = gpt_step(false, recompute);
+  const std::string what = recompute ? "with recomputation" : "stored activations";
+  EXPECT_EQ(std::memcmp(&kept.loss, &wide.loss, sizeof(double)), 0)
+      << what << ": loss " << kept.loss << " vs " << wide.loss;
+  ASSERT_EQ(kept.grads.size(), wide.grads.size());
+  ASSERT_FALSE(kept.grads.empty());
+  for (size_t i = 0; i < kept.grads.size(); ++i)
+    EXPECT_EQ(std::memcmp(kept.grads[i].raw(), wide.grads[i].raw(), kept.grads[i].nbytes()), 0)
+        << what << ": gradient " << i << " differs";
+  // The bf16 storage really happened: the step held fewer bytes.
+  EXPECT_LT(kept.peak, wide.peak) << what;
+  std::printf("%s: peak step bytes %zu (bf16 activations) vs %zu (f32)\n", what.c_str(), kept.peak,
+              wide.peak);
+}
+
+}  // namespace
+
+TEST(Bf16Activations, SameLossAndGradientsBitwiseAsF32Storage) { expect_bitwise_same(false); }
+
+TEST(Bf16Activations, SameLossAndGradientsBitwiseWithRecomputation) { expect_bitwise_same(true); }
+
+TEST(Bf16Activations, OnlyUnderBf16) {
+  set_bf16_activations(true);
+  set_compute_precision(Precision::kF32);
+  EXPECT_EQ(activation_dtype(), DType::kF32);
+  set_compute_precision(Precision::kF16);
+  EXPECT_EQ(activation_dtype(), DType::kF32);
+  set_compute_precision(Precision::kBF16);
+  EXPECT_EQ(activation_dtype(), DType::kBF16);
+  set_bf16_activations(false);
+  EXPECT_EQ(activation_dtype(), DType::kF32);
+  set_bf16_activations(true);
+  set_compute_precision(Precision::kF32);
+}
+
+// A bf16 operand given to gemm_compute is the f32 operand it was rounded
+// from, in every precision (widened exactly outside bf16).
+TEST(Bf16Activations, GemmTakesAnAlreadyRoundedOperand) {
+  const int64_t m = 5, n = 7, k = 9;
+  std::vector<float> a(m * k), b(k * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.37f * float(i % 11) - 1.3f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.21f * float(i % 7) - 0.6f;
+  std::vector<uint16_t> a16(a.size());
+  round_rows_to_bf16(a.data(), m, k, k, a16.data(), k);
+  std::vector<float> a_rounded(a.size());
+  convert_bf16_to_f32(a16.data(), a_rounded.data(), a.size());
+  for (Precision p : {Precision::kBF16, Precision::kF32, Precision::kF16}) {
+    set_compute_precision(p);
+    std::vector<float> c1(m * n), c2(m * n);
+    gemm_compute(false, false, m, n, k, 1.0f, GemmOperand{a16.data(), DType::kBF16, k},
+                 gemm_operand(b.data(), n), 0.0f, c1.data(), n);
+    gemm_compute(false, false, m, n, k, 1.0f, (p == Precision::kBF16 ? a : a_rounded).data(), k,
+                 b.data(), n, 0.0f, c2.data(), n);
+    EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0)
+        << precision_name(p);
+  }
+  set_compute_precision(Precision::kF32);
+  EXPECT_THROW(gemm_compute(false, false, m, n, k, 1.0f, GemmOperand{a16.data(), DType::kI32, k},
+                            gemm_operand(b.data(), n), 0.0f, std::vector<float>(m * n).data(), n),
+               Error);
+}
