@@ -32,6 +32,9 @@ class Linear : public Module {
   // the rounding those GEMMs apply anyway, at half the bytes. The input x
   // may be f32 or bf16 in any case.
   void set_gemm_only_output(bool on) { gemm_only_output_ = on; }
+  // The same for the input gradient backward returns (its reader's GEMMs
+  // alone use it: the attention core's).
+  void set_gemm_only_input_grad(bool on) { gemm_only_input_grad_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -45,7 +48,7 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Activation act_ = Activation::kNone;
-  bool gemm_only_output_ = false;
+  bool gemm_only_output_ = false, gemm_only_input_grad_ = false;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;

@@ -29,7 +29,8 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       qkv_(name + ".qkv", dim, 3 * dim),
       proj_(name + ".proj", dim, dim),
       drop_(name + ".drop", dropout, dropout_key) {
-  qkv_.set_gemm_only_output(true);  // q, k, v feed the attention GEMMs alone
+  qkv_.set_gemm_only_output(true);   // q, k, v feed the attention GEMMs alone
+  proj_.set_gemm_only_input_grad(true);  // as does d o
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));
@@ -99,85 +100,103 @@ void for_each_head(int64_t B, int64_t H, const Body& body) {
 }  // namespace
 
 namespace {
-// Element offset `off` of a qkv buffer of the given dtype as a GEMM operand
-// with row stride ld.
-GemmOperand operand_at(const void* base, DType dt, int64_t off, int64_t ld) {
-  const auto* p = static_cast<const char*>(base) + off * int64_t(dtype_size(dt));
-  return {p, dt, ld};
+// Element `off` of t (f32 or bf16) as a GEMM operand of row stride ld.
+GemmOperand operand_at(const Tensor& t, int64_t off, int64_t ld) {
+  const auto* p = static_cast<const char*>(t.raw()) + off * int64_t(dtype_size(t.dtype()));
+  return {p, t.dtype(), ld};
+}
+
+// An f32 [T, T] block of this thread's, for a head's P or dS when the
+// buffer that keeps them is bf16.
+float* head_scratch(int which, int64_t n) {
+  thread_local std::vector<float> buf[2];
+  if (buf[which].size() < size_t(n)) buf[which].resize(size_t(n));
+  return buf[which].data();
+}
+
+void check_kept(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16)
+    throw Error(Errc::kInvalidArgument, std::string("attention: ") + what + " is " +
+                                            dtype_name(t.dtype()) + ", not f32 or bf16");
 }
 }  // namespace
 
-void causal_attention_forward(const void* qkvp, DType qkv_dt, int64_t B, int64_t T, int64_t C,
-                              int64_t H, float* att, void* o, DType o_dt) {
+void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
+                              Tensor& att, Tensor& o) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
-  BRAID_CHECK_ARG(o_dt == DType::kF32 || o_dt == DType::kBF16,
-                  std::string("attention: output dtype ") + dtype_name(o_dt));
+  check_kept(qkv, "qkv");
+  check_kept(att, "att");
+  check_kept(o, "o");
+  const bool att16 = att.dtype() == DType::kBF16, o16 = o.dtype() == DType::kBF16;
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
     const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
-    float* s = att + bh * T * T;
-    // A bf16 o: the head's f32 product in this thread's scratch, then rounded.
-    thread_local std::vector<float> wide;
-    float* oh;
-    int64_t ldo;
-    if (o_dt == DType::kF32) {
-      oh = static_cast<float*>(o) + b * T * C + h * D;
-      ldo = C;
-    } else {
-      if (wide.size() < size_t(T * D)) wide.resize(size_t(T * D));
-      oh = wide.data();
-      ldo = D;
-    }
+    float* s = att16 ? head_scratch(0, T * T) : att.f32() + bh * T * T;
+    // A bf16 o: the head's f32 product in scratch, then rounded.
+    float* oh = o16 ? head_scratch(1, T * D) : o.f32() + b * T * C + h * D;
+    const int64_t ldo = o16 ? D : C;
     // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, scale, operand_at(qkvp, qkv_dt, q + i0 * 3 * C, 3 * C),
-                   operand_at(qkvp, qkv_dt, k, 3 * C), 0.0f, s + i0 * T, T);
+      gemm_compute(false, true, i1 - i0, i1, D, scale, operand_at(qkv, q + i0 * 3 * C, 3 * C),
+                   operand_at(qkv, k, 3 * C), 0.0f, s + i0 * T, T);
     }
     softmax_causal(s, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
       gemm_compute(false, false, i1 - i0, D, i1, 1.0f, gemm_operand(s + i0 * T, T),
-                   operand_at(qkvp, qkv_dt, v, 3 * C), 0.0f, oh + i0 * ldo, ldo);
+                   operand_at(qkv, v, 3 * C), 0.0f, oh + i0 * ldo, ldo);
     }
-    if (o_dt == DType::kBF16)
-      round_rows_to_bf16(oh, T, D, D, static_cast<uint16_t*>(o) + b * T * C + h * D, C);
+    if (att16) round_rows_to_bf16(s, T, T, T, att.bf16() + bh * T * T, T);
+    if (o16) round_rows_to_bf16(oh, T, D, D, o.bf16() + b * T * C + h * D, C);
   });
 }
 
-void causal_attention_backward(const void* qkvp, DType qkv_dt, const float* att, const float* dop,
-                               int64_t B, int64_t T, int64_t C, int64_t H, float* dqkv,
-                               float* datt) {
+void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t B,
+                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
+  check_kept(qkv, "qkv");
+  check_kept(att, "att");
+  check_kept(dout, "dout");
+  check_kept(datt, "datt");
+  const bool att16 = att.dtype() == DType::kBF16, datt16 = datt.dtype() == DType::kBF16;
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
     const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
-    const auto [dq, dk, dv] = head_qkv(dqkv, b, h, T, C, D);
-    const float* p = att + bh * T * T;
-    float* dp = datt + bh * T * T;
-    const float* doh = dop + b * T * C + h * D;
+    const auto [dq, dk, dv] = head_qkv(dqkv.f32(), b, h, T, C, D);
+    const int64_t pa = bh * T * T, dh = b * T * C + h * D;
+    float* dp = datt16 ? head_scratch(1, T * T) : datt.f32() + pa;
     // Causal blocks only: row block [i0, i1) of dP/dS spans columns [0, i1);
     // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, gemm_operand(doh + i0 * C, C),
-                   operand_at(qkvp, qkv_dt, v, 3 * C), 0.0f, dp + i0 * T, T);
+      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, operand_at(dout, dh + i0 * C, C),
+                   operand_at(qkv, v, 3 * C), 0.0f, dp + i0 * T, T);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
-                   dv + j0 * 3 * C, 3 * C);
+      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, operand_at(att, pa + j0 * T + j0, T),
+                   operand_at(dout, dh + j0 * C, C), 0.0f, dv + j0 * 3 * C, 3 * C);
+    }
+    const float* p;
+    if (att16) {  // P widened (exactly) for softmax's backward
+      float* wide = head_scratch(0, T * T);
+      convert_bf16_to_f32(att.bf16() + pa, wide, size_t(T * T));
+      p = wide;
+    } else {
+      p = att.f32() + pa;
     }
     softmax_bwd_causal(p, dp, T);
+    if (datt16) round_rows_to_bf16(dp, T, T, T, datt.bf16() + pa, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, scale, gemm_operand(dp + i0 * T, T),
-                   operand_at(qkvp, qkv_dt, k, 3 * C), 0.0f, dq + i0 * 3 * C, 3 * C);
+      gemm_compute(false, false, i1 - i0, D, i1, scale, operand_at(datt, pa + i0 * T, T),
+                   operand_at(qkv, k, 3 * C), 0.0f, dq + i0 * 3 * C, 3 * C);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, scale, gemm_operand(dp + j0 * T + j0, T),
-                   operand_at(qkvp, qkv_dt, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * 3 * C, 3 * C);
+      gemm_compute(true, false, j1 - j0, D, T - j0, scale, operand_at(datt, pa + j0 * T + j0, T),
+                   operand_at(qkv, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * 3 * C, 3 * C);
     }
   });
 }
@@ -189,9 +208,9 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
   const int64_t B = x.dim(0), T = x.dim(1), C = dim_, H = heads_;
   const Tensor& qkv = qkv_.forward(x, ctx);
   qkv_out_ = &qkv;
-  att_.resize({B, H, T, T}, DType::kF32);
+  att_.resize({B, H, T, T}, activation_dtype());
   o_.resize({B, T, C}, activation_dtype());  // read by proj_'s GEMMs only
-  causal_attention_forward(qkv.raw(), qkv.dtype(), B, T, C, H, att_.f32(), o_.raw(), o_.dtype());
+  causal_attention_forward(qkv, B, T, C, H, att_, o_);
   const Tensor& y = proj_.forward(o_, ctx);
   return drop_.forward(y, ctx);
 }
@@ -201,10 +220,9 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
   const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_;
   dqkv_.resize({B, T, 3 * C}, DType::kF32);
-  datt_.resize({B, H, T, T}, DType::kF32);
+  datt_.resize({B, H, T, T}, activation_dtype());  // dS: read by GEMMs only
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
-  causal_attention_backward(qkv_out_->raw(), qkv_out_->dtype(), att_.f32(), dout.f32(), B, T, C,
-                            H, dqkv_.f32(), datt_.f32());
+  causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_);
   return qkv_.backward(dqkv_, ctx);
 }
 

@@ -107,10 +107,16 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
     dx_.resize({0});
     return dx_;
   }
-  dx_.resize(x_->shape(), DType::kF32);
   // dx = dy W  ([rows, out] · [out, in])
-  gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f,
-               dx_.f32(), in_);
+  const DType dx_dt = gemm_only_input_grad_ ? activation_dtype() : DType::kF32;
+  float* dx = dx_dt == DType::kF32 ? (dx_.resize(x_->shape(), DType::kF32), dx_.f32())
+                                   : wide_scratch(x_->shape());
+  gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f, dx,
+               in_);
+  if (dx_dt == DType::kBF16) {
+    dx_.resize(x_->shape(), DType::kBF16);
+    round_rows_to_bf16(dx, rows, in_, in_, dx_.bf16(), in_);
+  }
   return dx_;
 }
 

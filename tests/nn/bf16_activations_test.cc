@@ -1,12 +1,18 @@
 // Activations kept in bf16 under Precision::kBF16 (precision.h's
 // activation_dtype): the tensors layers keep only for GEMMs (attention's
-// q, k, v and output, the GELU output, dL/d(pre-GELU)) are stored rounded,
-// which gemm_compute would do to them anyway. So a GPT's loss and every
-// gradient are bit for bit those of the same bf16 run with them kept in
-// f32 (set_bf16_activations(false)), with and without recomputation and
-// dropout, and the step's peak tensor bytes are lower.
+// q, k, v, output and dS, d(output), the GELU output, dL/d(pre-GELU))
+// are stored rounded, which gemm_compute would do to them anyway, and so
+// are the attention probabilities P, which softmax's backward also reads.
+// So a GPT's loss is bit for bit that of the same bf16 run with them kept
+// in f32 (set_bf16_activations(false)), with and without recomputation and
+// dropout; its gradients differ only through P's rounding in softmax's
+// backward (dS = P ⊙ (dP − Σ dP·P), P to 2^-9 relative): each parameter's
+// gradient within 1e-2 relative (L2) of the f32-kept one — a wrong or
+// missing dS, dv or dq would move it by order 1; and the step's peak
+// tensor bytes are lower.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -66,16 +72,27 @@ StepResult gpt_step(bool bf16_activations, bool recompute) {
   return r;
 }
 
-void expect_bitwise_same(bool recompute) {
+void expect_same_loss_close_gradients(bool recompute) {
   const StepResult kept = gpt_step(true, recompute), wide = gpt_step(false, recompute);
   const std::string what = recompute ? "with recomputation" : "stored activations";
   EXPECT_EQ(std::memcmp(&kept.loss, &wide.loss, sizeof(double)), 0)
       << what << ": loss " << kept.loss << " vs " << wide.loss;
   ASSERT_EQ(kept.grads.size(), wide.grads.size());
   ASSERT_FALSE(kept.grads.empty());
-  for (size_t i = 0; i < kept.grads.size(); ++i)
-    EXPECT_EQ(std::memcmp(kept.grads[i].raw(), wide.grads[i].raw(), kept.grads[i].nbytes()), 0)
-        << what << ": gradient " << i << " differs";
+  double worst = 0;
+  for (size_t i = 0; i < kept.grads.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (int64_t j = 0; j < kept.grads[i].numel(); ++j) {
+      const double a = kept.grads[i].f32()[j], b = wide.grads[i].f32()[j];
+      diff += (a - b) * (a - b);
+      norm += b * b;
+    }
+    ASSERT_GT(norm, 0) << what << ": gradient " << i << " is zero";
+    const double rel = std::sqrt(diff / norm);
+    EXPECT_LT(rel, 1e-2) << what << ": gradient " << i;
+    worst = std::max(worst, rel);
+  }
+  std::printf("%s: largest relative gradient difference %.2e\n", what.c_str(), worst);
   // The bf16 storage really happened: the step held fewer bytes.
   EXPECT_LT(kept.peak, wide.peak) << what;
   std::printf("%s: peak step bytes %zu (bf16 activations) vs %zu (f32)\n", what.c_str(), kept.peak,
@@ -84,9 +101,9 @@ void expect_bitwise_same(bool recompute) {
 
 }  // namespace
 
-TEST(Bf16Activations, SameLossAndGradientsBitwiseAsF32Storage) { expect_bitwise_same(false); }
+TEST(Bf16Activations, SameLossAndCloseGradientsAsF32Storage) { expect_same_loss_close_gradients(false); }
 
-TEST(Bf16Activations, SameLossAndGradientsBitwiseWithRecomputation) { expect_bitwise_same(true); }
+TEST(Bf16Activations, SameLossAndCloseGradientsWithRecomputation) { expect_same_loss_close_gradients(true); }
 
 TEST(Bf16Activations, OnlyUnderBf16) {
   set_bf16_activations(true);
