@@ -84,6 +84,10 @@ class GELU : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(std::string name, int64_t dim, float eps = 1e-5f);
+  // As Linear::set_gemm_only_output: for an owner whose readers of the
+  // output are GEMMs alone (a transformer block's qkv and fc), kept in
+  // activation_dtype(). The input stays f32.
+  void set_gemm_only_output(bool on) { gemm_only_output_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -92,6 +96,7 @@ class LayerNorm : public Module {
  private:
   int64_t dim_;
   float eps_;
+  bool gemm_only_output_ = false;
   Parameter g_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, mean_, rstd_, dx_;

@@ -5,6 +5,8 @@
 
 #include "braid/error.h"
 #include "braid/layers.h"
+#include "braid/precision.h"
+#include "nn/wide_scratch.h"
 
 namespace braid::nn {
 
@@ -78,11 +80,12 @@ BRAID_SIMD_FN void ln_bwd(const float* x, const float* g, const float* mean, con
 
 const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, dim_, "LayerNorm", name_);
-  y_.resize(x.shape(), DType::kF32);
+  const bool narrow = gemm_only_output_ && activation_dtype() == DType::kBF16;
+  float* y = narrow ? wide_scratch(x.shape()) : (y_.resize(x.shape(), DType::kF32), y_.f32());
   mean_.resize({rows}, DType::kF32);
   rstd_.resize({rows}, DType::kF32);
-  ln_fwd(x.f32(), g_.data.f32(), b_.data.f32(), y_.f32(), mean_.f32(), rstd_.f32(), rows, dim_,
-         eps_);
+  ln_fwd(x.f32(), g_.data.f32(), b_.data.f32(), y, mean_.f32(), rstd_.f32(), rows, dim_, eps_);
+  if (narrow) keep_rounded(y, x.shape(), y_);
   x_ = &x;
   return y_;
 }

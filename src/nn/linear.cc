@@ -7,6 +7,7 @@
 #include "braid/layers.h"
 #include "braid/precision.h"
 #include "nn/bias_gelu.h"
+#include "nn/wide_scratch.h"
 
 namespace braid::nn {
 
@@ -33,16 +34,6 @@ BRAID_SIMD_FN void fill_rows(float* y, const float* b, int64_t rows, int64_t col
 }
 }  // namespace
 
-namespace {
-// An f32 buffer of the given shape shared by this thread's layers, for a
-// product that is kept rounded to bf16: one layer's worth, not one per layer.
-float* wide_scratch(const Shape& shape) {
-  thread_local Tensor t;
-  t.resize(shape, DType::kF32);
-  return t.f32();
-}
-}  // namespace
-
 const Tensor& Linear::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, in_, "Linear", name_);
   Shape ys = x.shape();
@@ -51,15 +42,21 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   const GemmOperand xin{x.raw(), x.dtype(), in_};
   const DType out_dt = gemm_only_output_ ? activation_dtype() : DType::kF32;
   if (act_ == Activation::kGelu) {
+    if (out_dt == DType::kBF16) {
+      // The pre-activation too is kept in bf16 (GELU's backward reads it).
+      float* pre = wide_scratch(ys);
+      gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), 0.0f,
+                   pre, out_);
+      y_.resize(ys, DType::kBF16);
+      a_.resize(ys, DType::kBF16);
+      bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16(), a_.bf16(), rows, out_);
+      return a_;
+    }
     y_.resize(ys, DType::kF32);
     gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), 0.0f,
                  y_.f32(), out_);
-    float* a = out_dt == DType::kF32 ? (a_.resize(ys, DType::kF32), a_.f32()) : wide_scratch(ys);
-    bias_gelu_forward(y_.f32(), b_.data.f32(), a, rows, out_);
-    if (out_dt == DType::kBF16) {
-      a_.resize(ys, DType::kBF16);
-      round_rows_to_bf16(a, rows, out_, out_, a_.bf16(), out_);
-    }
+    a_.resize(ys, DType::kF32);
+    bias_gelu_forward(y_.f32(), b_.data.f32(), a_.f32(), rows, out_);
     return a_;
   }
   float* y = out_dt == DType::kF32 ? (y_.resize(ys, DType::kF32), y_.f32()) : wide_scratch(ys);
@@ -70,10 +67,7 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   }
   gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), beta, y,
                out_);
-  if (out_dt == DType::kBF16) {
-    y_.resize(ys, DType::kBF16);
-    round_rows_to_bf16(y, rows, out_, out_, y_.bf16(), out_);
-  }
+  if (out_dt == DType::kBF16) keep_rounded(y, ys, y_);
   return y_;
 }
 
@@ -86,12 +80,16 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   if (act_ == Activation::kGelu) {
     // dL/d(x Wᵀ + b) and the bias gradient in one pass; under bf16 kept
     // rounded, as both GEMMs below would round it.
-    const bool narrow = activation_dtype() == DType::kBF16;
-    float* dpre = narrow ? wide_scratch(ys) : (dpre_.resize(ys, DType::kF32), dpre_.f32());
-    bias_gelu_backward(y_.f32(), dy_in.f32(), dpre, b_.grad.f32(), rows, out_);
-    if (narrow) {
+    if (y_.dtype() == DType::kBF16) {
       dpre_.resize(ys, DType::kBF16);
-      round_rows_to_bf16(dpre, rows, out_, out_, dpre_.bf16(), out_);
+      bias_gelu_backward_bf16(y_.bf16(), dy_in.f32(), dpre_.bf16(), b_.grad.f32(), rows, out_);
+    } else if (activation_dtype() == DType::kBF16) {
+      float* dpre = wide_scratch(ys);
+      bias_gelu_backward(y_.f32(), dy_in.f32(), dpre, b_.grad.f32(), rows, out_);
+      keep_rounded(dpre, ys, dpre_);
+    } else {
+      dpre_.resize(ys, DType::kF32);
+      bias_gelu_backward(y_.f32(), dy_in.f32(), dpre_.f32(), b_.grad.f32(), rows, out_);
     }
     dy = {dpre_.raw(), dpre_.dtype(), out_};
   }
@@ -113,10 +111,7 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
                                    : wide_scratch(x_->shape());
   gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f, dx,
                in_);
-  if (dx_dt == DType::kBF16) {
-    dx_.resize(x_->shape(), DType::kBF16);
-    round_rows_to_bf16(dx, rows, in_, in_, dx_.bf16(), in_);
-  }
+  if (dx_dt == DType::kBF16) keep_rounded(dx, x_->shape(), dx_);
   return dx_;
 }
 

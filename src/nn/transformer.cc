@@ -51,7 +51,11 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
       attn_(name + ".attn", dim, heads, dropout, dropout_key * 2 + 1),
       ln2_(name + ".ln2", dim),
       mlp_(name + ".mlp", dim, 4 * dim, dropout, dropout_key * 2 + 2),
-      recompute_(recompute) {}
+      recompute_(recompute) {
+  // The norms feed attention's qkv and the MLP's fc alone.
+  ln1_.set_gemm_only_output(true);
+  ln2_.set_gemm_only_output(true);
+}
 
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);

@@ -1,14 +1,15 @@
 // Activations kept in bf16 under Precision::kBF16 (precision.h's
-// activation_dtype): the tensors layers keep only for GEMMs (attention's
-// q, k, v, output and dS, d(output), the GELU output, dL/d(pre-GELU))
-// are stored rounded, which gemm_compute would do to them anyway, and so
-// are the attention probabilities P, which softmax's backward also reads.
+// activation_dtype): the tensors layers keep only for GEMMs (the block's
+// layer-norm outputs, attention's q, k, v, output, dS and d(output), the
+// GELU output, dL/d(pre-GELU)) are stored rounded, which gemm_compute would
+// do to them anyway; so are the attention probabilities P, which softmax's
+// backward also reads, and the MLP's pre-GELU, which GELU's backward reads.
 // So a GPT's loss is bit for bit that of the same bf16 run with them kept
 // in f32 (set_bf16_activations(false)), with and without recomputation and
-// dropout; its gradients differ only through P's rounding in softmax's
-// backward (dS = P ⊙ (dP − Σ dP·P), P to 2^-9 relative): each parameter's
+// dropout; its gradients differ only through those two roundings (P and
+// pre-GELU to 2^-9 relative, entering dS and GELU'): each parameter's
 // gradient within 1e-2 relative (L2) of the f32-kept one — a wrong or
-// missing dS, dv or dq would move it by order 1; and the step's peak
+// missing dS, dv, dq or GELU' moves it by order 1; and the step's peak
 // tensor bytes are lower.
 #include <gtest/gtest.h>
 
