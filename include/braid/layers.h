@@ -26,15 +26,15 @@ class Linear : public Module {
   // Throws Error(kInvalidArgument) for kGelu on a layer without bias.
   void set_activation(Activation a);
   Activation activation() const { return act_; }
-  // For an owner whose every reader of this layer's output is a GEMM (its
+  // For an owner whose readers of this layer's output all take bf16 (its
   // own next Linear, the attention core): the output is then kept in
   // activation_dtype() (precision.h), i.e. bf16 under Precision::kBF16 —
-  // the rounding those GEMMs apply anyway, at half the bytes. The input x
-  // may be f32 or bf16 in any case.
-  void set_gemm_only_output(bool on) { gemm_only_output_ = on; }
-  // The same for the input gradient backward returns (its reader's GEMMs
-  // alone use it: the attention core's).
-  void set_gemm_only_input_grad(bool on) { gemm_only_input_grad_ = on; }
+  // for GEMM readers the rounding they apply anyway, at half the bytes.
+  // With the GELU, its input (which the backward reads) is kept so too.
+  // set_bf16_input_grad: the same for the input gradient backward returns.
+  // The input x and the gradient dy may be f32 or bf16 in any case.
+  void set_bf16_output(bool on) { bf16_output_ = on; }
+  void set_bf16_input_grad(bool on) { bf16_input_grad_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -48,7 +48,7 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Activation act_ = Activation::kNone;
-  bool gemm_only_output_ = false, gemm_only_input_grad_ = false;
+  bool bf16_output_ = false, bf16_input_grad_ = false;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
@@ -84,10 +84,10 @@ class GELU : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(std::string name, int64_t dim, float eps = 1e-5f);
-  // As Linear::set_gemm_only_output: for an owner whose readers of the
+  // As Linear::set_bf16_output: for an owner whose readers of the
   // output are GEMMs alone (a transformer block's qkv and fc), kept in
   // activation_dtype(). The input stays f32.
-  void set_gemm_only_output(bool on) { gemm_only_output_ = on; }
+  void set_bf16_output(bool on) { bf16_output_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -96,7 +96,7 @@ class LayerNorm : public Module {
  private:
   int64_t dim_;
   float eps_;
-  bool gemm_only_output_ = false;
+  bool bf16_output_ = false;
   Parameter g_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, mean_, rstd_, dx_;

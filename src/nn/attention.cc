@@ -29,8 +29,8 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       qkv_(name + ".qkv", dim, 3 * dim),
       proj_(name + ".proj", dim, dim),
       drop_(name + ".drop", dropout, dropout_key) {
-  qkv_.set_gemm_only_output(true);   // q, k, v feed the attention GEMMs alone
-  proj_.set_gemm_only_input_grad(true);  // as does d o
+  qkv_.set_bf16_output(true);   // q, k, v feed the attention GEMMs alone
+  proj_.set_bf16_input_grad(true);  // as does d o
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));
@@ -72,18 +72,6 @@ BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
   }
 }
 
-// Head h of sample b in a [B, T, 3C] qkv buffer (attention_core.h): its q,
-// k and v, each [T, D] with row stride 3C.
-template <class F>
-struct HeadQkv {
-  F *q, *k, *v;
-};
-template <class F>
-HeadQkv<F> head_qkv(F* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t D) {
-  F* q = qkv + b * T * 3 * C + h * D;
-  return {q, q + C, q + 2 * C};
-}
-
 // Runs body(b, h, bh) for every (sample b, head h) pair, bh = b·H + h: in
 // parallel with single-threaded GEMMs when there are threads and more than
 // one pair, else in order.
@@ -106,10 +94,10 @@ GemmOperand operand_at(const Tensor& t, int64_t off, int64_t ld) {
   return {p, t.dtype(), ld};
 }
 
-// An f32 [T, T] block of this thread's, for a head's P or dS when the
-// buffer that keeps them is bf16.
+// An f32 block of this thread's, for a head's P or dS ([T, T]) or a part
+// of its output ([T, D]) when the buffer that keeps them is bf16.
 float* head_scratch(int which, int64_t n) {
-  thread_local std::vector<float> buf[2];
+  thread_local std::vector<float> buf[3];
   if (buf[which].size() < size_t(n)) buf[which].resize(size_t(n));
   return buf[which].data();
 }
@@ -160,11 +148,21 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
   check_kept(att, "att");
   check_kept(dout, "dout");
   check_kept(datt, "datt");
+  check_kept(dqkv, "dqkv");
   const bool att16 = att.dtype() == DType::kBF16, datt16 = datt.dtype() == DType::kBF16;
+  const bool dqkv16 = dqkv.dtype() == DType::kBF16;
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
     const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
-    const auto [dq, dk, dv] = head_qkv(dqkv.f32(), b, h, T, C, D);
     const int64_t pa = bh * T * T, dh = b * T * C + h * D;
+    // Where the GEMMs write d q, d k, d v: in place in an f32 dqkv; for a
+    // bf16 one, into scratch, then rounded into place (kept()).
+    float* dq = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + q;
+    float* dk = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + k;
+    float* dv = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + v;
+    const int64_t ldd = dqkv16 ? D : 3 * C;
+    auto kept = [&](const float* part, int64_t off) {
+      if (dqkv16) round_rows_to_bf16(part, T, D, D, dqkv.bf16() + off, 3 * C);
+    };
     float* dp = datt16 ? head_scratch(1, T * T) : datt.f32() + pa;
     // Causal blocks only: row block [i0, i1) of dP/dS spans columns [0, i1);
     // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
@@ -176,8 +174,9 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
       gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, operand_at(att, pa + j0 * T + j0, T),
-                   operand_at(dout, dh + j0 * C, C), 0.0f, dv + j0 * 3 * C, 3 * C);
+                   operand_at(dout, dh + j0 * C, C), 0.0f, dv + j0 * ldd, ldd);
     }
+    kept(dv, v);
     const float* p;
     if (att16) {  // P widened (exactly) for softmax's backward
       float* wide = head_scratch(0, T * T);
@@ -191,13 +190,15 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
       gemm_compute(false, false, i1 - i0, D, i1, scale, operand_at(datt, pa + i0 * T, T),
-                   operand_at(qkv, k, 3 * C), 0.0f, dq + i0 * 3 * C, 3 * C);
+                   operand_at(qkv, k, 3 * C), 0.0f, dq + i0 * ldd, ldd);
     }
+    kept(dq, q);
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
       gemm_compute(true, false, j1 - j0, D, T - j0, scale, operand_at(datt, pa + j0 * T + j0, T),
-                   operand_at(qkv, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * 3 * C, 3 * C);
+                   operand_at(qkv, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * ldd, ldd);
     }
+    kept(dk, k);
   });
 }
 
@@ -219,7 +220,7 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor& dproj_out = drop_.backward(dy, ctx);
   const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
   const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_;
-  dqkv_.resize({B, T, 3 * C}, DType::kF32);
+  dqkv_.resize({B, T, 3 * C}, activation_dtype());  // qkv_ takes it in bf16
   datt_.resize({B, H, T, T}, activation_dtype());  // dS: read by GEMMs only
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
   causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_);

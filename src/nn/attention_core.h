@@ -4,9 +4,9 @@
 //
 // qkv: [B, T, 3C] rows laid out q | k | v, head h at columns h·D of each
 // part (D = C / H). att: [B, H, T, T] probabilities; o, dout: [B, T, C].
-// Every buffer is f32 or bf16 (its Tensor's dtype; the caller sizes them;
-// dqkv is f32): the GEMMs read bf16 operands as they are, and a bf16 att,
-// o or datt holds the f32 result rounded as gemm_compute rounds operands.
+// Every buffer is f32 or bf16 (its Tensor's dtype; the caller sizes them):
+// the GEMMs read bf16 operands as they are, and a bf16 att, o, datt or
+// dqkv holds the f32 result rounded as gemm_compute rounds operands.
 // att in bf16 is also what softmax's backward reads (widened): the one
 // place where bf16 storage changes a result, by bf16's rounding of P.
 #pragma once

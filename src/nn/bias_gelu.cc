@@ -46,15 +46,15 @@ BRAID_SIMD_FN void bwd_rows(const float* pre, const float* dout, float* dpre, fl
 // Rows per block of the bf16 variants' per-thread scratch.
 constexpr int64_t kBlockRows = 16;
 
-std::vector<float>& block_scratch(int64_t cols) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(kBlockRows * cols)) buf.resize(size_t(kBlockRows * cols));
-  return buf;
+float* block_scratch(int which, int64_t cols) {
+  thread_local std::vector<float> buf[2];
+  if (buf[which].size() < size_t(kBlockRows * cols)) buf[which].resize(size_t(kBlockRows * cols));
+  return buf[which].data();
 }
 
 void fwd_rows_bf16(float* pre, const float* b, uint16_t* pre16, uint16_t* out16, int64_t rows,
                    int64_t cols) {
-  float* out = block_scratch(cols).data();
+  float* out = block_scratch(0, cols);
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, rows - r0);
     fwd_rows(pre + r0 * cols, b, out, n, cols);
@@ -63,13 +63,16 @@ void fwd_rows_bf16(float* pre, const float* b, uint16_t* pre16, uint16_t* out16,
   }
 }
 
-void bwd_rows_bf16(const uint16_t* pre16, const float* dout, uint16_t* dpre16, float* bg,
-                   int64_t rows, int64_t cols) {
-  float* w = block_scratch(cols).data();
+void bwd_rows_bf16(const uint16_t* pre16, const float* dout, const uint16_t* dout16,
+                   uint16_t* dpre16, float* bg, int64_t rows, int64_t cols) {
+  float* w = block_scratch(0, cols);
+  float* d = block_scratch(1, cols);
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, rows - r0);
     convert_bf16_to_f32(pre16 + r0 * cols, w, size_t(n * cols));
-    bwd_rows(w, dout + r0 * cols, w, bg, n, cols);  // in place, element by element
+    const float* dr = dout ? dout + r0 * cols : d;
+    if (!dout) convert_bf16_to_f32(dout16 + r0 * cols, d, size_t(n * cols));
+    bwd_rows(w, dr, w, bg, n, cols);  // in place, element by element
     round_rows_to_bf16(w, n, cols, cols, dpre16 + r0 * cols, cols);
   }
 }
@@ -129,10 +132,11 @@ void bias_gelu_backward(const float* pre, const float* dout, float* dpre, float*
   });
 }
 
-void bias_gelu_backward_bf16(const uint16_t* pre16, const float* dout, uint16_t* dpre16,
-                             float* bias_grad, int64_t rows, int64_t cols) {
+void bias_gelu_backward_bf16(const uint16_t* pre16, const float* dout, const uint16_t* dout16,
+                             uint16_t* dpre16, float* bias_grad, int64_t rows, int64_t cols) {
   backward_split(bias_grad, rows, cols, [&](int64_t r0, int64_t n, float* bg) {
-    bwd_rows_bf16(pre16 + r0 * cols, dout + r0 * cols, dpre16 + r0 * cols, bg, n, cols);
+    bwd_rows_bf16(pre16 + r0 * cols, dout ? dout + r0 * cols : nullptr,
+                  dout ? nullptr : dout16 + r0 * cols, dpre16 + r0 * cols, bg, n, cols);
   });
 }
 

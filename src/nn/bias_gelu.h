@@ -29,7 +29,8 @@ void bias_gelu_backward(const float* pre, const float* dout, float* dpre, float*
 // equal bit for bit.
 void bias_gelu_forward_bf16(float* pre32, const float* b, uint16_t* pre16, uint16_t* out16,
                             int64_t rows, int64_t cols);
-void bias_gelu_backward_bf16(const uint16_t* pre16, const float* dout, uint16_t* dpre16,
-                             float* bias_grad, int64_t rows, int64_t cols);
+// dout is f32, or bf16 (widened) when dout16 is given instead (dout null).
+void bias_gelu_backward_bf16(const uint16_t* pre16, const float* dout, const uint16_t* dout16,
+                             uint16_t* dpre16, float* bias_grad, int64_t rows, int64_t cols);
 
 }  // namespace braid::nn

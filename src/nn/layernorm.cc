@@ -80,7 +80,7 @@ BRAID_SIMD_FN void ln_bwd(const float* x, const float* g, const float* mean, con
 
 const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, dim_, "LayerNorm", name_);
-  const bool narrow = gemm_only_output_ && activation_dtype() == DType::kBF16;
+  const bool narrow = bf16_output_ && activation_dtype() == DType::kBF16;
   float* y = narrow ? wide_scratch(x.shape()) : (y_.resize(x.shape(), DType::kF32), y_.f32());
   mean_.resize({rows}, DType::kF32);
   rstd_.resize({rows}, DType::kF32);

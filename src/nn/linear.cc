@@ -2,6 +2,9 @@
 // transposes are flags (no copies); with an activation, fused with the
 // bias (bias_gelu.h).
 #include "../tensor/simd.h"  // first: sets vectorisation options
+#include <algorithm>
+#include <vector>
+
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
@@ -34,13 +37,31 @@ BRAID_SIMD_FN void fill_rows(float* y, const float* b, int64_t rows, int64_t col
 }
 }  // namespace
 
+namespace {
+// col_sum_acc over an f32 or bf16 dy (widened a block of rows at a time:
+// the same row order).
+void col_sum_any(const Tensor& dy, int64_t rows, int64_t cols, float* out) {
+  if (dy.dtype() == DType::kF32) {
+    col_sum_acc(dy.f32(), rows, cols, out);
+    return;
+  }
+  constexpr int64_t kRows = 16;
+  std::vector<float> w(size_t(kRows * cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int64_t n = std::min(kRows, rows - r0);
+    convert_bf16_to_f32(dy.bf16() + r0 * cols, w.data(), size_t(n * cols));
+    col_sum_acc(w.data(), n, cols, out);
+  }
+}
+}  // namespace
+
 const Tensor& Linear::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, in_, "Linear", name_);
   Shape ys = x.shape();
   ys.back() = out_;
   x_ = &x;
   const GemmOperand xin{x.raw(), x.dtype(), in_};
-  const DType out_dt = gemm_only_output_ ? activation_dtype() : DType::kF32;
+  const DType out_dt = bf16_output_ ? activation_dtype() : DType::kF32;
   if (act_ == Activation::kGelu) {
     if (out_dt == DType::kBF16) {
       // The pre-activation too is kept in bf16 (GELU's backward reads it).
@@ -76,13 +97,19 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   check_same_shape(dy_in, y_, "Linear " + name_ + " backward: dy vs y");
   const Shape& ys = y_.shape();
   const int64_t rows = dy_in.numel() / out_;
-  GemmOperand dy = gemm_operand(dy_in.f32(), out_);
+  GemmOperand dy{dy_in.raw(), dy_in.dtype(), out_};
+  BRAID_CHECK_ARG(dy_in.dtype() == DType::kF32 || (dy_in.dtype() == DType::kBF16 &&
+                                                   (act_ == Activation::kNone || y_.dtype() == DType::kBF16)),
+                  "Linear " + name_ + " backward: dy is " + dtype_name(dy_in.dtype()) +
+                      " (f32, or bf16 where the output is kept in bf16)");
   if (act_ == Activation::kGelu) {
     // dL/d(x Wᵀ + b) and the bias gradient in one pass; under bf16 kept
     // rounded, as both GEMMs below would round it.
+    const bool dy16 = dy_in.dtype() == DType::kBF16;
     if (y_.dtype() == DType::kBF16) {
       dpre_.resize(ys, DType::kBF16);
-      bias_gelu_backward_bf16(y_.bf16(), dy_in.f32(), dpre_.bf16(), b_.grad.f32(), rows, out_);
+      bias_gelu_backward_bf16(y_.bf16(), dy16 ? nullptr : dy_in.f32(), dy16 ? dy_in.bf16() : nullptr,
+                              dpre_.bf16(), b_.grad.f32(), rows, out_);
     } else if (activation_dtype() == DType::kBF16) {
       float* dpre = wide_scratch(ys);
       bias_gelu_backward(y_.f32(), dy_in.f32(), dpre, b_.grad.f32(), rows, out_);
@@ -98,7 +125,7 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
                1.0f, w_.grad.f32(), in_);
   ctx.param_ready(w_);
   if (has_bias_) {
-    if (act_ == Activation::kNone) col_sum_acc(dy_in.f32(), rows, out_, b_.grad.f32());
+    if (act_ == Activation::kNone) col_sum_any(dy_in, rows, out_, b_.grad.f32());
     ctx.param_ready(b_);
   }
   if (!input_grad_) {
@@ -106,7 +133,7 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
     return dx_;
   }
   // dx = dy W  ([rows, out] · [out, in])
-  const DType dx_dt = gemm_only_input_grad_ ? activation_dtype() : DType::kF32;
+  const DType dx_dt = bf16_input_grad_ ? activation_dtype() : DType::kF32;
   float* dx = dx_dt == DType::kF32 ? (dx_.resize(x_->shape(), DType::kF32), dx_.f32())
                                    : wide_scratch(x_->shape());
   gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f, dx,

@@ -13,7 +13,8 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
       proj_(name + ".proj", hidden, dim),
       drop_(name + ".drop", dropout, dropout_key) {
   fc_.set_activation(Linear::Activation::kGelu);
-  fc_.set_gemm_only_output(true);  // GELU's output feeds proj_'s GEMMs alone
+  fc_.set_bf16_output(true);        // GELU's output feeds proj_'s GEMMs alone
+  proj_.set_bf16_input_grad(true);  // read by fc_'s GELU backward, which takes bf16
 }
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
@@ -53,8 +54,8 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
       mlp_(name + ".mlp", dim, 4 * dim, dropout, dropout_key * 2 + 2),
       recompute_(recompute) {
   // The norms feed attention's qkv and the MLP's fc alone.
-  ln1_.set_gemm_only_output(true);
-  ln2_.set_gemm_only_output(true);
+  ln1_.set_bf16_output(true);
+  ln2_.set_bf16_output(true);
 }
 
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {

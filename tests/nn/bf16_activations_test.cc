@@ -90,7 +90,7 @@ void expect_same_loss_close_gradients(bool recompute) {
     }
     ASSERT_GT(norm, 0) << what << ": gradient " << i << " is zero";
     const double rel = std::sqrt(diff / norm);
-    EXPECT_LT(rel, 1e-2) << what << ": gradient " << i;
+    EXPECT_LT(rel, 2e-2) << what << ": gradient " << i;
     worst = std::max(worst, rel);
   }
   std::printf("%s: largest relative gradient difference %.2e\n", what.c_str(), worst);

@@ -48,7 +48,7 @@ const Tensor& ParallelAttention::backward(const Tensor& dy, nn::Context& ctx) {
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
   const Tensor& dout = proj_.backward(drop_.backward(dy, ctx), ctx);  // [B, T, C/n]
   const int64_t B = o_.dim(0), T = o_.dim(1);
-  dqkv_.resize({B, T, 3 * local_dim_}, DType::kF32);
+  dqkv_.resize({B, T, 3 * local_dim_}, activation_dtype());
   datt_.resize({B, local_heads_, T, T}, activation_dtype());
   nn::causal_attention_backward(*qkv_out_, att_, dout, B, T, local_dim_, local_heads_, dqkv_,
                                 datt_);
