@@ -86,7 +86,7 @@ class LayerNorm : public Module {
   LayerNorm(std::string name, int64_t dim, float eps = 1e-5f);
   // As Linear::set_bf16_output: for an owner whose readers of the
   // output are GEMMs alone (a transformer block's qkv and fc), kept in
-  // activation_dtype(). The input stays f32.
+  // activation_dtype(). The input x stays f32; dy may be f32 or bf16.
   void set_bf16_output(bool on) { bf16_output_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
@@ -200,7 +200,10 @@ class Dropout : public Module {
 
 // Causal multi-head self-attention on [B, T, C]: qkv = x W_qkvᵀ + b,
 // per head softmax(q kᵀ / √d_head + causal mask) v, then an output
-// projection, then dropout (p, resid) on the output.
+// projection, then dropout (p, resid) on the output. Under
+// Precision::kBF16 its activations and the input gradient backward
+// returns are kept in bf16 (precision.h's activation_dtype(); LayerNorm's
+// backward takes that).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(std::string name, int64_t dim, int64_t heads, float dropout = 0,
@@ -222,7 +225,8 @@ class CausalSelfAttention : public Module {
 };
 
 // fc (C → hidden) → GELU → proj (hidden → C) → dropout; fc and GELU run
-// fused (Linear::Activation::kGelu).
+// fused (Linear::Activation::kGelu). Activations and the input gradient
+// kept in bf16 under Precision::kBF16, as CausalSelfAttention's.
 class MlpBlock : public Module {
  public:
   MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout = 0,

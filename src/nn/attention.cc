@@ -31,6 +31,7 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       drop_(name + ".drop", dropout, dropout_key) {
   qkv_.set_bf16_output(true);   // q, k, v feed the attention GEMMs alone
   proj_.set_bf16_input_grad(true);  // as does d o
+  qkv_.set_bf16_input_grad(true);   // the input gradient: to the block's layer norm
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));

@@ -93,6 +93,15 @@ const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
 const Tensor& LayerNorm::backward(const Tensor& dy, Context& ctx) {
   BRAID_CHECK_ARG(x_ != nullptr, "LayerNorm " + name_ + ": backward before forward");
   check_same_shape(dy, *x_, "LayerNorm " + name_ + " backward: dy vs x");
+  // A bf16 dy (a bf16-kept input gradient of the layer above) is widened.
+  const float* dyf;
+  if (dy.dtype() == DType::kBF16) {
+    float* w = wide_scratch(dy.shape());
+    convert_bf16_to_f32(dy.bf16(), w, size_t(dy.numel()));
+    dyf = w;
+  } else {
+    dyf = dy.f32();
+  }
   int64_t rows = dy.numel() / dim_;
   float* dx = nullptr;
   if (input_grad_) {
@@ -101,7 +110,7 @@ const Tensor& LayerNorm::backward(const Tensor& dy, Context& ctx) {
   } else {
     dx_.resize({0});
   }
-  ln_bwd(x_->f32(), g_.data.f32(), mean_.f32(), rstd_.f32(), dy.f32(), dx, g_.grad.f32(),
+  ln_bwd(x_->f32(), g_.data.f32(), mean_.f32(), rstd_.f32(), dyf, dx, g_.grad.f32(),
          b_.grad.f32(), rows, dim_);
   ctx.param_ready(g_);
   ctx.param_ready(b_);

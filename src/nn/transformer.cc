@@ -15,6 +15,7 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
   fc_.set_activation(Linear::Activation::kGelu);
   fc_.set_bf16_output(true);        // GELU's output feeds proj_'s GEMMs alone
   proj_.set_bf16_input_grad(true);  // read by fc_'s GELU backward, which takes bf16
+  fc_.set_bf16_input_grad(true);    // the block's input gradient: to its layer norm
 }
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
