@@ -53,6 +53,24 @@ void col_sum_any(const Tensor& dy, int64_t rows, int64_t cols, float* out) {
     col_sum_acc(w.data(), n, cols, out);
   }
 }
+
+// Products kept in bf16 are computed a block of rows at a time into the
+// shared f32 scratch (wide_scratch.h), at most this many elements, so the
+// scratch stays a [rows, d_model]-sized buffer, not the MLP's 4× one.
+constexpr int64_t kScratchElems = int64_t(1) << 21;
+
+// Runs f(first row, row count) over [0, rows) in blocks of ≤ kScratchElems / cols rows.
+template <class F>
+void in_row_blocks(int64_t rows, int64_t cols, const F& f) {
+  const int64_t step = std::max<int64_t>(1, kScratchElems / std::max<int64_t>(1, cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += step) f(r0, std::min(step, rows - r0));
+}
+
+// Row r of a [*, ld] operand.
+GemmOperand row_of(const GemmOperand& x, int64_t r) {
+  return {static_cast<const char*>(x.data) + r * x.ld * int64_t(dtype_size(x.dtype)), x.dtype,
+          x.ld};
+}
 }  // namespace
 
 const Tensor& Linear::forward(const Tensor& x, Context&) {
@@ -65,12 +83,15 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   if (act_ == Activation::kGelu) {
     if (out_dt == DType::kBF16) {
       // The pre-activation too is kept in bf16 (GELU's backward reads it).
-      float* pre = wide_scratch(ys);
-      gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), 0.0f,
-                   pre, out_);
       y_.resize(ys, DType::kBF16);
       a_.resize(ys, DType::kBF16);
-      bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16(), a_.bf16(), rows, out_);
+      in_row_blocks(rows, out_, [&](int64_t r0, int64_t n) {
+        float* pre = wide_scratch({n, out_});
+        gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0),
+                     gemm_operand(w_.data.f32(), in_), 0.0f, pre, out_);
+        bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16() + r0 * out_, a_.bf16() + r0 * out_,
+                               n, out_);
+      });
       return a_;
     }
     y_.resize(ys, DType::kF32);
@@ -80,15 +101,29 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
     bias_gelu_forward(y_.f32(), b_.data.f32(), a_.f32(), rows, out_);
     return a_;
   }
-  float* y = out_dt == DType::kF32 ? (y_.resize(ys, DType::kF32), y_.f32()) : wide_scratch(ys);
+  if (out_dt == DType::kBF16) {
+    y_.resize(ys, DType::kBF16);
+    in_row_blocks(rows, out_, [&](int64_t r0, int64_t n) {
+      float* y = wide_scratch({n, out_});
+      float beta = 0.0f;
+      if (has_bias_) {
+        fill_rows(y, b_.data.f32(), n, out_);
+        beta = 1.0f;
+      }
+      gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0),
+                   gemm_operand(w_.data.f32(), in_), beta, y, out_);
+      round_rows_to_bf16(y, n, out_, out_, y_.bf16() + r0 * out_, out_);
+    });
+    return y_;
+  }
+  y_.resize(ys, DType::kF32);
   float beta = 0.0f;
   if (has_bias_) {
-    fill_rows(y, b_.data.f32(), rows, out_);
+    fill_rows(y_.f32(), b_.data.f32(), rows, out_);
     beta = 1.0f;
   }
-  gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), beta, y,
-               out_);
-  if (out_dt == DType::kBF16) keep_rounded(y, ys, y_);
+  gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), beta,
+               y_.f32(), out_);
   return y_;
 }
 
@@ -133,12 +168,19 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
     return dx_;
   }
   // dx = dy W  ([rows, out] · [out, in])
-  const DType dx_dt = bf16_input_grad_ ? activation_dtype() : DType::kF32;
-  float* dx = dx_dt == DType::kF32 ? (dx_.resize(x_->shape(), DType::kF32), dx_.f32())
-                                   : wide_scratch(x_->shape());
-  gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f, dx,
-               in_);
-  if (dx_dt == DType::kBF16) keep_rounded(dx, x_->shape(), dx_);
+  if (bf16_input_grad_ && activation_dtype() == DType::kBF16) {
+    dx_.resize(x_->shape(), DType::kBF16);
+    in_row_blocks(rows, in_, [&](int64_t r0, int64_t n) {
+      float* dx = wide_scratch({n, in_});
+      gemm_compute(false, false, n, in_, out_, 1.0f, row_of(dy, r0),
+                   gemm_operand(w_.data.f32(), in_), 0.0f, dx, in_);
+      round_rows_to_bf16(dx, n, in_, in_, dx_.bf16() + r0 * in_, in_);
+    });
+    return dx_;
+  }
+  dx_.resize(x_->shape(), DType::kF32);
+  gemm_compute(false, false, rows, in_, out_, 1.0f, dy, gemm_operand(w_.data.f32(), in_), 0.0f,
+               dx_.f32(), in_);
   return dx_;
 }
 

@@ -1,16 +1,21 @@
 // Activations kept in bf16 under Precision::kBF16 (precision.h's
-// activation_dtype): the tensors layers keep only for GEMMs (the block's
-// layer-norm outputs, attention's q, k, v, output, dS and d(output), the
-// GELU output, dL/d(pre-GELU)) are stored rounded, which gemm_compute would
-// do to them anyway; so are the attention probabilities P, which softmax's
-// backward also reads, and the MLP's pre-GELU, which GELU's backward reads.
-// So a GPT's loss is bit for bit that of the same bf16 run with them kept
-// in f32 (set_bf16_activations(false)), with and without recomputation and
-// dropout; its gradients differ only through those two roundings (P and
-// pre-GELU to 2^-9 relative, entering dS and GELU'): each parameter's
-// gradient within 1e-2 relative (L2) of the f32-kept one — a wrong or
-// missing dS, dv, dq or GELU' moves it by order 1; and the step's peak
-// tensor bytes are lower.
+// activation_dtype()), against the same bf16 run with them kept in f32
+// (set_bf16_activations(false)), with and without recomputation, with
+// dropout. Kept in bf16: the layer-norm outputs, attention's q, k, v, P,
+// output, dS and the gradients of its output and input, the MLP's
+// pre-GELU, GELU output, dL/d(pre-GELU) and the gradients of its output
+// and input, and each sublayer's output before the residual add.
+//
+// Tolerances, and why. Most of these only feed GEMMs, which round them to
+// bf16 anyway: no change at all (the first of this branch's commits kept
+// only those and tested the loss and every gradient bit for bit). The
+// rest are rounded to 2^-9 relative where they were f32: the sublayer
+// outputs before the residual add (the forward), P in softmax's backward,
+// pre-GELU in GELU', the gradients reaching GELU's and layer norm's
+// backward and the qkv bias. The loss, a mean over every token, moves by
+// far less than 2^-9: bound 1e-3 relative. Each parameter's gradient takes
+// a handful of such roundings: bound 2e-2 relative (L2; seen: ~1e-2);
+// a wrong or missing dS, dv, dq or GELU' moves it by order 1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,19 +42,27 @@ struct StepResult {
 };
 
 // One forward and backward of a small GPT in bf16 on fixed tokens.
-StepResult gpt_step(bool bf16_activations, bool recompute) {
+struct Shape3 {
+  int64_t batch, context, dim;
+};
+constexpr Shape3 kSmall{4, 32, 64};
+// Rows × 4·d_model beyond Linear's 2^21-element scratch blocks: the kept
+// products run a block of rows at a time.
+constexpr Shape3 kBlocked{32, 128, 160};
+
+StepResult gpt_step(bool bf16_activations, bool recompute, Shape3 shape = kSmall) {
   set_compute_precision(Precision::kBF16);
   set_bf16_activations(bf16_activations);
   set_num_threads(2);
   GptConfig c;
-  c.context = 32;
+  c.context = shape.context;
   c.layers = 2;
-  c.dim = 64;
+  c.dim = shape.dim;
   c.heads = 4;
   c.dropout = 0.1f;
   c.recompute = recompute;
   auto m = make_gpt(c, 7);
-  const int64_t B = 4;
+  const int64_t B = shape.batch;
   Tensor x({B, c.context}, DType::kI32), y({B, c.context}, DType::kI32);
   for (int64_t i = 0; i < x.numel(); ++i) {
     x.i32()[i] = int32_t((i * 37 + 11) % 256);
@@ -73,11 +86,13 @@ StepResult gpt_step(bool bf16_activations, bool recompute) {
   return r;
 }
 
-void expect_same_loss_close_gradients(bool recompute) {
-  const StepResult kept = gpt_step(true, recompute), wide = gpt_step(false, recompute);
-  const std::string what = recompute ? "with recomputation" : "stored activations";
-  EXPECT_EQ(std::memcmp(&kept.loss, &wide.loss, sizeof(double)), 0)
-      << what << ": loss " << kept.loss << " vs " << wide.loss;
+void expect_close(bool recompute, Shape3 shape = kSmall) {
+  const StepResult kept = gpt_step(true, recompute, shape);
+  const StepResult wide = gpt_step(false, recompute, shape);
+  const std::string what = std::string(recompute ? "with recomputation" : "stored activations") +
+                           ", " + std::to_string(shape.batch * shape.context) + " rows";
+  EXPECT_NEAR(kept.loss, wide.loss, 1e-3 * wide.loss) << what;
+  EXPECT_NE(kept.loss, wide.loss) << what << ": the sublayer outputs were not rounded";
   ASSERT_EQ(kept.grads.size(), wide.grads.size());
   ASSERT_FALSE(kept.grads.empty());
   double worst = 0;
@@ -93,7 +108,8 @@ void expect_same_loss_close_gradients(bool recompute) {
     EXPECT_LT(rel, 2e-2) << what << ": gradient " << i;
     worst = std::max(worst, rel);
   }
-  std::printf("%s: largest relative gradient difference %.2e\n", what.c_str(), worst);
+  std::printf("%s: loss %.9g vs %.9g, largest relative gradient difference %.2e\n",
+              what.c_str(), kept.loss, wide.loss, worst);
   // The bf16 storage really happened: the step held fewer bytes.
   EXPECT_LT(kept.peak, wide.peak) << what;
   std::printf("%s: peak step bytes %zu (bf16 activations) vs %zu (f32)\n", what.c_str(), kept.peak,
@@ -102,9 +118,11 @@ void expect_same_loss_close_gradients(bool recompute) {
 
 }  // namespace
 
-TEST(Bf16Activations, SameLossAndCloseGradientsAsF32Storage) { expect_same_loss_close_gradients(false); }
+TEST(Bf16Activations, CloseLossAndGradientsToF32Storage) { expect_close(false); }
 
-TEST(Bf16Activations, SameLossAndCloseGradientsWithRecomputation) { expect_same_loss_close_gradients(true); }
+TEST(Bf16Activations, CloseLossAndGradientsWithRecomputation) { expect_close(true); }
+
+TEST(Bf16Activations, CloseLossAndGradientsInRowBlocks) { expect_close(false, kBlocked); }
 
 TEST(Bf16Activations, OnlyUnderBf16) {
   set_bf16_activations(true);
