@@ -179,8 +179,7 @@ class EmbeddingBag : public Module {
 // when p == 0 or !ctx.training. A layer that holds only part of each
 // sample (a sequence-parallel shard) sets the sample-relative index of its
 // first element with set_element_offset, so that element i of its row is
-// element offset + i of the whole sample and gets the same mask. x may be
-// bf16: returned as it is when inactive, widened to f32 when masked.
+// element offset + i of the whole sample and gets the same mask.
 class Dropout : public Module {
  public:
   Dropout(std::string name, float p, uint64_t key);
@@ -202,10 +201,9 @@ class Dropout : public Module {
 // Causal multi-head self-attention on [B, T, C]: qkv = x W_qkvᵀ + b,
 // per head softmax(q kᵀ / √d_head + causal mask) v, then an output
 // projection, then dropout (p, resid) on the output. Under
-// Precision::kBF16 its activations, its output (without dropout) and the
-// input gradient backward returns are kept in bf16 (precision.h's
-// activation_dtype(); PreNormResidual's residual add and LayerNorm's
-// backward take them).
+// Precision::kBF16 its activations and the input gradient backward
+// returns are kept in bf16 (precision.h's activation_dtype(); LayerNorm's
+// backward takes that).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(std::string name, int64_t dim, int64_t heads, float dropout = 0,
@@ -227,8 +225,8 @@ class CausalSelfAttention : public Module {
 };
 
 // fc (C → hidden) → GELU → proj (hidden → C) → dropout; fc and GELU run
-// fused (Linear::Activation::kGelu). Activations, output and input
-// gradient kept in bf16 under Precision::kBF16, as CausalSelfAttention's.
+// fused (Linear::Activation::kGelu). Activations and the input gradient
+// kept in bf16 under Precision::kBF16, as CausalSelfAttention's.
 class MlpBlock : public Module {
  public:
   MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout = 0,
@@ -274,7 +272,7 @@ class PreNormResidual {
   const Tensor* x_ = nullptr;
   Tensor h_;    // x + attn(ln1(x))
   Tensor y_;    // h + mlp(ln2(h))
-  Tensor dh_, dx_;
+  Tensor dh_;  // dL/dh, then (in place) dL/dx, which backward returns
 };
 
 class TransformerBlock : public Module {

@@ -32,7 +32,6 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
   qkv_.set_bf16_output(true);   // q, k, v feed the attention GEMMs alone
   proj_.set_bf16_input_grad(true);  // as does d o
   qkv_.set_bf16_input_grad(true);   // the input gradient: to the block's layer norm
-  proj_.set_bf16_output(true);      // to the residual add (through dropout), which takes bf16
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));

@@ -39,10 +39,7 @@ const Tensor& Dropout::forward(const Tensor& x, Context& ctx) {
   if (!active_) return x;
   y_.resize(x.shape(), DType::kF32);
   int64_t rows = x.ndim() ? x.dim(0) : 1;
-  const float* in = x.dtype() == DType::kBF16 ? y_.f32() : x.f32();
-  if (x.dtype() == DType::kBF16)  // a bf16-kept input: widened, then masked in place
-    convert_bf16_to_f32(x.bf16(), y_.f32(), size_t(x.numel()));
-  apply(in, y_.f32(), rows, rows ? x.numel() / rows : 0, element_offset_, ctx, key_, p_);
+  apply(x.f32(), y_.f32(), rows, rows ? x.numel() / rows : 0, element_offset_, ctx, key_, p_);
   return y_;
 }
 

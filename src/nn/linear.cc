@@ -54,18 +54,6 @@ void col_sum_any(const Tensor& dy, int64_t rows, int64_t cols, float* out) {
   }
 }
 
-// Products kept in bf16 are computed a block of rows at a time into the
-// shared f32 scratch (wide_scratch.h), at most this many elements, so the
-// scratch stays a [rows, d_model]-sized buffer, not the MLP's 4× one.
-constexpr int64_t kScratchElems = int64_t(1) << 21;
-
-// Runs f(first row, row count) over [0, rows) in blocks of ≤ kScratchElems / cols rows.
-template <class F>
-void in_row_blocks(int64_t rows, int64_t cols, const F& f) {
-  const int64_t step = std::max<int64_t>(1, kScratchElems / std::max<int64_t>(1, cols));
-  for (int64_t r0 = 0; r0 < rows; r0 += step) f(r0, std::min(step, rows - r0));
-}
-
 // Row r of a [*, ld] operand.
 GemmOperand row_of(const GemmOperand& x, int64_t r) {
   return {static_cast<const char*>(x.data) + r * x.ld * int64_t(dtype_size(x.dtype)), x.dtype,

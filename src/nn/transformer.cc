@@ -1,12 +1,8 @@
 // MLP block and the pre-norm transformer block (with optional activation
 // recomputation), forward and backward.
-#include <algorithm>
-#include <vector>
-
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/layers.h"
-#include "braid/dtype.h"
 
 namespace braid::nn {
 
@@ -20,7 +16,6 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
   fc_.set_bf16_output(true);        // GELU's output feeds proj_'s GEMMs alone
   proj_.set_bf16_input_grad(true);  // read by fc_'s GELU backward, which takes bf16
   fc_.set_bf16_input_grad(true);    // the block's input gradient: to its layer norm
-  proj_.set_bf16_output(true);      // to the residual add (through dropout), which takes bf16
 }
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
@@ -64,33 +59,14 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
   ln2_.set_bf16_output(true);
 }
 
-namespace {
-// out = x + a over x's elements, a f32 or bf16 (a sublayer's output kept in
-// bf16 under Precision::kBF16, widened a block at a time); f32 sum.
-void add_residual(const Tensor& x, const Tensor& a, Tensor& out) {
-  check_same_shape(x, a, "residual: stream vs sublayer output");
-  out.resize(x.shape(), DType::kF32);
-  const int64_t n = x.numel();
-  if (a.dtype() != DType::kBF16) {
-    vadd(x.f32(), a.f32(), out.f32(), n);
-    return;
-  }
-  constexpr int64_t kBlock = 1 << 16;
-  thread_local std::vector<float> w(kBlock);
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const int64_t m = std::min(kBlock, n - i);
-    convert_bf16_to_f32(a.bf16() + i, w.data(), size_t(m));
-    vadd(x.f32() + i, w.data(), out.f32() + i, m);
-  }
-}
-}  // namespace
-
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
-  add_residual(x, a, h_);
+  h_.resize(x.shape(), DType::kF32);
+  vadd(x.f32(), a.f32(), h_.f32(), h_.numel());
   const Tensor& m = mlp_.forward(ln2_.forward(h_, ctx), ctx);
   if (!need_y) return;
-  add_residual(h_, m, y_);
+  y_.resize(x.shape(), DType::kF32);
+  vadd(h_.f32(), m.f32(), y_.f32(), y_.numel());
 }
 
 const Tensor& PreNormResidual::forward(const Tensor& x, Context& ctx, bool recompute) {
@@ -111,16 +87,15 @@ const Tensor& PreNormResidual::backward(const Tensor& dy, Context& ctx, bool rec
   // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh))
   const Tensor& da = attn_.backward(dh_, ctx);
   const Tensor& dln1 = ln1_.backward(da, ctx);
-  dx_.resize(dy.shape(), DType::kF32);
-  vadd(dh_.f32(), dln1.f32(), dx_.f32(), dx_.numel());
+  // dx = dh + dln1 in place: attention's backward is done with dh.
+  vadd(dh_.f32(), dln1.f32(), dh_.f32(), dh_.numel());
   if (recompute) {
     // The recomputed activations and the sublayers' gradient buffers are
-    // spent: only dx_ (this block's, read by the layer below) stays, so one
+    // spent: only dh_ (now dx, read by the layer below) stays, so one
     // block's worth is live at a time.
     release_sublayers();
-    dh_.release();
   }
-  return dx_;
+  return dh_;
 }
 
 void PreNormResidual::collect_parameters(std::vector<Parameter*>& out) {
