@@ -6,7 +6,9 @@
 // tensor- and pipeline-parallel layer): their operands are rounded to the
 // compute format just before the product, and the product is accumulated
 // and returned in f32. Softmax, layer norm, losses, reductions and the
-// optimizer stay f32.
+// optimizer stay f32. Under kBF16 the transformer layers also keep the
+// activations they hold for backward in bf16 (activation_dtype() below):
+// half the bytes, and operands the GEMMs take without rounding again.
 //   kF32   sgemm (OpenBLAS), as without this header.
 //   kBF16  operands rounded to bf16 (nearest even), gemm_bf16 (oneDNN,
 //          kernels.h): 8 bits of mantissa, f32's range.
