@@ -272,7 +272,7 @@ class PreNormResidual {
   const Tensor* x_ = nullptr;
   Tensor h_;    // x + attn(ln1(x))
   Tensor y_;    // h + mlp(ln2(h))
-  Tensor dh_;  // dL/dh, then (in place) dL/dx, which backward returns
+  Tensor dh_;   // dL/dh, then (in place) dL/dx, which backward returns
 };
 
 class TransformerBlock : public Module {

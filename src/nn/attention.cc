@@ -29,7 +29,7 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       qkv_(name + ".qkv", dim, 3 * dim),
       proj_(name + ".proj", dim, dim),
       drop_(name + ".drop", dropout, dropout_key) {
-  qkv_.set_bf16_output(true);   // q, k, v feed the attention GEMMs alone
+  qkv_.set_bf16_output(true);       // q, k, v feed the attention GEMMs alone
   proj_.set_bf16_input_grad(true);  // as does d o
   qkv_.set_bf16_input_grad(true);   // the input gradient: to the block's layer norm
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
@@ -222,7 +222,7 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
   const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_;
   dqkv_.resize({B, T, 3 * C}, activation_dtype());  // qkv_ takes it in bf16
-  datt_.resize({B, H, T, T}, activation_dtype());  // dS: read by GEMMs only
+  datt_.resize({B, H, T, T}, activation_dtype());   // dS: read by GEMMs only
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
   causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_);
   return qkv_.backward(dqkv_, ctx);

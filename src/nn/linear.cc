@@ -77,8 +77,8 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
         float* pre = wide_scratch({n, out_});
         gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0),
                      gemm_operand(w_.data.f32(), in_), 0.0f, pre, out_);
-        bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16() + r0 * out_, a_.bf16() + r0 * out_,
-                               n, out_);
+        bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16() + r0 * out_, a_.bf16() + r0 * out_, n,
+                               out_);
       });
       return a_;
     }
@@ -121,18 +121,20 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   const Shape& ys = y_.shape();
   const int64_t rows = dy_in.numel() / out_;
   GemmOperand dy{dy_in.raw(), dy_in.dtype(), out_};
-  BRAID_CHECK_ARG(dy_in.dtype() == DType::kF32 || (dy_in.dtype() == DType::kBF16 &&
-                                                   (act_ == Activation::kNone || y_.dtype() == DType::kBF16)),
-                  "Linear " + name_ + " backward: dy is " + dtype_name(dy_in.dtype()) +
-                      " (f32, or bf16 where the output is kept in bf16)");
+  BRAID_CHECK_ARG(
+      dy_in.dtype() == DType::kF32 || (dy_in.dtype() == DType::kBF16 &&
+                                       (act_ == Activation::kNone || y_.dtype() == DType::kBF16)),
+      "Linear " + name_ + " backward: dy is " + dtype_name(dy_in.dtype()) +
+          " (f32, or bf16 where the output is kept in bf16)");
   if (act_ == Activation::kGelu) {
     // dL/d(x Wᵀ + b) and the bias gradient in one pass; under bf16 kept
     // rounded, as both GEMMs below would round it.
     const bool dy16 = dy_in.dtype() == DType::kBF16;
     if (y_.dtype() == DType::kBF16) {
       dpre_.resize(ys, DType::kBF16);
-      bias_gelu_backward_bf16(y_.bf16(), dy16 ? nullptr : dy_in.f32(), dy16 ? dy_in.bf16() : nullptr,
-                              dpre_.bf16(), b_.grad.f32(), rows, out_);
+      bias_gelu_backward_bf16(y_.bf16(), dy16 ? nullptr : dy_in.f32(),
+                              dy16 ? dy_in.bf16() : nullptr, dpre_.bf16(), b_.grad.f32(), rows,
+                              out_);
     } else if (activation_dtype() == DType::kBF16) {
       float* dpre = wide_scratch(ys);
       bias_gelu_backward(y_.f32(), dy_in.f32(), dpre, b_.grad.f32(), rows, out_);

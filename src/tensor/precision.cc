@@ -234,7 +234,8 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 }
 
 DType activation_dtype() {
-  return compute_precision() == Precision::kBF16 && g_bf16_activations.load(std::memory_order_relaxed)
+  return compute_precision() == Precision::kBF16 &&
+                 g_bf16_activations.load(std::memory_order_relaxed)
              ? DType::kBF16
              : DType::kF32;
 }

@@ -106,8 +106,8 @@ void expect_close(bool recompute, Shape3 shape = kSmall) {
     EXPECT_LT(rel, 2e-2) << what << ": gradient " << i;
     worst = std::max(worst, rel);
   }
-  std::printf("%s: loss %.9g vs %.9g, largest relative gradient difference %.2e\n",
-              what.c_str(), kept.loss, wide.loss, worst);
+  std::printf("%s: loss %.9g vs %.9g, largest relative gradient difference %.2e\n", what.c_str(),
+              kept.loss, wide.loss, worst);
   // The bf16 storage really happened: the step held fewer bytes.
   EXPECT_LT(kept.peak, wide.peak) << what;
   std::printf("%s: peak step bytes %zu (bf16 activations) vs %zu (f32)\n", what.c_str(), kept.peak,
@@ -154,8 +154,7 @@ TEST(Bf16Activations, GemmTakesAnAlreadyRoundedOperand) {
                  gemm_operand(b.data(), n), 0.0f, c1.data(), n);
     gemm_compute(false, false, m, n, k, 1.0f, (p == Precision::kBF16 ? a : a_rounded).data(), k,
                  b.data(), n, 0.0f, c2.data(), n);
-    EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0)
-        << precision_name(p);
+    EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0) << precision_name(p);
   }
   set_compute_precision(Precision::kF32);
   EXPECT_THROW(gemm_compute(false, false, m, n, k, 1.0f, GemmOperand{a16.data(), DType::kI32, k},

@@ -5,8 +5,8 @@
 #include "braid/error.h"
 #include "braid/precision.h"
 #include "braid/tp_layers.h"
-#include "parallel/tp/blocks.h"
 #include "nn/attention_core.h"
+#include "parallel/tp/blocks.h"
 
 namespace braid::parallel::tp {
 
