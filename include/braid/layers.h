@@ -26,6 +26,15 @@ class Linear : public Module {
   // Throws Error(kInvalidArgument) for kGelu on a layer without bias.
   void set_activation(Activation a);
   Activation activation() const { return act_; }
+  // For an owner whose readers of this layer's output all take bf16 (its
+  // own next Linear, the attention core): the output is then kept in
+  // activation_dtype() (precision.h), i.e. bf16 under Precision::kBF16 —
+  // for GEMM readers the rounding they apply anyway, at half the bytes.
+  // With the GELU, its input (which the backward reads) is kept so too.
+  // set_bf16_input_grad: the same for the input gradient backward returns.
+  // The input x and the gradient dy may be f32 or bf16 in any case.
+  void set_bf16_output(bool on) { bf16_output_ = on; }
+  void set_bf16_input_grad(bool on) { bf16_input_grad_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -39,10 +48,12 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Activation act_ = Activation::kNone;
+  bool bf16_output_ = false, bf16_input_grad_ = false;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
   Tensor a_, dpre_;  // with an activation: its output; dL/d(x Wᵀ + b)
+                     // (bf16 under Precision::kBF16: it feeds GEMMs alone)
 };
 
 class ReLU : public Module {
@@ -73,6 +84,10 @@ class GELU : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(std::string name, int64_t dim, float eps = 1e-5f);
+  // As Linear::set_bf16_output: for an owner whose readers of the
+  // output are GEMMs alone (a transformer block's qkv and fc), kept in
+  // activation_dtype(). The input x stays f32; dy may be f32 or bf16.
+  void set_bf16_output(bool on) { bf16_output_ = on; }
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -81,6 +96,7 @@ class LayerNorm : public Module {
  private:
   int64_t dim_;
   float eps_;
+  bool bf16_output_ = false;
   Parameter g_, b_;
   const Tensor* x_ = nullptr;
   Tensor y_, mean_, rstd_, dx_;
@@ -184,7 +200,10 @@ class Dropout : public Module {
 
 // Causal multi-head self-attention on [B, T, C]: qkv = x W_qkvᵀ + b,
 // per head softmax(q kᵀ / √d_head + causal mask) v, then an output
-// projection, then dropout (p, resid) on the output.
+// projection, then dropout (p, resid) on the output. Under
+// Precision::kBF16 its activations and the input gradient backward
+// returns are kept in bf16 (precision.h's activation_dtype(); LayerNorm's
+// backward takes that).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(std::string name, int64_t dim, int64_t heads, float dropout = 0,
@@ -206,7 +225,8 @@ class CausalSelfAttention : public Module {
 };
 
 // fc (C → hidden) → GELU → proj (hidden → C) → dropout; fc and GELU run
-// fused (Linear::Activation::kGelu).
+// fused (Linear::Activation::kGelu). Activations and the input gradient
+// kept in bf16 under Precision::kBF16, as CausalSelfAttention's.
 class MlpBlock : public Module {
  public:
   MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout = 0,
@@ -252,7 +272,7 @@ class PreNormResidual {
   const Tensor* x_ = nullptr;
   Tensor h_;    // x + attn(ln1(x))
   Tensor y_;    // h + mlp(ln2(h))
-  Tensor dh_, dx_;
+  Tensor dh_;   // dL/dh, then (in place) dL/dx, which backward returns
 };
 
 class TransformerBlock : public Module {

@@ -11,6 +11,7 @@
 #include "../tensor/simd.h"  // first: sets vectorisation options
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "braid/error.h"
 #include "braid/kernels.h"
@@ -28,6 +29,9 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t dim, int64_t 
       qkv_(name + ".qkv", dim, 3 * dim),
       proj_(name + ".proj", dim, dim),
       drop_(name + ".drop", dropout, dropout_key) {
+  qkv_.set_bf16_output(true);       // q, k, v feed the attention GEMMs alone
+  proj_.set_bf16_input_grad(true);  // as does d o
+  qkv_.set_bf16_input_grad(true);   // the input gradient: to the block's layer norm
   BRAID_CHECK_ARG(heads > 0 && dim % heads == 0,
                   "attention " + name + ": d_model " + std::to_string(dim) +
                       " not divisible by heads " + std::to_string(heads));
@@ -69,18 +73,6 @@ BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
   }
 }
 
-// Head h of sample b in a [B, T, 3C] qkv buffer (attention_core.h): its q,
-// k and v, each [T, D] with row stride 3C.
-template <class F>
-struct HeadQkv {
-  F *q, *k, *v;
-};
-template <class F>
-HeadQkv<F> head_qkv(F* qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t D) {
-  F* q = qkv + b * T * 3 * C + h * D;
-  return {q, q + C, q + 2 * C};
-}
-
 // Runs body(b, h, bh) for every (sample b, head h) pair, bh = b·H + h: in
 // parallel with single-threaded GEMMs when there are threads and more than
 // one pair, else in order.
@@ -96,60 +88,118 @@ void for_each_head(int64_t B, int64_t H, const Body& body) {
 }
 }  // namespace
 
-void causal_attention_forward(const float* qkvp, int64_t B, int64_t T, int64_t C, int64_t H,
-                              float* att, float* o) {
+namespace {
+// Element `off` of t (f32 or bf16) as a GEMM operand of row stride ld.
+GemmOperand operand_at(const Tensor& t, int64_t off, int64_t ld) {
+  const auto* p = static_cast<const char*>(t.raw()) + off * int64_t(dtype_size(t.dtype()));
+  return {p, t.dtype(), ld};
+}
+
+// An f32 block of this thread's, for a head's P or dS ([T, T]) or a part
+// of its output ([T, D]) when the buffer that keeps them is bf16.
+float* head_scratch(int which, int64_t n) {
+  thread_local std::vector<float> buf[3];
+  if (buf[which].size() < size_t(n)) buf[which].resize(size_t(n));
+  return buf[which].data();
+}
+
+void check_kept(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16)
+    throw Error(Errc::kInvalidArgument, std::string("attention: ") + what + " is " +
+                                            dtype_name(t.dtype()) + ", not f32 or bf16");
+}
+}  // namespace
+
+void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
+                              Tensor& att, Tensor& o) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
+  check_kept(qkv, "qkv");
+  check_kept(att, "att");
+  check_kept(o, "o");
+  const bool att16 = att.dtype() == DType::kBF16, o16 = o.dtype() == DType::kBF16;
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
-    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
-    float* s = att + bh * T * T;
-    float* oh = o + b * T * C + h * D;
+    const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
+    float* s = att16 ? head_scratch(0, T * T) : att.f32() + bh * T * T;
+    // A bf16 o: the head's f32 product in scratch, then rounded.
+    float* oh = o16 ? head_scratch(1, T * D) : o.f32() + b * T * C + h * D;
+    const int64_t ldo = o16 ? D : C;
     // Row block [i0, i1) of S needs only columns [0, i1): the causal half.
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, scale, q + i0 * 3 * C, 3 * C, k, 3 * C, 0.0f, s + i0 * T,
-           T);
+      gemm_compute(false, true, i1 - i0, i1, D, scale, operand_at(qkv, q + i0 * 3 * C, 3 * C),
+                   operand_at(qkv, k, 3 * C), 0.0f, s + i0 * T, T);
     }
     softmax_causal(s, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, s + i0 * T, T, v, 3 * C, 0.0f, oh + i0 * C, C);
+      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, gemm_operand(s + i0 * T, T),
+                   operand_at(qkv, v, 3 * C), 0.0f, oh + i0 * ldo, ldo);
     }
+    if (att16) round_rows_to_bf16(s, T, T, T, att.bf16() + bh * T * T, T);
+    if (o16) round_rows_to_bf16(oh, T, D, D, o.bf16() + b * T * C + h * D, C);
   });
 }
 
-void causal_attention_backward(const float* qkvp, const float* att, const float* dop, int64_t B,
-                               int64_t T, int64_t C, int64_t H, float* dqkv, float* datt) {
+void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t B,
+                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
+  check_kept(qkv, "qkv");
+  check_kept(att, "att");
+  check_kept(dout, "dout");
+  check_kept(datt, "datt");
+  check_kept(dqkv, "dqkv");
+  const bool att16 = att.dtype() == DType::kBF16, datt16 = datt.dtype() == DType::kBF16;
+  const bool dqkv16 = dqkv.dtype() == DType::kBF16;
   for_each_head(B, H, [&](int64_t b, int64_t h, int64_t bh) {
-    const auto [q, k, v] = head_qkv(qkvp, b, h, T, C, D);
-    const auto [dq, dk, dv] = head_qkv(dqkv, b, h, T, C, D);
-    const float* p = att + bh * T * T;
-    float* dp = datt + bh * T * T;
-    const float* doh = dop + b * T * C + h * D;
+    const int64_t q = b * T * 3 * C + h * D, k = q + C, v = q + 2 * C;
+    const int64_t pa = bh * T * T, dh = b * T * C + h * D;
+    // Where the GEMMs write d q, d k, d v: in place in an f32 dqkv; for a
+    // bf16 one, into scratch, then rounded into place (kept()).
+    float* dq = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + q;
+    float* dk = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + k;
+    float* dv = dqkv16 ? head_scratch(2, T * D) : dqkv.f32() + v;
+    const int64_t ldd = dqkv16 ? D : 3 * C;
+    auto kept = [&](const float* part, int64_t off) {
+      if (dqkv16) round_rows_to_bf16(part, T, D, D, dqkv.bf16() + off, 3 * C);
+    };
+    float* dp = datt16 ? head_scratch(1, T * T) : datt.f32() + pa;
     // Causal blocks only: row block [i0, i1) of dP/dS spans columns [0, i1);
     // column block [j0, j1) of P/dS is nonzero only in rows [j0, T).
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, doh + i0 * C, C, v, 3 * C, 0.0f, dp + i0 * T, T);
+      gemm_compute(false, true, i1 - i0, i1, D, 1.0f, operand_at(dout, dh + i0 * C, C),
+                   operand_at(qkv, v, 3 * C), 0.0f, dp + i0 * T, T);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, p + j0 * T + j0, T, doh + j0 * C, C, 0.0f,
-           dv + j0 * 3 * C, 3 * C);
+      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, operand_at(att, pa + j0 * T + j0, T),
+                   operand_at(dout, dh + j0 * C, C), 0.0f, dv + j0 * ldd, ldd);
+    }
+    kept(dv, v);
+    const float* p;
+    if (att16) {  // P widened (exactly) for softmax's backward
+      float* wide = head_scratch(0, T * T);
+      convert_bf16_to_f32(att.bf16() + pa, wide, size_t(T * T));
+      p = wide;
+    } else {
+      p = att.f32() + pa;
     }
     softmax_bwd_causal(p, dp, T);
+    if (datt16) round_rows_to_bf16(dp, T, T, T, datt.bf16() + pa, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, scale, dp + i0 * T, T, k, 3 * C, 0.0f, dq + i0 * 3 * C,
-           3 * C);
+      gemm_compute(false, false, i1 - i0, D, i1, scale, operand_at(datt, pa + i0 * T, T),
+                   operand_at(qkv, k, 3 * C), 0.0f, dq + i0 * ldd, ldd);
     }
+    kept(dq, q);
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, scale, dp + j0 * T + j0, T, q + j0 * 3 * C, 3 * C,
-           0.0f, dk + j0 * 3 * C, 3 * C);
+      gemm_compute(true, false, j1 - j0, D, T - j0, scale, operand_at(datt, pa + j0 * T + j0, T),
+                   operand_at(qkv, q + j0 * 3 * C, 3 * C), 0.0f, dk + j0 * ldd, ldd);
     }
+    kept(dk, k);
   });
 }
 
@@ -160,9 +210,9 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
   const int64_t B = x.dim(0), T = x.dim(1), C = dim_, H = heads_;
   const Tensor& qkv = qkv_.forward(x, ctx);
   qkv_out_ = &qkv;
-  att_.resize({B, H, T, T}, DType::kF32);
-  o_.resize({B, T, C}, DType::kF32);
-  causal_attention_forward(qkv.f32(), B, T, C, H, att_.f32(), o_.f32());
+  att_.resize({B, H, T, T}, activation_dtype());
+  o_.resize({B, T, C}, activation_dtype());  // read by proj_'s GEMMs only
+  causal_attention_forward(qkv, B, T, C, H, att_, o_);
   const Tensor& y = proj_.forward(o_, ctx);
   return drop_.forward(y, ctx);
 }
@@ -171,11 +221,10 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   const Tensor& dproj_out = drop_.backward(dy, ctx);
   const Tensor& dout = proj_.backward(dproj_out, ctx);  // d o_  [B, T, C]
   const int64_t B = o_.dim(0), T = o_.dim(1), C = dim_, H = heads_;
-  dqkv_.resize({B, T, 3 * C}, DType::kF32);
-  datt_.resize({B, H, T, T}, DType::kF32);
+  dqkv_.resize({B, T, 3 * C}, activation_dtype());  // qkv_ takes it in bf16
+  datt_.resize({B, H, T, T}, activation_dtype());   // dS: read by GEMMs only
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
-  causal_attention_backward(qkv_out_->f32(), att_.f32(), dout.f32(), B, T, C, H, dqkv_.f32(),
-                            datt_.f32());
+  causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_);
   return qkv_.backward(dqkv_, ctx);
 }
 

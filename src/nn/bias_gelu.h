@@ -20,4 +20,17 @@ void bias_gelu_forward(float* pre, const float* b, float* out, int64_t rows, int
 void bias_gelu_backward(const float* pre, const float* dout, float* dpre, float* bias_grad,
                         int64_t rows, int64_t cols);
 
+// The same with pre, out and dpre kept in bf16 (precision.h's
+// round_rows_to_bf16 of the f32 values above, computed a block of rows at
+// a time in per-thread scratch): forward leaves the GEMM's f32 product in
+// pre32 with the bias added and writes pre16 and out16; backward reads
+// pre16 (widened), so GELU' is taken at the rounded pre — the one change
+// from the f32 functions, whose out, dpre and bias_grad these otherwise
+// equal bit for bit.
+void bias_gelu_forward_bf16(float* pre32, const float* b, uint16_t* pre16, uint16_t* out16,
+                            int64_t rows, int64_t cols);
+// dout is f32, or bf16 (widened) when dout16 is given instead (dout null).
+void bias_gelu_backward_bf16(const uint16_t* pre16, const float* dout, const uint16_t* dout16,
+                             uint16_t* dpre16, float* bias_grad, int64_t rows, int64_t cols);
+
 }  // namespace braid::nn

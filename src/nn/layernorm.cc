@@ -5,6 +5,8 @@
 
 #include "braid/error.h"
 #include "braid/layers.h"
+#include "braid/precision.h"
+#include "nn/wide_scratch.h"
 
 namespace braid::nn {
 
@@ -78,11 +80,22 @@ BRAID_SIMD_FN void ln_bwd(const float* x, const float* g, const float* mean, con
 
 const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
   const int64_t rows = rows_of_width(x, dim_, "LayerNorm", name_);
-  y_.resize(x.shape(), DType::kF32);
+  const bool narrow = bf16_output_ && activation_dtype() == DType::kBF16;
   mean_.resize({rows}, DType::kF32);
   rstd_.resize({rows}, DType::kF32);
-  ln_fwd(x.f32(), g_.data.f32(), b_.data.f32(), y_.f32(), mean_.f32(), rstd_.f32(), rows, dim_,
-         eps_);
+  if (narrow) {  // row by row: blocks of rows through the scratch
+    y_.resize(x.shape(), DType::kBF16);
+    in_row_blocks(rows, dim_, [&](int64_t r0, int64_t n) {
+      float* y = wide_scratch({n, dim_});
+      ln_fwd(x.f32() + r0 * dim_, g_.data.f32(), b_.data.f32(), y, mean_.f32() + r0,
+             rstd_.f32() + r0, n, dim_, eps_);
+      round_rows_to_bf16(y, n, dim_, dim_, y_.bf16() + r0 * dim_, dim_);
+    });
+  } else {
+    y_.resize(x.shape(), DType::kF32);
+    ln_fwd(x.f32(), g_.data.f32(), b_.data.f32(), y_.f32(), mean_.f32(), rstd_.f32(), rows, dim_,
+           eps_);
+  }
   x_ = &x;
   return y_;
 }
@@ -90,6 +103,7 @@ const Tensor& LayerNorm::forward(const Tensor& x, Context&) {
 const Tensor& LayerNorm::backward(const Tensor& dy, Context& ctx) {
   BRAID_CHECK_ARG(x_ != nullptr, "LayerNorm " + name_ + ": backward before forward");
   check_same_shape(dy, *x_, "LayerNorm " + name_ + " backward: dy vs x");
+
   int64_t rows = dy.numel() / dim_;
   float* dx = nullptr;
   if (input_grad_) {
@@ -98,8 +112,19 @@ const Tensor& LayerNorm::backward(const Tensor& dy, Context& ctx) {
   } else {
     dx_.resize({0});
   }
-  ln_bwd(x_->f32(), g_.data.f32(), mean_.f32(), rstd_.f32(), dy.f32(), dx, g_.grad.f32(),
-         b_.grad.f32(), rows, dim_);
+  if (dy.dtype() == DType::kBF16) {
+    // A bf16 dy (a bf16-kept input gradient of the layer above): widened a
+    // block of rows at a time, the rows in the same order.
+    in_row_blocks(rows, dim_, [&](int64_t r0, int64_t n) {
+      float* w = wide_scratch({n, dim_});
+      convert_bf16_to_f32(dy.bf16() + r0 * dim_, w, size_t(n * dim_));
+      ln_bwd(x_->f32() + r0 * dim_, g_.data.f32(), mean_.f32() + r0, rstd_.f32() + r0, w,
+             dx ? dx + r0 * dim_ : nullptr, g_.grad.f32(), b_.grad.f32(), n, dim_);
+    });
+  } else {
+    ln_bwd(x_->f32(), g_.data.f32(), mean_.f32(), rstd_.f32(), dy.f32(), dx, g_.grad.f32(),
+           b_.grad.f32(), rows, dim_);
+  }
   ctx.param_ready(g_);
   ctx.param_ready(b_);
   return dx_;

@@ -13,6 +13,9 @@ MlpBlock::MlpBlock(std::string name, int64_t dim, int64_t hidden, float dropout,
       proj_(name + ".proj", hidden, dim),
       drop_(name + ".drop", dropout, dropout_key) {
   fc_.set_activation(Linear::Activation::kGelu);
+  fc_.set_bf16_output(true);        // GELU's output feeds proj_'s GEMMs alone
+  proj_.set_bf16_input_grad(true);  // read by fc_'s GELU backward, which takes bf16
+  fc_.set_bf16_input_grad(true);    // the block's input gradient: to its layer norm
 }
 
 const Tensor& MlpBlock::forward(const Tensor& x, Context& ctx) {
@@ -50,7 +53,11 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
       attn_(name + ".attn", dim, heads, dropout, dropout_key * 2 + 1),
       ln2_(name + ".ln2", dim),
       mlp_(name + ".mlp", dim, 4 * dim, dropout, dropout_key * 2 + 2),
-      recompute_(recompute) {}
+      recompute_(recompute) {
+  // The norms feed attention's qkv and the MLP's fc alone.
+  ln1_.set_bf16_output(true);
+  ln2_.set_bf16_output(true);
+}
 
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
@@ -80,16 +87,15 @@ const Tensor& PreNormResidual::backward(const Tensor& dy, Context& ctx, bool rec
   // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh))
   const Tensor& da = attn_.backward(dh_, ctx);
   const Tensor& dln1 = ln1_.backward(da, ctx);
-  dx_.resize(dy.shape(), DType::kF32);
-  vadd(dh_.f32(), dln1.f32(), dx_.f32(), dx_.numel());
+  // dx = dh + dln1 in place: attention's backward is done with dh.
+  vadd(dh_.f32(), dln1.f32(), dh_.f32(), dh_.numel());
   if (recompute) {
     // The recomputed activations and the sublayers' gradient buffers are
-    // spent: only dx_ (this block's, read by the layer below) stays, so one
+    // spent: only dh_ (now dx, read by the layer below) stays, so one
     // block's worth is live at a time.
     release_sublayers();
-    dh_.release();
   }
-  return dx_;
+  return dh_;
 }
 
 void PreNormResidual::collect_parameters(std::vector<Parameter*>& out) {

@@ -19,6 +19,7 @@ namespace braid {
 
 namespace {
 std::atomic<Precision> g_precision{Precision::kF32};
+std::atomic<bool> g_bf16_activations{true};
 
 // bf16 and f16 rounding, branch-free so the loops vectorise. NaN stays NaN
 // (bf16: a quiet bit is set; f16: the pattern is kept NaN by the widen).
@@ -92,6 +93,7 @@ __attribute__((target("avx,f16c"))) void pack_f16_rounded_f16c(const float* src,
 struct Scratch {
   std::vector<uint16_t> a16, b16;
   std::vector<float> a32, b32;
+  std::vector<float> wide_a, wide_b;  // bf16 operands widened (kF32, kF16)
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -108,6 +110,15 @@ void pack(const Pack& fn, const float* src, int64_t rows, int64_t cols, int64_t 
     const int64_t r0 = b / cols, r1 = e == rows * cols ? rows : e / cols;
     if (r1 > r0) fn(src + r0 * ld, r1 - r0, cols, ld, dst + r0 * cols);
   });
+}
+
+using PackBf16 = void (*)(const float*, int64_t, int64_t, int64_t, uint16_t*);
+PackBf16 bf16_packer() {
+#ifdef BRAID_X86
+  return bf16_gemm_native() ? &pack_bf16_native : &pack_bf16;
+#else
+  return &pack_bf16;
+#endif
 }
 }  // namespace
 
@@ -145,11 +156,7 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   if (p == Precision::kBF16) {
     if (s.a16.size() < size_t(ar * ac)) s.a16.resize(size_t(ar * ac));
     if (s.b16.size() < size_t(br * bc)) s.b16.resize(size_t(br * bc));
-#ifdef BRAID_X86
-    const auto to_bf16 = bf16_gemm_native() ? &pack_bf16_native : &pack_bf16;
-#else
-    const auto to_bf16 = &pack_bf16;
-#endif
+    const PackBf16 to_bf16 = bf16_packer();
     pack(to_bf16, a, ar, ac, lda, s.a16.data());
     pack(to_bf16, b, br, bc, ldb, s.b16.data());
     gemm_bf16(trans_a, trans_b, m, n, k, alpha, s.a16.data(), ac, s.b16.data(), bc, beta, c, ldc);
@@ -166,6 +173,83 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   pack(to_f16, a, ar, ac, lda, s.a32.data());
   pack(to_f16, b, br, bc, ldb, s.b32.data());
   gemm(trans_a, trans_b, m, n, k, alpha, s.a32.data(), ac, s.b32.data(), bc, beta, c, ldc);
+}
+
+namespace {
+
+void check_operand(const GemmOperand& x, const char* which) {
+  if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
+    throw Error(Errc::kInvalidArgument, std::string("gemm_compute: operand ") + which + " is " +
+                                            dtype_name(x.dtype) + ", not f32 or bf16");
+}
+
+// Operand x ([rows, cols] as stored) as bf16 for gemm_bf16: in place when
+// it is bf16 already, else rounded into buf. Sets ld to its row stride.
+const uint16_t* as_bf16(const GemmOperand& x, int64_t rows, int64_t cols,
+                        std::vector<uint16_t>& buf, int64_t& ld) {
+  if (x.dtype == DType::kBF16) {
+    ld = x.ld;
+    return static_cast<const uint16_t*>(x.data);
+  }
+  if (buf.size() < size_t(rows * cols)) buf.resize(size_t(rows * cols));
+  pack(bf16_packer(), static_cast<const float*>(x.data), rows, cols, x.ld, buf.data());
+  ld = cols;
+  return buf.data();
+}
+
+// Operand x as f32: in place when f32, else widened (exactly) into buf.
+const float* as_f32(const GemmOperand& x, int64_t rows, int64_t cols, std::vector<float>& buf,
+                    int64_t& ld) {
+  if (x.dtype == DType::kF32) {
+    ld = x.ld;
+    return static_cast<const float*>(x.data);
+  }
+  if (buf.size() < size_t(rows * cols)) buf.resize(size_t(rows * cols));
+  const auto* src = static_cast<const uint16_t*>(x.data);
+  for (int64_t r = 0; r < rows; ++r)
+    convert_bf16_to_f32(src + r * x.ld, buf.data() + r * cols, size_t(cols));
+  ld = cols;
+  return buf.data();
+}
+}  // namespace
+
+void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  GemmOperand a, GemmOperand b, float beta, float* c, int64_t ldc) {
+  check_operand(a, "A");
+  check_operand(b, "B");
+  const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
+  const int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
+  Scratch& s = scratch();
+  int64_t lda = 0, ldb = 0;
+  if (compute_precision() != Precision::kBF16 || m == 0 || n == 0 || k == 0 ||
+      (a.dtype == DType::kF32 && b.dtype == DType::kF32)) {
+    const float* af = as_f32(a, ar, ac, s.wide_a, lda);
+    const float* bf = as_f32(b, br, bc, s.wide_b, ldb);
+    gemm_compute(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc);
+    return;
+  }
+  const uint16_t* ab = as_bf16(a, ar, ac, s.a16, lda);
+  const uint16_t* bb = as_bf16(b, br, bc, s.b16, ldb);
+  gemm_bf16(trans_a, trans_b, m, n, k, alpha, ab, lda, bb, ldb, beta, c, ldc);
+}
+
+DType activation_dtype() {
+  return compute_precision() == Precision::kBF16 &&
+                 g_bf16_activations.load(std::memory_order_relaxed)
+             ? DType::kBF16
+             : DType::kF32;
+}
+void set_bf16_activations(bool on) { g_bf16_activations.store(on); }
+
+void round_rows_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst,
+                        int64_t ld_dst) {
+  if (rows <= 0 || cols <= 0) return;
+  const PackBf16 fn = bf16_packer();
+  if (ld_dst == cols) {
+    pack(fn, src, rows, cols, ld, dst);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) fn(src + r * ld, 1, cols, ld, dst + r * ld_dst);
 }
 
 void round_to_precision(float* x, int64_t n, Precision p) {

@@ -1,7 +1,8 @@
 // braid train --precision, end to end with the real binary (BRAID_BIN):
 // a 200-step GPT's bf16 and fp16 loss curves stay within 2% of fp32's;
 // every parallel layout in bf16 matches the one-process bf16 run; a
-// checkpoint holds f32 and resumes in any precision.
+// checkpoint holds f32 and resumes in any precision; bf16's peak tensor
+// bytes at the benchmark's shape are at most 0.65× fp32's.
 //
 // The bf16 tolerance between layouts, and why: a layout changes the order
 // of f32 sums (row-parallel and data-parallel reductions, the GEMM's
@@ -152,6 +153,23 @@ TEST(TrainPrecision, Fp16CheckpointsCarryTheLossScaler) {
     ASSERT_EQ(r.size(), 3u) << layout;
     EXPECT_EQ(r[0]["loss_scale"], 65536.0) << layout;
   }
+}
+
+// Issue 39's memory goal at bench/mixed_precision.sh's model and batch:
+// bf16 keeps activations in bf16 (precision.h's activation_dtype()), so
+// the step's peak tensor bytes (weights, gradients, AdamW state and
+// activations; deterministic) are at most 0.65× fp32's.
+TEST(TrainPrecision, Bf16PeakTensorBytesAtMost065OfFp32) {
+  const std::string flags =
+      " --batch 16 --layers 4 --d-model 512 --heads 8 --context 256 --steps 1";
+  const auto fp32 = train(flags, "--precision fp32", "mem32");
+  const auto bf16 = train(flags, "--precision bf16", "mem16");
+  ASSERT_FALSE(fp32.empty());
+  ASSERT_FALSE(bf16.empty());
+  const double a = fp32.back()["peak_tensor_bytes"], b = bf16.back()["peak_tensor_bytes"];
+  ASSERT_GT(a, 0);
+  EXPECT_LE(b, 0.65 * a) << "bf16 " << b << " B vs fp32 " << a << " B";
+  std::printf("peak tensor bytes: bf16 %.0f, fp32 %.0f, ratio %.3f\n", b, a, b / a);
 }
 
 TEST(TrainPrecision, RefusesAnUnknownPrecision) {

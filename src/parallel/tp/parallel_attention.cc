@@ -3,9 +3,10 @@
 // (the column-parallel qkv's block) and the output projection, split by
 // input features, sums the heads' contributions over the group.
 #include "braid/error.h"
+#include "braid/precision.h"
 #include "braid/tp_layers.h"
-#include "parallel/tp/blocks.h"
 #include "nn/attention_core.h"
+#include "parallel/tp/blocks.h"
 
 namespace braid::parallel::tp {
 
@@ -34,9 +35,9 @@ const Tensor& ParallelAttention::forward(const Tensor& x, nn::Context& ctx) {
   const Tensor& qkv = qkv_.forward(x, ctx);  // [B, T, 3·C/n], T whole
   const int64_t B = qkv.dim(0), T = qkv.dim(1);
   qkv_out_ = &qkv;
-  att_.resize({B, local_heads_, T, T}, DType::kF32);
+  att_.resize({B, local_heads_, T, T}, activation_dtype());  // as the serial attention
   o_.resize({B, T, local_dim_}, DType::kF32);
-  nn::causal_attention_forward(qkv.f32(), B, T, local_dim_, local_heads_, att_.f32(), o_.f32());
+  nn::causal_attention_forward(qkv, B, T, local_dim_, local_heads_, att_, o_);
   const Tensor& y = proj_.forward(o_, ctx);
   drop_.set_element_offset(
       mode_ == SeqMode::kSequenceParallel ? int64_t(tp_->rank()) * per_sample(y) : 0);
@@ -47,10 +48,10 @@ const Tensor& ParallelAttention::backward(const Tensor& dy, nn::Context& ctx) {
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
   const Tensor& dout = proj_.backward(drop_.backward(dy, ctx), ctx);  // [B, T, C/n]
   const int64_t B = o_.dim(0), T = o_.dim(1);
-  dqkv_.resize({B, T, 3 * local_dim_}, DType::kF32);
-  datt_.resize({B, local_heads_, T, T}, DType::kF32);
-  nn::causal_attention_backward(qkv_out_->f32(), att_.f32(), dout.f32(), B, T, local_dim_,
-                                local_heads_, dqkv_.f32(), datt_.f32());
+  dqkv_.resize({B, T, 3 * local_dim_}, activation_dtype());
+  datt_.resize({B, local_heads_, T, T}, activation_dtype());
+  nn::causal_attention_backward(*qkv_out_, att_, dout, B, T, local_dim_, local_heads_, dqkv_,
+                                datt_);
   return qkv_.backward(dqkv_, ctx);
 }
 
