@@ -55,12 +55,6 @@ std::string default_tuning_path();
 double predict_one_host(const CostParams& p, const std::string& collective,
                         const std::string& algo, size_t bytes, int ranks, int cores);
 
-// What a message costs in latency when ranks outnumber a host's cores: it
-// usually finds its receiver asleep, so each step of a schedule waits for
-// a wake-up, not α (measured on this project's 2-core VM; the selector
-// raises α to it, and the simulator its oversubscribed hosts' latency).
-double oversubscribed_alpha_s();
-
 // A group of ranks as the planner (include/braid/plan_cost.h) prices it:
 // `ranks` over `hosts` hosts, at most `max_local` on one, `inner` the link
 // between ranks of a host and `outer` the link between hosts (read only

@@ -32,8 +32,6 @@ constexpr double kCacheSpeedup = 8;
 
 }  // namespace
 
-double oversubscribed_alpha_s() { return kWakeAlpha; }
-
 CollOp parse_coll_op(const std::string& name) {
   for (const algo::Collective& c : algo::collectives())
     if (name == c.name) return c.op;

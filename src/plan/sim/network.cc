@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "braid/error.h"
-#include "braid/tuning.h"
 
 namespace braid::plan::sim {
 
@@ -114,10 +113,6 @@ Flow Network::send(int src, int dst, double now, double bytes) {
     if (own_core_ >= 0) path[hops++] = own_core_ + src;
     alpha = inter_.alpha_s;
   }
-  // On a host whose ranks outnumber its cores the receiver is usually
-  // asleep: the message waits for its wake-up (the selector's figure).
-  if (cpu_[size_t(host_of(src))] >= 0 || cpu_[size_t(host_of(dst))] >= 0)
-    alpha = std::max(alpha, comm::oversubscribed_alpha_s());
   double beta = 0;  // the cores' pool has no rate of its own (β 0)
   for (int i = 0; i < hops; ++i) beta = std::max(beta, links_[size_t(path[i])].beta);
   const double dur = bytes * beta;

@@ -23,8 +23,6 @@
 // the devices are CPU cores (Runtime::kBraidCpu), a rank's own core copies
 // what it sends and runs its reductions and compute, so those take turns
 // too (a GPU's links and copy engines move data while its cores reduce).
-// A message to or from such a host waits at least a wake-up
-// (comm::oversubscribed_alpha_s) instead of α, as the selector prices it.
 #pragma once
 
 #include <cstdint>
