@@ -178,9 +178,11 @@ TEST(PlanSim, SharedOversubscribedUplinkSlowsTheExchange) {
 
 TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   // Eight ranks on one host: with a core each, and with two cores, which
-  // every send's copy (B·β on the sender's core) and every reduction
-  // (B·γ) take turns on, so the run lasts at least all that work over two.
-  // this-machine's ranks are CPU cores (copies_on_core).
+  // every copy and reduction takes turns on, so the run lasts at least all
+  // that work over two. this-machine's ranks are CPU cores: a message is
+  // the sender's copy into shared memory (B·β/2) and the receiver's copy
+  // out (B·β/2) or its reduction from the slot (B·γ). The ring's 2(n−1)
+  // steps each move N/n a rank: n−1 of them reduce, n−1 copy.
   plan::Cluster c = plan::cluster_preset("this-machine");
   c.devices_per_host = 8;
   c.cores_per_host = 8;
@@ -191,7 +193,8 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   const double shared = plan::simulate_collective(c, "all_reduce", "ring", bytes, n).seconds;
   const double beta = c.intra_host.cost.beta_s_per_b;
   const double gamma = plan::place_group(c, n, 1).links.gamma_s_per_b;
-  const double work = 2.0 * (n - 1) * double(bytes) * beta + (n - 1) * double(bytes) * gamma;
+  const double work =
+      (n - 1) * double(bytes) * (beta / 2 + gamma) + (n - 1) * double(bytes) * beta;
   EXPECT_GE(shared, work / 2 * (1 - 1e-9)) << "own cores " << own << " s";
   // A rank's core copies what it sends and reduces what it receives, one
   // after the other, even with a core of its own.

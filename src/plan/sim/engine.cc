@@ -115,13 +115,16 @@ void Engine::meet(int src, int dst, Chan& ch, const Pending& p, Msg& m, const vo
                                      std::to_string(src) + ", which sent " +
                                      comm::describe_sig(m.sig));
   double done = std::max({m.arrival, p.posted, ch.last_done});
-  if (r->kind == Request::Kind::kRecvReduce) {
+  // What the receiver's core does with the message: reduce it (from the
+  // sender's slot, γ), or, where its own core copies it out, copy it.
+  const bool reduce = r->kind == Request::Kind::kRecvReduce;
+  const double dur = reduce ? m.bytes * cfg_.gamma_s_per_b : net_.copy_out_s(src, dst, m.bytes);
+  if (dur > 0) {
     RankState& st = ranks_[size_t(dst)];
-    const double dur = m.bytes * cfg_.gamma_s_per_b;
     const double t0 = net_.compute(dst, now_, std::max(done, st.cpu_free), dur);
     done = t0 + dur;
     st.cpu_free = done;
-    if (cfg_.trace) cfg_.trace->span(net_.host_of(dst), dst, "reduce", t0, done);
+    if (cfg_.trace) cfg_.trace->span(net_.host_of(dst), dst, reduce ? "reduce" : "copy out", t0, done);
   }
   ch.last_done = done;
   if (cfg_.carry_data && r->sig.bytes > 0) {

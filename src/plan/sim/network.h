@@ -23,6 +23,11 @@
 // the devices are CPU cores (Runtime::kBraidCpu), a rank's own core copies
 // what it sends and runs its reductions and compute, so those take turns
 // too (a GPU's links and copy engines move data while its cores reduce).
+// Between CPU ranks of a host the message is two copies, as braid's
+// shared-memory wire makes it: the sender's into a slot (B·β/2, holding its
+// core and the ports) and the receiver's out of it (B·β/2, copy_out_s) or
+// its reduction straight from the slot (B·γ); β is the probe's, measured
+// over both.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +62,11 @@ class Network {
   LinkKind kind(int src, int dst) const;
   // Sends `bytes` from src to dst at time `now`, reserving its path.
   Flow send(int src, int dst, double now, double bytes);
+  // The receiver's own copy of a message out of shared memory (CPU
+  // devices, same host): half of the link's B·β, the other half being the
+  // sender's copy in (send); 0 elsewhere. A receive that reduces reads the
+  // slot in its reduction instead (γ).
+  double copy_out_s(int src, int dst, double bytes) const;
   // A span of `dur` seconds of compute on rank's host, from `earliest`
   // or the first time after it that one of the host's cores is free (at
   // once when the host has a core per rank), and, for CPU devices, the
