@@ -107,8 +107,19 @@ struct CostInputs {
   // steps·c·β + α, so path decides, as the flat formula has it; a pipeline
   // of many chunks is bound by busy; across hosts a ring of small segments
   // pays the mean hop, not the host link's β, on every step.
+  //
+  // A ring whose hops differ (some inside a host, some between hosts) is
+  // priced as before instead: every step at the host link's β (the fill's
+  // α too, the steps' α the hops' mean). The simulator's ideal ring pays
+  // the hops' mean β (docs/PLAN.md: 0.73 of this on dgx-h100), but braid's
+  // rings across namespaced hosts run slower than even this: at 2 hosts x
+  // 2 ranks and 256 KiB–1 MiB the ring moved 0.35–0.77 of what hier did
+  // (PERFORMANCE §8), and the mean-hop price had the selector pick it.
   double ring_ab(double steps) const {
-    return ring_time(steps, N / n / chunks, chunks, ring_hop_alpha(), ring_hop_beta(), a, b);
+    const double c = N / n / chunks;
+    if (hosts > 1 && hosts < n)
+      return steps * ring_hop_alpha() + (chunks - 1) * a + steps * chunks * c * b;
+    return ring_time(steps, c, chunks, ring_hop_alpha(), ring_hop_beta(), a, b);
   }
   // The same for `steps` steps of `chunks` chunks of c bytes over hops of
   // mean α, β (am, bm) whose slowest link is (a_max, b_max).
