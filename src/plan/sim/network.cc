@@ -116,7 +116,7 @@ Flow Network::send(int src, int dst, double now, double bytes) {
   double beta = 0;  // the cores' pool has no rate of its own (β 0)
   for (int i = 0; i < hops; ++i) beta = std::max(beta, links_[size_t(path[i])].beta);
   // CPU ranks of one host: the sender's half of the two copies.
-  if (own_core_ >= 0 && f.kind == LinkKind::kIntraHost) beta /= 2;
+  if (two_copies(src, dst)) beta /= 2;
   const double dur = bytes * beta;
   const double t = reserve(path, hops, now, now, dur);
   f.start = t;
@@ -159,8 +159,7 @@ double Network::reserve(const int* path, int hops, double now, double earliest, 
 }
 
 double Network::copy_out_s(int src, int dst, double bytes) const {
-  if (own_core_ < 0 || src == dst || kind(src, dst) != LinkKind::kIntraHost) return 0;
-  return bytes * intra_.beta_s_per_b / 2;
+  return two_copies(src, dst) ? bytes * intra_.beta_s_per_b / 2 : 0;
 }
 
 double Network::compute(int rank, double now, double earliest, double dur) {

@@ -91,6 +91,11 @@ class Network {
   // Reserves one lane of each of path[0..hops) for `dur` from the earliest
   // time ≥ `earliest` they are all free; returns it.
   double reserve(const int* path, int hops, double now, double earliest, double dur);
+  // A message between two CPU ranks of one host: the sender's copy into
+  // shared memory and the receiver's out of it (top comment).
+  bool two_copies(int src, int dst) const {
+    return own_core_ >= 0 && src != dst && kind(src, dst) == LinkKind::kIntraHost;
+  }
   int n_, per_host_, hosts_per_rack_, nics_;
   comm::LinkCost intra_, inter_;
   std::vector<Link> links_;
