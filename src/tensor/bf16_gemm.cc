@@ -19,6 +19,7 @@
 // would grow it without end, so it is emptied past kMaxCached entries.
 #include "simd.h"  // first: sets vectorisation options
 #include "braid/kernels.h"
+#include "tensor/cpu_features.h"
 
 #include <dnnl.hpp>
 
@@ -34,12 +35,7 @@
 namespace braid {
 
 bool bf16_gemm_native() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = __builtin_cpu_supports("avx512bf16");
-  return yes;
-#else
-  return false;
-#endif
+  return cpu_has_avx512_bf16();
 }
 
 namespace {

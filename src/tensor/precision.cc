@@ -14,6 +14,7 @@
 #include "braid/dtype.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
+#include "tensor/cpu_features.h"
 
 namespace braid {
 
@@ -165,8 +166,7 @@ void gemm_compute(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   if (s.a32.size() < size_t(ar * ac)) s.a32.resize(size_t(ar * ac));
   if (s.b32.size() < size_t(br * bc)) s.b32.resize(size_t(br * bc));
 #ifdef BRAID_X86
-  static const bool f16c = __builtin_cpu_supports("f16c");
-  const auto to_f16 = f16c ? &pack_f16_rounded_f16c : &pack_f16_rounded;
+  const auto to_f16 = cpu_has_f16c() ? &pack_f16_rounded_f16c : &pack_f16_rounded;
 #else
   const auto to_f16 = &pack_f16_rounded;
 #endif
