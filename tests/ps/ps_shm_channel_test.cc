@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cstring>
 #include <numeric>
@@ -30,11 +34,12 @@ using namespace std::chrono_literals;
 struct Pair {
   int fd[2] = {-1, -1};
   std::unique_ptr<ps::ShmChannel> worker, server;
-  explicit Pair(size_t capacity) {
+  // keep_offer: the offer stays open (for a test to map the segment too).
+  explicit Pair(size_t capacity, bool keep_offer = false) {
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd), 0);
     worker = ps::ShmChannel::create(capacity);
     server = ps::ShmChannel::attach(worker->offer());
-    worker->close_offer();
+    if (!keep_offer) worker->close_offer();
   }
   ~Pair() {
     for (int f : fd)
@@ -144,6 +149,83 @@ TEST(PsShmChannel, AWaitEndsAtTheDeadlineOrWhenThePeerCloses) {
     EXPECT_EQ(e.code(), braid::Errc::kPeerDied);
     EXPECT_NE(std::string(e.what()).find("after close"), std::string::npos) << e.what();
   }
+}
+
+// The control page as shm_channel.cc lays it out: magic, capacity, then
+// each ring's head and tail counters on 64-byte lines (ring 0 carries the
+// worker's requests to the server, ring 1 the replies).
+constexpr size_t kRing0Head = 64, kRing1Tail = 320 + 64;
+constexpr uint64_t kChannelMagic = 0x314e484353504252ull;
+
+// A second mapping of a channel's control page, as a peer holds it.
+struct PeerView {
+  uint8_t* page = nullptr;
+  explicit PeerView(const std::string& offer) {
+    const std::string path = "/proc/" + offer.substr(0, offer.find(':')) + "/fd/" + offer.substr(offer.find(':') + 1);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << path;
+    page = static_cast<uint8_t*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+  }
+  ~PeerView() { ::munmap(page, 4096); }
+  std::atomic<uint64_t>& at(size_t off) { return *reinterpret_cast<std::atomic<uint64_t>*>(page + off); }
+};
+
+// A peer that writes nonsense into its counters gets a protocol error on
+// the other side, never a read or a write outside the ring.
+TEST(PsShmChannel, APeersCounterOutsideTheRingIsAProtocolError) {
+  Pair p(4096, true);
+  PeerView peer(p.worker->offer());
+  const std::vector<uint8_t> msg = pattern(100, 3);
+  iovec v{const_cast<uint8_t*>(msg.data()), msg.size()};
+  p.worker->write(p.fd[0], &v, 1, wire::deadline_after(5s), "request");
+  ASSERT_EQ(p.server->readable(), 100u);
+  for (uint64_t bad : {uint64_t(100) + 2 * 4096, uint64_t(0) - 1}) {  // a ring ahead; behind the reader
+    peer.at(kRing0Head).store(bad);
+    try {
+      (void)p.server->readable();
+      ADD_FAILURE() << "a write counter of " << bad << " was taken";
+    } catch (const braid::Error& e) {
+      EXPECT_EQ(e.code(), braid::Errc::kProtocol);
+      EXPECT_NE(std::string(e.what()).find("outside the ring"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(p.server->wait_readable(p.fd[1], 1, wire::deadline_after(1s), "request"), braid::Error);
+  }
+  // The server's replies: a read counter ahead of what it wrote.
+  peer.at(kRing1Tail).store(uint64_t(1) << 40);
+  std::vector<uint8_t> reply(10, 1);
+  iovec r{reply.data(), reply.size()};
+  try {
+    p.server->write(p.fd[1], &r, 1, wire::deadline_after(1s), "reply");
+    ADD_FAILURE() << "a write against a read counter outside the ring went ahead";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kProtocol) << e.what();
+  }
+  size_t room = 0;
+  EXPECT_THROW(p.server->write_area(&room), braid::Error);
+}
+
+// A server maps only a segment sealed against shrinking: a peer could
+// otherwise truncate it under the server's mappings (SIGBUS on its next
+// read).
+TEST(PsShmChannel, AnUnsealedSegmentIsRefused) {
+  const size_t pg = size_t(::sysconf(_SC_PAGESIZE));
+  const int fd = ::memfd_create("not-sealed", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t(pg + 2 * pg)), 0);
+  const uint64_t head[2] = {kChannelMagic, pg};
+  ASSERT_EQ(::pwrite(fd, head, sizeof head, 0), ssize_t(sizeof head));
+  try {
+    ps::ShmChannel::attach(std::to_string(::getpid()) + ":" + std::to_string(fd));
+    ADD_FAILURE() << "an unsealed segment was attached";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kProtocol) << e.what();
+  }
+  // The same file sealed is a channel.
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), -1) << "memfd without MFD_ALLOW_SEALING took a seal";
+  ::close(fd);
+  auto ok = ps::ShmChannel::create(1);
+  EXPECT_NO_THROW(ps::ShmChannel::attach(ok->offer()));
 }
 
 TEST(PsShmChannel, AWriterBlockedOnAFullRingLearnsThePeerClosed) {

@@ -28,6 +28,14 @@ size_t whole_pages(size_t n) { return (n + page() - 1) / page() * page(); }
 [[noreturn]] void fail(const std::string& what) {
   throw Error(Errc::kIo, what + ": " + std::strerror(errno));
 }
+
+// The other side moved its counter where no counter of a well-behaved peer
+// can be: more than a ring's worth ahead of (or behind) this side's own.
+[[noreturn]] void bad_counter(const char* whose, uint64_t theirs, uint64_t mine, size_t cap) {
+  throw Error(Errc::kProtocol, std::string("parameter-server shared memory: the peer's ") + whose + " counter " +
+                                   std::to_string(theirs) + " is outside the ring (" + std::to_string(mine) +
+                                   " here, capacity " + std::to_string(cap) + ")");
+}
 }  // namespace
 
 struct ShmChannel::Ring {
@@ -63,12 +71,15 @@ bool ShmChannel::valid_offer(const std::string& offer) {
 
 std::unique_ptr<ShmChannel> ShmChannel::create(size_t capacity) {
   const size_t cap = std::min(kMaxCapacity, whole_pages(std::max<size_t>(capacity, 1)));
-  const int fd = ::memfd_create("braid-ps-link", MFD_CLOEXEC);
+  const int fd = ::memfd_create("braid-ps-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) fail("parameter-server shared memory: memfd_create");
   const size_t total = whole_pages(sizeof(Ctl)) + 2 * cap;
   // Reserve the pages now: a memory limit too small fails here, not with
   // SIGBUS at the first touch.
+  // Sealed at that size: the server maps it, and a file that could shrink
+  // under a mapping would kill its reader with SIGBUS.
   int e = ::ftruncate(fd, off_t(total)) == 0 ? ::posix_fallocate(fd, 0, off_t(total)) : errno;
+  if (e == 0 && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) e = errno;
   if (e != 0) {
     ::close(fd);
     errno = e;
@@ -98,6 +109,9 @@ std::unique_ptr<ShmChannel> ShmChannel::attach(const std::string& offer) {
                 ssize_t(sizeof head.magic + sizeof head.capacity);
   ok = ok && head.magic == kMagic && head.capacity % page() == 0 && head.capacity <= kMaxCapacity &&
        size_t(st.st_size) == ctl_len + 2 * head.capacity;
+  // Only a file sealed against shrinking: no peer can then pull pages out
+  // from under this side's mappings.
+  ok = ok && (::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) != 0;
   if (!ok) {
     ::close(fd);
     throw Error(Errc::kProtocol, "parameter-server shared memory: " + path + " is not a channel");
@@ -204,17 +218,17 @@ bool ShmChannel::wait(int fd, std::atomic<uint32_t>& flag, Ready ready, int64_t 
 void ShmChannel::write(int fd, const iovec* iov, size_t n, int64_t deadline_ns, const char* what) {
   Ring& r = ctl_->ring[tx_];
   uint8_t* base = ring_[tx_];
-  uint64_t head = r.head.load(std::memory_order_relaxed);
+  uint64_t& head = tx_head_;
   auto publish = [&] { advance(fd, r.head, head, r.reader_waits); };
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* src = static_cast<const uint8_t*>(iov[i].iov_base);
     size_t left = iov[i].iov_len;
     while (left > 0) {
-      uint64_t room = cap_ - (head - r.tail.load(std::memory_order_acquire));
+      uint64_t room = cap_ - (head - peer_tail(std::memory_order_acquire));
       if (room == 0) {
         publish();  // let the reader free what it can
         const bool ok = wait(fd, r.writer_waits, [&] {
-          return head - r.tail.load(std::memory_order_seq_cst) < cap_;
+          return head - peer_tail(std::memory_order_seq_cst) < cap_;
         }, deadline_ns, what);
         if (!ok) throw Error(Errc::kTimeout, std::string(what) + ": timed out");
         continue;
@@ -229,37 +243,43 @@ void ShmChannel::write(int fd, const iovec* iov, size_t n, int64_t deadline_ns, 
   publish();
 }
 
+uint64_t ShmChannel::peer_tail(std::memory_order order) const {
+  const uint64_t t = ctl_->ring[tx_].tail.load(order);
+  if (tx_head_ - t > cap_) bad_counter("read", t, tx_head_, cap_);
+  return t;
+}
+
+uint64_t ShmChannel::peer_head(std::memory_order order) const {
+  const uint64_t h = ctl_->ring[rx_].head.load(order);
+  if (h - rx_tail_ > cap_) bad_counter("write", h, rx_tail_, cap_);
+  return h;
+}
+
 uint8_t* ShmChannel::write_area(size_t* room) {
-  Ring& r = ctl_->ring[tx_];
-  const uint64_t head = r.head.load(std::memory_order_relaxed);
-  *room = size_t(cap_ - (head - r.tail.load(std::memory_order_acquire)));
-  return ring_[tx_] + head % cap_;
+  *room = size_t(cap_ - (tx_head_ - peer_tail(std::memory_order_acquire)));
+  return ring_[tx_] + tx_head_ % cap_;
 }
 
 void ShmChannel::commit(int fd, size_t n) {
   Ring& r = ctl_->ring[tx_];
-  advance(fd, r.head, r.head.load(std::memory_order_relaxed) + n, r.reader_waits);
+  tx_head_ += n;
+  advance(fd, r.head, tx_head_, r.reader_waits);
 }
 
-size_t ShmChannel::readable() const {
-  const Ring& r = ctl_->ring[rx_];
-  return size_t(r.head.load(std::memory_order_acquire) - r.tail.load(std::memory_order_relaxed));
-}
+size_t ShmChannel::readable() const { return size_t(peer_head(std::memory_order_acquire) - rx_tail_); }
 
-const uint8_t* ShmChannel::peek() const {
-  return ring_[rx_] + ctl_->ring[rx_].tail.load(std::memory_order_relaxed) % cap_;
-}
+const uint8_t* ShmChannel::peek() const { return ring_[rx_] + rx_tail_ % cap_; }
 
 void ShmChannel::consume(int fd, size_t n) {
   Ring& r = ctl_->ring[rx_];
-  advance(fd, r.tail, r.tail.load(std::memory_order_relaxed) + n, r.writer_waits);
+  rx_tail_ += n;
+  advance(fd, r.tail, rx_tail_, r.writer_waits);
 }
 
 bool ShmChannel::wait_readable(int fd, size_t n, int64_t deadline_ns, const char* what) {
   Ring& r = ctl_->ring[rx_];
-  return wait(fd, r.reader_waits, [&] {
-    return r.head.load(std::memory_order_seq_cst) - r.tail.load(std::memory_order_relaxed) >= n;
-  }, deadline_ns, what);
+  return wait(fd, r.reader_waits, [&] { return peer_head(std::memory_order_seq_cst) - rx_tail_ >= n; },
+              deadline_ns, what);
 }
 
 }  // namespace braid::ps

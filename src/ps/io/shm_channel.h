@@ -23,6 +23,13 @@
 // Invariants: one thread at a time sends on a channel and one receives
 // (the connection's owner); head and tail only grow; head - tail <=
 // capacity; bytes in [tail, head) are the reader's, the rest the writer's.
+// Each side keeps its own counter (the writer's head, the reader's tail)
+// in private memory and only publishes it to the segment; the peer's
+// counter, read from the segment, is checked against it (at most a ring
+// apart, in the right direction) before it is used, so a peer that writes
+// nonsense there gets Error(kProtocol), never a read or write outside the
+// ring. The segment's file is sealed against shrinking, and a server maps
+// no other: no peer can take pages away from under a mapping.
 #pragma once
 
 #include <sys/uio.h>
@@ -72,7 +79,8 @@ class ShmChannel {
   uint8_t* write_area(size_t* room);
   void commit(int fd, size_t n);
 
-  // Bytes published and not yet consumed in the incoming ring.
+  // Bytes published and not yet consumed in the incoming ring; throws
+  // Error(kProtocol) when the peer's counter says more than a ring.
   size_t readable() const;
   // The first of them; contiguous for readable() bytes.
   const uint8_t* peek() const;
@@ -91,12 +99,17 @@ class ShmChannel {
   template <class Ready>
   bool wait(int fd, std::atomic<uint32_t>& flag, Ready ready, int64_t deadline_ns, const char* what);
   void drain(int fd);  // reads pending doorbell bytes; notes a closed socket
+  // The peer's counters, checked against this side's own (Error(kProtocol)).
+  uint64_t peer_tail(std::memory_order order) const;
+  uint64_t peer_head(std::memory_order order) const;
 
   size_t cap_ = 0;
   Ctl* ctl_ = nullptr;
   size_t ctl_len_ = 0;
   uint8_t* ring_[2] = {nullptr, nullptr};  // each mapped twice: 2 * cap_ bytes
   int tx_ = 0, rx_ = 1;
+  uint64_t tx_head_ = 0;  // bytes this side has published on its outgoing ring
+  uint64_t rx_tail_ = 0;  // bytes this side has consumed of its incoming ring
   int file_ = -1;  // the creator's segment file, until close_offer()
   bool peer_closed_ = false;
 };
