@@ -43,6 +43,15 @@ const CrcTables& tables() {
   throw Error(Errc::kCorrupt, "checkpoint " + path + ": " + why);
 }
 
+// A count in the header: a whole number >= 0. Asked for an integer,
+// nlohmann's get<> would convert a float (5e69, -1.5) with a cast that is
+// undefined out of range; the fuzzer found one (docs/FUZZING.md).
+uint64_t header_uint(const nlohmann::json& o, const char* key, const std::string& path) {
+  const nlohmann::json& v = o.at(key);
+  if (!v.is_number_unsigned()) corrupt(path, std::string("header field ") + key + " is not a whole number >= 0");
+  return v.get<uint64_t>();
+}
+
 void write_all(int fd, const void* p, size_t n, const std::string& path) {
   const char* c = static_cast<const char*>(p);
   while (n) {
@@ -159,18 +168,22 @@ Checkpoint parse_checkpoint(const std::vector<char>& buf, const std::string& pat
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(buf.begin() + 16, buf.begin() + 16 + std::ptrdiff_t(hlen));
-    if (h.at("version").get<int>() != 1) corrupt(path, "unsupported version");
+    if (header_uint(h, "version", path) != 1) corrupt(path, "unsupported version");
     ck.meta = h.at("meta").get<std::map<std::string, std::string>>();
-    const uint64_t payload = h.at("payload_bytes").get<uint64_t>();
+    const uint64_t payload = header_uint(h, "payload_bytes", path);
     const size_t base = 16 + hlen;
     if (payload != body - base) corrupt(path, "payload size does not match the file size");
     for (const auto& e : h.at("tensors")) {
       std::string name = e.at("name").get<std::string>();
       DType dt = parse_dtype(e.at("dtype").get<std::string>());
-      Shape shape = e.at("shape").get<Shape>();
-      uint64_t off = e.at("offset").get<uint64_t>(), nb = e.at("nbytes").get<uint64_t>();
-      for (int64_t d : shape)
-        if (d < 0 || d > (int64_t(1) << 40)) corrupt(path, "tensor " + name + " has a bad shape");
+      Shape shape;
+      if (!e.at("shape").is_array()) corrupt(path, "tensor " + name + " has a bad shape");
+      for (const auto& d : e.at("shape")) {
+        if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
+          corrupt(path, "tensor " + name + " has a bad shape");
+        shape.push_back(d.get<int64_t>());
+      }
+      uint64_t off = header_uint(e, "offset", path), nb = header_uint(e, "nbytes", path);
       Tensor t(Shape{0}, dt);
       if (uint64_t(shape_numel(shape)) * dtype_size(dt) != nb)
         corrupt(path, "tensor " + name + " size does not match its shape");
