@@ -5,14 +5,19 @@
 // parameter server with a worker on TCP) through a recording relay on
 // 127.0.0.1, and each direction of each connection is saved after its
 // job-secret handshake (the handshake's own bytes seed the auth target).
+// The TCP transport's pair finds each other through the store, so its
+// relay sits behind a store that publishes the relay's port in place of
+// the listener's.
+// The shared-memory ring (shm_ring): a real ShmWire sends to a rank this
+// program plays (fuzz/shm_setup.h), and what it wrote into that rank's
+// ring is saved.
 // File targets: the library's own writers (save_checkpoint, a shard's
 // transfer_out, merge_probe,
 // cluster_json of the presets, format_plan) write the files. Nothing here
-// is typed in as bytes. (The TCP transport's target, tcp_frame, has no
-// recorded seeds yet: its peers find each other through the store, which
-// this relay does not rewrite.)
+// is typed in as bytes.
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,7 +44,12 @@
 #include "comm/store/memory_store.h"
 #include "ps/io/socket.h"
 #include "ps/shard/shard_state.h"
+#include "comm/transport/shm/shm_transport.h"
+#include "comm/transport/tcp/tcp_connect.h"
+#include "comm/transport/tcp/tcp_transport.h"
 #include "ps_setup.h"
+#include "shm_setup.h"
+#include "tcp_setup.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -209,6 +219,152 @@ void record_ps(const fs::path& out) {
   for (size_t i = 0; i < flows.size(); ++i) save(out / "ps_frame", "worker_" + std::to_string(i), after_auth(flows[i].up));
 }
 
+// A store whose TCP transport addresses ("tcp/addr/<rank>": host, port,
+// streams) point at a recording relay to the real listener.
+class RelayingStore : public braid::Store {
+ public:
+  explicit RelayingStore(std::shared_ptr<braid::Store> s) : s_(std::move(s)) {}
+  void set(const std::string& key, const braid::Bytes& value) override {
+    if (key.rfind("tcp/addr/", 0) != 0) return s_->set(key, value);
+    std::string v(value.begin(), value.end());
+    const size_t a = v.find(' '), b = v.find(' ', a + 1);
+    std::lock_guard<std::mutex> l(mu_);
+    relays_.push_back(std::make_unique<Relay>(std::atoi(v.c_str() + a + 1)));
+    v = v.substr(0, a) + " " + std::to_string(relays_.back()->port()) + v.substr(b);
+    s_->set(key, braid::Bytes(v.begin(), v.end()));
+  }
+  braid::Bytes get(const std::string& key) override { return s_->get(key); }
+  int64_t add(const std::string& key, int64_t d) override { return s_->add(key, d); }
+  braid::Bytes compare_set(const std::string& key, const braid::Bytes& e, const braid::Bytes& d) override {
+    return s_->compare_set(key, e, d);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override { s_->wait(keys, t); }
+  bool remove(const std::string& key) override { return s_->remove(key); }
+  bool check(const std::string& key) override { return s_->check(key); }
+  std::vector<Flow> flows() {
+    std::vector<Flow> out;
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& r : relays_)
+      for (auto& f : r->flows()) out.push_back(f);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<braid::Store> s_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Relay>> relays_;
+};
+
+// Rank 1 of a real TCP pair sends to rank 0: its connection's bytes after
+// the handshake (its hello, then each message's header and payload) with
+// the payloads cut out, as the tcp_frame target reads them. Messages: the
+// one rank 0 expects (tcp_setup.h), then one of another sequence number
+// and one of another count.
+void record_tcp(const fs::path& out) {
+  using namespace braid::comm;
+  ::setenv("BRAID_TCP_STREAMS", std::to_string(braid::fuzz::kTcpStreams).c_str(), 1);
+  ::setenv("BRAID_TCP_ADDR", "127.0.0.1", 1);  // where the relay listens and connects
+  RelayingStore store(braid::comm::make_memory_store());
+  TransportOptions opt;
+  opt.mode = "tcp";
+  opt.secret = "seed-secret";
+  std::vector<MsgSig> sigs(3, braid::fuzz::tcp_sig());
+  sigs[1].seq += 1;
+  sigs[2].count /= 2;
+  sigs[2].bytes /= 2;
+  auto run = [&](int rank) {
+    WireContext ctx;
+    ctx.rank = rank;
+    ctx.size = braid::fuzz::kTcpWorld;
+    ctx.store = &store;
+    ctx.opt = &opt;
+    ctx.token = braid::fuzz::kTcpToken;
+    ctx.deadline_ns = braid::now_ns() + 10'000'000'000ull;
+    for (int r = 0; r < 2; ++r) {
+      PeerInfo p;
+      p.rank = r;
+      p.pid = ::getpid();
+      p.host = p.host_id = "seed-host-" + std::to_string(r);  // apart: TCP between them
+      ctx.peers.push_back(p);
+    }
+    std::unique_ptr<Wire> w = make_tcp_wire(ctx, {1 - rank});
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<Request> reqs(sigs.size());
+    for (size_t i = 0; i < sigs.size(); ++i) {
+      bufs.emplace_back(sigs[i].bytes, uint8_t(i + 1));
+      reqs[i].kind = rank == 1 ? Request::Kind::kSend : Request::Kind::kRecv;
+      reqs[i].peer = 1 - rank;
+      reqs[i].sig = sigs[i];
+      if (rank == 1) reqs[i].src = bufs[i].data();
+      else reqs[i].dst = bufs[i].data();
+      w->post(&reqs[i]);
+    }
+    for (int i = 0; i < 100000 && !reqs.back().complete; ++i)
+      if (!w->progress()) w->wait_activity(std::chrono::milliseconds(10));
+    if (!reqs.back().complete) throw braid::Error(braid::Errc::kTimeout, "record_tcp: the pair did not finish");
+  };
+  std::thread t0([&] { run(0); });
+  run(1);
+  t0.join();
+  ::unsetenv("BRAID_TCP_STREAMS");
+  ::unsetenv("BRAID_TCP_ADDR");
+  std::this_thread::sleep_for(200ms);
+  size_t n = 0;
+  for (const Flow& f : store.flows()) {
+    const std::vector<uint8_t> up = after_auth(f.up);  // rank 1's side: hello, frames
+    if (up.size() < sizeof(TcpHello)) continue;
+    std::vector<uint8_t> seed(up.begin(), up.begin() + sizeof(TcpHello));
+    size_t off = sizeof(TcpHello);
+    for (const MsgSig& s : sigs) {
+      if (up.size() - off < sizeof(MsgSig)) break;
+      seed.insert(seed.end(), up.begin() + std::ptrdiff_t(off), up.begin() + std::ptrdiff_t(off + sizeof(MsgSig)));
+      off += sizeof(MsgSig) + s.bytes;
+    }
+    save(out / "tcp_frame", "hello_three_headers_" + std::to_string(n), seed);
+    save(out / "tcp_frame", "hello_only_" + std::to_string(n++),
+         std::vector<uint8_t>(up.begin(), up.begin() + sizeof(TcpHello)));
+  }
+  if (n == 0) throw braid::Error(braid::Errc::kInternal, "record_tcp: no connection recorded");
+}
+
+// Rank 1, a real ShmWire, sends one message to rank 0 (played here) and
+// the ring it wrote becomes the input of the target's receive.
+void record_shm_one(const fs::path& out, const std::string& name, uint8_t flags, uint16_t bytes) {
+  using namespace braid::comm;
+  auto store = braid::comm::make_memory_store();
+  TransportOptions opt;
+  const WireContext ctx = braid::fuzz::shm_context(1, store.get(), &opt);
+  uint8_t* base = braid::fuzz::shm_segment(ctx, 0);
+  const shm::Layout l = braid::fuzz::shm_layout();
+  uint8_t* ring = l.ring(base, 0);
+  // rank 0's probe verdict: single copy on where the seed uses it
+  reinterpret_cast<shm::RingCtl*>(ring)->cma_ok = (flags & braid::fuzz::kShmSingleCopy) ? shm::kCmaOn : shm::kCmaOff;
+  store->set_str("shm/ready/0", std::to_string(l.total));
+  if (flags & braid::fuzz::kShmSingleCopy) ::setenv("BRAID_SHM_CMA_BYTES", "4097", 1);
+  std::unique_ptr<Wire> wire = make_shm_wire(ctx, {0});
+  ::unsetenv("BRAID_SHM_CMA_BYTES");
+  std::vector<uint8_t> payload(bytes, 3);
+  Request r;
+  r.kind = Request::Kind::kSend;
+  r.peer = 0;
+  r.sig = braid::fuzz::shm_sig(bytes, flags & braid::fuzz::kShmReduce);
+  r.src = payload.data();
+  wire->post(&r);
+  for (int i = 0; i < 16; ++i) wire->progress();  // a descriptor's send waits for an ack that never comes
+  save(out / "shm_ring", name, braid::fuzz::shm_ring_input(flags, bytes, ring));
+  wire.reset();
+  ::shm_unlink(braid::fuzz::shm_name(ctx, 0).c_str());
+  ::shm_unlink(braid::fuzz::shm_name(ctx, 1).c_str());
+  ::munmap(base, l.total);
+}
+
+void record_shm(const fs::path& out) {
+  record_shm_one(out, "fast_box", 0, 100);
+  record_shm_one(out, "empty", 0, 0);
+  record_shm_one(out, "three_slots_reduce", braid::fuzz::kShmReduce, 12000);
+  record_shm_one(out, "single_copy", braid::fuzz::kShmSingleCopy, 8192);
+}
+
 void record_files(const fs::path& out) {
   {  // a checkpoint as save_checkpoint writes it, less its CRC and end marker
     braid::Checkpoint ck;
@@ -259,6 +415,8 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   record_store(out);
   record_ps(out);
+  record_tcp(out);
+  record_shm(out);
   record_files(out);
   std::printf("seeds written under %s\n", out.c_str());
   return 0;
