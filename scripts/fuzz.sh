@@ -9,8 +9,8 @@
 #     SECONDS  per target (default 10; 0: no time bound)
 #     RUNS     per target (default 0: no bound)
 #
-# Each target starts from fuzz/corpus/<name>/ (read only: new inputs go to
-# a scratch directory). Findings are copied to $FUZZ_OUT/findings/<name>/
+# Each target starts from fuzz/corpus/<name>/ and fuzz/regressions/<name>/
+# (read only: new inputs go to a scratch directory). Findings are copied to $FUZZ_OUT/findings/<name>/
 # (FUZZ_OUT default: a fresh /tmp directory, kept); fix each, then move
 # its input to fuzz/regressions/<name>/, which `make test` replays
 # (tests/fuzz/replay_test.cc). Exits 1 if any target found anything.
@@ -35,14 +35,20 @@ for t in "${targets[@]}"; do
   rm -rf "$work"; mkdir -p "$work/corpus" "$work/artifacts"
   seeds=()
   [ -d "fuzz/corpus/$t" ] && seeds=("fuzz/corpus/$t")
+  [ -d "fuzz/regressions/$t" ] && seeds+=("fuzz/regressions/$t")
   args=(-artifact_prefix="$work/artifacts/" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1)
   [ "$SECS" != 0 ] && args+=(-max_total_time="$SECS")
   [ "$RUNS" != 0 ] && args+=(-runs="$RUNS")
   # ps_frame's server threads outlive an input by a moment, and libFuzzer's
   # per-input leak check reads their live buffers as leaks (docs/FUZZING.md).
-  [ "$t" = ps_frame ] && args+=(-detect_leaks=0)
+  # Its check at exit suppresses OpenSSL's per-thread state (fuzz/ps_frame.lsan).
+  lsan=${LSAN_OPTIONS:-}
+  if [ "$t" = ps_frame ]; then
+    args+=(-detect_leaks=0)
+    lsan="suppressions=$PWD/fuzz/ps_frame.lsan${lsan:+:$lsan}"
+  fi
   start=$(date +%s)
-  BRAID_LOG_LEVEL=${BRAID_LOG_LEVEL:-error} "$bin" "${args[@]}" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1
+  LSAN_OPTIONS=$lsan BRAID_LOG_LEVEL=${BRAID_LOG_LEVEL:-error} "$bin" "${args[@]}" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -n 1)
