@@ -43,6 +43,7 @@
 #include "comm/setup/probe.h"
 #include "comm/store/memory_store.h"
 #include "ps/io/socket.h"
+#include "ps/io/wire.h"
 #include "ps/shard/shard_state.h"
 #include "comm/transport/shm/shm_transport.h"
 #include "comm/transport/tcp/tcp_connect.h"
@@ -56,7 +57,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr size_t kAuthBytes = 64;  // each side: a 32-byte nonce, a 32-byte MAC
+// Each side of the job-secret handshake (comm/store/auth.cc): a u32 magic
+// and a 32-byte nonce, then a 32-byte MAC.
+constexpr size_t kAuthBytes = 4 + 32 + 32;
 
 // One relayed connection: what the client sent, what the server sent.
 struct Flow {
@@ -216,7 +219,15 @@ void record_ps(const fs::path& out) {
   }
   std::this_thread::sleep_for(200ms);
   auto flows = relay.flows();
-  for (size_t i = 0; i < flows.size(); ++i) save(out / "ps_frame", "worker_" + std::to_string(i), after_auth(flows[i].up));
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const std::vector<uint8_t> frames = after_auth(flows[i].up);
+    save(out / "ps_frame", "worker_" + std::to_string(i), frames);
+    // ps_shm: what follows the hello (a header without payload), which
+    // goes over TCP before the rings are taken up.
+    if (frames.size() > sizeof(braid::ps::wire::Header))
+      save(out / "ps_shm", "worker_" + std::to_string(i),
+           std::vector<uint8_t>(frames.begin() + sizeof(braid::ps::wire::Header), frames.end()));
+  }
 }
 
 // A store whose TCP transport addresses ("tcp/addr/<rank>": host, port,
