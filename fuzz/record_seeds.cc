@@ -208,20 +208,15 @@ void record_ps(const fs::path& out) {
     wo.shm_bytes = 0;  // frames on TCP, where the relay sees them
     wo.timeout = 10s;
     braid::ps::Worker w(l, wo, store);
-    std::vector<float> dense(8, 0.5f), got(8);
-    std::vector<int64_t> rows = {3, 17};
-    std::vector<float> rg(8, 0.25f), rv(8);
-    w.push({{0, {}, dense.data()}, {1, rows, rg.data()}}, 0, true);
-    w.pull({{0, {}, got.data()}, {1, rows, rv.data()}}, 1);
-    w.report(0, 1.5, 4, 3);
-    w.stats(0);
-    w.finish();
+    braid::fuzz::ps_worker_session(w);
   }
   std::this_thread::sleep_for(200ms);
   auto flows = relay.flows();
   for (size_t i = 0; i < flows.size(); ++i) {
     const std::vector<uint8_t> frames = after_auth(flows[i].up);
     save(out / "ps_frame", "worker_" + std::to_string(i), frames);
+    // ps_reply: the server's side, hello reply first.
+    save(out / "ps_reply", "server_" + std::to_string(i), after_auth(flows[i].down));
     // ps_shm: what follows the hello (a header without payload), which
     // goes over TCP before the rings are taken up.
     if (frames.size() > sizeof(braid::ps::wire::Header))
