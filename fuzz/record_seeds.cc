@@ -11,6 +11,7 @@
 // The shared-memory ring (shm_ring): a real ShmWire sends to a rank this
 // program plays (fuzz/shm_setup.h), and what it wrote into that rank's
 // ring is saved.
+// The dataset target: the installed Fashion-MNIST, cut to two images.
 // File targets: the library's own writers (save_checkpoint, a shard's
 // transfer_out, merge_probe,
 // cluster_json of the presets, format_plan) write the files. Nothing here
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -32,8 +34,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "braid/checkpoint.h"
+#include "braid/data.h"
 #include "braid/error.h"
 #include "braid/plan_cluster.h"
 #include "braid/ps_server.h"
@@ -48,6 +52,7 @@
 #include "comm/transport/shm/shm_transport.h"
 #include "comm/transport/tcp/tcp_connect.h"
 #include "comm/transport/tcp/tcp_transport.h"
+#include "nn/gunzip.h"
 #include "ps_setup.h"
 #include "shm_setup.h"
 #include "tcp_setup.h"
@@ -371,6 +376,50 @@ void record_shm(const fs::path& out) {
   record_shm_one(out, "single_copy", braid::fuzz::kShmSingleCopy, 8192);
 }
 
+// gzip framing around `raw`, as the data set's .gz files have it.
+std::vector<uint8_t> gzip(const std::vector<uint8_t>& raw) {
+  z_stream zs{};
+  if (deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw braid::Error(braid::Errc::kInternal, "deflateInit2 failed");
+  std::vector<uint8_t> out(deflateBound(&zs, uLong(raw.size())));
+  zs.next_in = const_cast<Bytef*>(raw.data());
+  zs.avail_in = uInt(raw.size());
+  zs.next_out = out.data();
+  zs.avail_out = uInt(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out.resize(out.size() - zs.avail_out);
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) throw braid::Error(braid::Errc::kInternal, "deflate did not finish");
+  return out;
+}
+
+// The dataset target's input: the installed Fashion-MNIST's first two
+// images and labels (their idx headers' counts set to 2), plain and
+// gzipped.
+void record_dataset(const fs::path& out) {
+  const std::string dir = braid::nn::FashionMnist::default_dir();
+  if (!fs::exists(dir + "/train-images-idx3-ubyte.gz")) {
+    std::fprintf(stderr, "no Fashion-MNIST in %s: no dataset seeds\n", dir.c_str());
+    return;
+  }
+  std::vector<uint8_t> img = braid::nn::read_file_maybe_gz(dir + "/train-images-idx3-ubyte.gz");
+  std::vector<uint8_t> lab = braid::nn::read_file_maybe_gz(dir + "/train-labels-idx1-ubyte.gz");
+  img.resize(16 + 2 * 28 * 28);
+  lab.resize(8 + 2);
+  img[4] = img[5] = img[6] = 0, img[7] = 2;
+  lab[4] = lab[5] = lab[6] = 0, lab[7] = 2;
+  auto input = [](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    const uint16_t n = uint16_t(a.size());
+    std::vector<uint8_t> v(2);
+    std::memcpy(v.data(), &n, 2);
+    v.insert(v.end(), a.begin(), a.end());
+    v.insert(v.end(), b.begin(), b.end());
+    return v;
+  };
+  save(out / "dataset", "two_images", input(img, lab));
+  save(out / "dataset", "two_images_gz", input(gzip(img), gzip(lab)));
+}
+
 void record_files(const fs::path& out) {
   {  // a checkpoint as save_checkpoint writes it, less its CRC and end marker
     braid::Checkpoint ck;
@@ -424,6 +473,7 @@ int main(int argc, char** argv) {
   record_tcp(out);
   record_shm(out);
   record_files(out);
+  record_dataset(out);
   std::printf("seeds written under %s\n", out.c_str());
   return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,7 +19,10 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& in, const std::string& w
   std::vector<uint8_t> out;
   uint32_t isize;
   std::memcpy(&isize, in.data() + in.size() - 4, 4);
-  out.reserve(isize);
+  // The trailer's size (mod 2^32) is the file's word, not a fact: reserve
+  // no more than deflate can expand the input to (at most 1032:1), so a
+  // damaged or crafted file cannot make it allocate 4 GiB up front.
+  out.reserve(std::min<uint64_t>(isize, uint64_t(in.size()) * 1032));
   size_t pos = 0;
   // One pass per gzip member (concatenated members are legal).
   while (pos < in.size()) {

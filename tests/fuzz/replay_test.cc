@@ -20,6 +20,7 @@
 #include "../../fuzz/auth_fuzz.cc"
 #include "../../fuzz/checkpoint_fuzz.cc"
 #include "../../fuzz/cluster_fuzz.cc"
+#include "../../fuzz/dataset_fuzz.cc"
 #include "../../fuzz/ps_frame_fuzz.cc"
 #include "../../fuzz/ps_reply_fuzz.cc"
 #include "../../fuzz/ps_shm_fuzz.cc"
@@ -38,7 +39,8 @@ using Target = std::function<void(const uint8_t*, size_t)>;
 const std::map<std::string, Target>& targets() {
   static const std::map<std::string, Target> t = {
       {"auth", braid_fuzz_auth},           {"checkpoint", braid_fuzz_checkpoint},
-      {"cluster", braid_fuzz_cluster},     {"ps_frame", braid_fuzz_ps_frame},
+      {"cluster", braid_fuzz_cluster},     {"dataset", braid_fuzz_dataset},
+      {"ps_frame", braid_fuzz_ps_frame},
       {"ps_reply", braid_fuzz_ps_reply},   {"ps_shm", braid_fuzz_ps_shm},
       {"shard_state", braid_fuzz_shard_state}, {"shm_ring", braid_fuzz_shm_ring},
       {"store_reply", braid_fuzz_store_reply},
@@ -86,7 +88,7 @@ TEST(FuzzReplay, SeedCorporaRunCleanly) {
   // (fuzz/record_seeds.cc).
   const size_t n = replay("corpus");
   EXPECT_GE(n, 8u);
-  for (const char* t : {"auth", "checkpoint", "cluster", "ps_frame", "ps_reply", "ps_shm", "shard_state", "shm_ring",
+  for (const char* t : {"auth", "checkpoint", "cluster", "dataset", "ps_frame", "ps_reply", "ps_shm", "shard_state", "shm_ring",
                         "store_reply", "store_request", "tcp_frame", "tuning"})
     EXPECT_TRUE(fs::exists(fuzz_dir() / "corpus" / t)) << t;
 }
