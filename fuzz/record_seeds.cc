@@ -40,6 +40,7 @@
 #include "braid/data.h"
 #include "braid/error.h"
 #include "braid/plan_cluster.h"
+#include "braid/plan_model.h"
 #include "braid/ps_server.h"
 #include "braid/ps_worker.h"
 #include "braid/store.h"
@@ -447,6 +448,15 @@ void record_files(const fs::path& out) {
     fs::remove(tmp);
     bytes.resize(bytes.size() - 12);
     save(out / "shard_state", "fresh_shard", bytes);
+  }
+  // The model descriptions the planner's documentation gives
+  // (braid/plan_model.h), each read back as the planner reads it.
+  for (const std::string& spec : {std::string("gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=50257,mlp=4"),
+                                  std::string("mlp:784,256,10"),
+                                  std::string("dlrm:tables=26,rows=1000000,dim=64,dense=13,bottom=512/256,top=512/256,bag=1"),
+                                  std::string("gpt-175b")}) {
+    braid::plan::parse_model(spec);
+    save(out / "model", spec.substr(0, spec.find(':')), spec);
   }
   for (const std::string& name : braid::plan::preset_names())
     save(out / "cluster", name + ".json", braid::plan::cluster_json(braid::plan::cluster_preset(name)));

@@ -111,7 +111,9 @@ ModelDesc describe_dlrm(const DlrmShape& d);
 // bottom=512/256,top=512/256,bag=1", or a preset: "gpt-175b" (GPT-3:
 // 96 layers × 12288, 96 heads), "gpt-18b" (40 × 6144, 48 heads), "gpt-530b"
 // (105 × 20480, 128 heads), "gpt-1t" (128 × 25600, 160 heads), all with seq
-// 2048 and vocab 51200. Throws Error(kInvalidArgument) naming the key.
+// 2048 and vocab 51200. Every value is a whole number >= 1: layers and
+// tables at most 100000, rows at most 2^40, the others at most 2^31.
+// Throws Error(kInvalidArgument) naming the key.
 ModelDesc parse_model(const std::string& spec);
 // parse_model of `spec`, or, when `spec` names a readable file, of the
 // file's text (surrounding white space and lines starting '#' ignored).

@@ -21,6 +21,7 @@
 #include "../../fuzz/checkpoint_fuzz.cc"
 #include "../../fuzz/cluster_fuzz.cc"
 #include "../../fuzz/dataset_fuzz.cc"
+#include "../../fuzz/model_fuzz.cc"
 #include "../../fuzz/ps_frame_fuzz.cc"
 #include "../../fuzz/ps_reply_fuzz.cc"
 #include "../../fuzz/ps_shm_fuzz.cc"
@@ -40,7 +41,7 @@ const std::map<std::string, Target>& targets() {
   static const std::map<std::string, Target> t = {
       {"auth", braid_fuzz_auth},           {"checkpoint", braid_fuzz_checkpoint},
       {"cluster", braid_fuzz_cluster},     {"dataset", braid_fuzz_dataset},
-      {"ps_frame", braid_fuzz_ps_frame},
+      {"model", braid_fuzz_model},         {"ps_frame", braid_fuzz_ps_frame},
       {"ps_reply", braid_fuzz_ps_reply},   {"ps_shm", braid_fuzz_ps_shm},
       {"shard_state", braid_fuzz_shard_state}, {"shm_ring", braid_fuzz_shm_ring},
       {"store_reply", braid_fuzz_store_reply},
@@ -88,7 +89,7 @@ TEST(FuzzReplay, SeedCorporaRunCleanly) {
   // (fuzz/record_seeds.cc).
   const size_t n = replay("corpus");
   EXPECT_GE(n, 8u);
-  for (const char* t : {"auth", "checkpoint", "cluster", "dataset", "ps_frame", "ps_reply", "ps_shm", "shard_state", "shm_ring",
+  for (const char* t : {"auth", "checkpoint", "cluster", "dataset", "model", "ps_frame", "ps_reply", "ps_shm", "shard_state", "shm_ring",
                         "store_reply", "store_request", "tcp_frame", "tuning"})
     EXPECT_TRUE(fs::exists(fuzz_dir() / "corpus" / t)) << t;
 }

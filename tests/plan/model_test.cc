@@ -100,6 +100,14 @@ TEST(PlanModel, BadSpecsNameTheKey) {
   EXPECT_NE(msg("gpt:layer=2,hidden=64,heads=4,seq=8,vocab=9").find("unknown key 'layer'"),
             std::string::npos);
   EXPECT_NE(msg("bert:layers=2").find("unknown model kind"), std::string::npos);
+  // Sizes past any model's are refused before anything is built from them
+  // (a layer each: 10^12 layers would exhaust memory; DLRM's interaction is
+  // tables^2 / 2, which overflowed int64 at 2^32 tables).
+  EXPECT_NE(msg("gpt:layers=1000000000000,hidden=64,heads=4,seq=8,vocab=9").find("layers=1000000000000: at most"),
+            std::string::npos);
+  EXPECT_NE(msg("dlrm:tables=9000000000").find("tables=9000000000: at most"), std::string::npos);
+  EXPECT_NE(msg("mlp:784,4294967296,10").find("at most"), std::string::npos);
+  EXPECT_NO_THROW(plan::parse_model("dlrm:tables=100000,rows=1099511627776"));
 }
 
 TEST(PlanModel, LoadsASpecFromAFile) {

@@ -20,15 +20,25 @@ namespace {
   throw Error(Errc::kInvalidArgument, "model '" + spec + "': " + why);
 }
 
-int64_t number(const std::string& spec, const std::string& key, const std::string& v) {
+// Largest accepted values: far past any model's, and small enough that
+// nothing the planner computes from them overflows or allocates without
+// bound (one entry per layer and per table; DLRM's pairwise interaction is
+// tables²/2).
+constexpr int64_t kMaxCount = 100000;          // layers, tables
+constexpr int64_t kMaxSize = int64_t(1) << 31;  // widths, heads, seq, vocab, sizes
+constexpr int64_t kMaxRows = int64_t(1) << 40;  // rows of an embedding table
+
+int64_t number(const std::string& spec, const std::string& key, const std::string& v, int64_t max = kMaxSize) {
+  long long n = 0;
   try {
     size_t used = 0;
-    const long long n = std::stoll(v, &used);
+    n = std::stoll(v, &used);
     if (used != v.size() || n < 1) throw std::invalid_argument(v);
-    return int64_t(n);
   } catch (const std::exception&) {
     bad(spec, key + "=" + v + ": expected a whole number >= 1");
   }
+  if (n > max) bad(spec, key + "=" + v + ": at most " + std::to_string(max));
+  return int64_t(n);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -247,7 +257,7 @@ ModelDesc parse_model(const std::string& spec) {
     GptShape g;
     for (const char* k : {"layers", "hidden", "heads", "seq", "vocab"})
       if (!kv.count(k)) bad(spec, std::string("missing ") + k + "=");
-    g.layers = number(spec, "layers", kv["layers"]);
+    g.layers = number(spec, "layers", kv["layers"], kMaxCount);
     g.hidden = number(spec, "hidden", kv["hidden"]);
     g.heads = number(spec, "heads", kv["heads"]);
     g.seq = number(spec, "seq", kv["seq"]);
@@ -261,8 +271,8 @@ ModelDesc parse_model(const std::string& spec) {
   } else if (kind == "dlrm") {
     auto kv = keyvals(spec, body, {"tables", "rows", "dim", "dense", "bottom", "top", "bag"});
     DlrmShape d;
-    if (kv.count("tables")) d.tables = number(spec, "tables", kv["tables"]);
-    if (kv.count("rows")) d.rows = number(spec, "rows", kv["rows"]);
+    if (kv.count("tables")) d.tables = number(spec, "tables", kv["tables"], kMaxCount);
+    if (kv.count("rows")) d.rows = number(spec, "rows", kv["rows"], kMaxRows);
     if (kv.count("dim")) d.dim = number(spec, "dim", kv["dim"]);
     if (kv.count("dense")) d.dense = number(spec, "dense", kv["dense"]);
     if (kv.count("bag")) d.bag = number(spec, "bag", kv["bag"]);
