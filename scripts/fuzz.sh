@@ -39,13 +39,14 @@ for t in "${targets[@]}"; do
   args=(-artifact_prefix="$work/artifacts/" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1)
   [ "$SECS" != 0 ] && args+=(-max_total_time="$SECS")
   [ "$RUNS" != 0 ] && args+=(-runs="$RUNS")
-  # ps_frame's server threads outlive an input by a moment, and libFuzzer's
-  # per-input leak check reads their live buffers as leaks (docs/FUZZING.md).
-  # Its check at exit suppresses OpenSSL's per-thread state (fuzz/ps_frame.lsan).
+  # ps_frame's and ps_shm's server threads outlive an input by a moment, and
+  # libFuzzer's per-input leak check reads their live buffers as leaks
+  # (docs/FUZZING.md); the check at exit suppresses OpenSSL's per-thread
+  # state (fuzz/ps_server.lsan).
   lsan=${LSAN_OPTIONS:-}
-  if [ "$t" = ps_frame ]; then
+  if [ "$t" = ps_frame ] || [ "$t" = ps_shm ]; then
     args+=(-detect_leaks=0)
-    lsan="suppressions=$PWD/fuzz/ps_frame.lsan${lsan:+:$lsan}"
+    lsan="suppressions=$PWD/fuzz/ps_server.lsan${lsan:+:$lsan}"
   fi
   start=$(date +%s)
   LSAN_OPTIONS=$lsan BRAID_LOG_LEVEL=${BRAID_LOG_LEVEL:-error} "$bin" "${args[@]}" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1
