@@ -91,6 +91,197 @@ double mean_busy_of(const PipelineRun& run) {
   return run.busy.empty() ? 0 : sum / double(run.busy.size());
 }
 
+// Seconds of a GEMM-bound pass of `flops`, at the efficiency of a GEMM of
+// `gemm` FLOPs.
+double gemm_time(const Device& dev, double flops, double gemm) {
+  return flops / (dev.peak(dev.dtype) * dev.efficiency(gemm));
+}
+
+// A GPT's S = pp × chunks virtual stages, each with one micro-batch of
+// l.mbs sequences: blocks as the runtime cuts them (stage 0 carries the
+// embedding, the last the head), their tp collectives on `tpg`, what
+// recomputation re-runs and what each keeps. `share`: compute stretched by
+// time-shared cores. blocks_on[r]: the blocks on pipeline rank r.
+std::vector<Stage> gpt_stages(const ModelDesc& m, const Device& dev, const Layout& l, double share, Group& tpg,
+                              std::vector<double>& blocks_on) {
+  const int tp = l.tp, pp = l.pp, S = pp * l.virtual_stages;
+  const bool sp = l.sequence_parallel;
+  const double eb = dev.element_bytes(), mbs = l.mbs;
+  std::vector<Stage> st(static_cast<size_t>(S));
+  blocks_on.assign(static_cast<size_t>(pp), 0.0);
+  const GptShape& g = m.gpt;
+  const double h = double(g.hidden), s = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
+  const double tokens = mbs * s, Na = tokens * h * eb;  // one activation tensor, full
+  const double shard_full = sp ? tp : 1;  // tensors replicated over tp, unless sp shards them
+  const std::vector<int64_t> stage_blocks = gpt_stage_blocks(g, S, dev.runtime);
+  std::vector<const LayerDesc*> blocks;
+  for (const LayerDesc& d : m.layers)
+    if (d.block) blocks.push_back(&d);
+  size_t next = 0;
+  // Per block, per micro-batch.
+  const double block_flops = 2 * blocks[0]->macs * mbs / tp;
+  const double attn_flops = 2 * 2 * mbs * s * s * h / tp;  // QKᵀ and AV
+  const double block_gemm = 2 * tokens * h * r * h / tp;
+  // Element-wise passes of braid's block, per token, in elements moved:
+  // two layer norms (read, write: 4h), two residual adds (6h), the
+  // attention's bias and head reshapes (2h), GELU (2·R·h), softmax over
+  // the scores (read, write, and the causal mask: 3·A·S). Memory-bound:
+  // bytes ÷ memory bandwidth; backward moves twice as much.
+  const double elem = eb * tokens * (12 * h / shard_full + (2 * r * h + 3 * double(g.heads) * s) / tp);
+  const double t_block = gemm_time(dev, block_flops, block_gemm) + elem / dev.memory_bw;
+  const double t_attn = gemm_time(dev, attn_flops, attn_flops) +
+                        eb * tokens * 3 * double(g.heads) * s / tp / dev.memory_bw;
+  Priced ag, rs, ar;  // the activation's collectives, those the mode uses
+  if (sp) {
+    ag = tpg("all_gather", Na);
+    rs = tpg("reduce_scatter", Na);
+  } else {
+    ar = tpg("all_reduce", Na);
+  }
+  const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)} : Priced{2 * ar.s, 2 * ar.bytes};
+  const BraidActivations act = activations_per_token(g, tp, sp, pp, dev.runtime, eb);
+  const double act_sel = eb * tokens * act.selective, act_none = eb * tokens * act.block;
+  const double act_input = eb * tokens * act.input;
+  for (int v = 0; v < S; ++v) {
+    Stage& x = st[size_t(v)];
+    const int64_t nb = stage_blocks[size_t(v)];
+    blocks_on[size_t(v % pp)] += double(nb);
+    double comp = 0;
+    for (int64_t i = 0; i < nb; ++i) x.params += blocks[next++]->params / tp;
+    comp += nb * t_block;
+    x.tp_fwd += nb * two_fwd.s;
+    x.tp_bwd += nb * two_fwd.s;
+    x.tp_bytes += 2 * nb * two_fwd.bytes;
+    double recompute = 0;
+    if (l.recompute == Recompute::kSelective) {
+      recompute = nb * t_attn;
+      x.re_flops += nb * attn_flops;
+      x.act += nb * act_sel;
+    } else if (l.recompute == Recompute::kFull) {
+      recompute = nb * t_block;
+      x.tp_bwd += nb * two_fwd.s;
+      x.tp_bytes += nb * two_fwd.bytes;
+      x.re_flops += nb * block_flops;
+      x.act += nb * act_input;
+      x.work = nb > 0 ? act_none : 0;
+    } else {
+      x.act += nb * act_none;
+    }
+    double elementwise = 0;
+    if (v == 0) {  // embedding: a gather, then a tp all_reduce (sp: reduce_scatter)
+      x.params += m.layers.front().params / tp;
+      elementwise += 3 * Na / dev.memory_bw;
+      const Priced p = sp ? rs : ar;
+      x.tp_fwd += p.s;
+      x.tp_bytes += p.bytes;
+      x.act += eb * tokens * act.first;
+    }
+    if (v == S - 1) {  // ln_f, the vocab-parallel head and its loss
+      x.params += (m.layers[m.layers.size() - 2].params + m.layers.back().params) / tp;
+      elementwise += 3 * Na / dev.memory_bw;
+      const double head_flops = 2 * tokens * h * V / tp;
+      comp += gemm_time(dev, head_flops, head_flops);
+      const Priced loss = tpg("all_reduce", 3 * tokens * 4);  // max, Σexp, target logit
+      x.tp_fwd += loss.s + (sp ? ag.s : 0);
+      x.tp_bwd += sp ? rs.s : ar.s;
+      x.tp_bytes += loss.bytes + (sp ? ag.bytes + rs.bytes : ar.bytes);
+      // lean: its input, and f32 probabilities.
+      x.act += eb * tokens * act.last;
+    }
+    x.fwd_own = comp + elementwise + x.tp_fwd;
+    x.bwd_own = 2 * comp + elementwise + recompute + x.tp_bwd;
+    x.fwd = share * (comp + elementwise) + x.tp_fwd;
+    x.bwd = share * (2 * comp + elementwise + recompute) + x.tp_bwd;
+  }
+  return st;
+}
+
+// Any other model as one stage (layouts of tp = pp = 1): its layers'
+// GEMMs and stored activations for a micro-batch of l.mbs samples.
+Stage layer_stage(const ModelDesc& m, const Device& dev, const Layout& l, double share) {
+  Stage x;
+  double comp = 0;
+  for (const LayerDesc& d : m.layers) {
+    x.params += d.params;
+    const double f = 2 * d.macs * l.mbs;
+    if (f > 0) comp += gemm_time(dev, f, f);
+    x.act += d.act_elems * l.mbs * dev.element_bytes();
+  }
+  x.fwd_own = comp;
+  x.bwd_own = 2 * comp;
+  x.fwd = share * comp;
+  x.bwd = share * 2 * comp;
+  return x;
+}
+
+// Pipeline rank r's memory with `live` micro-batches in flight: its
+// chunks' weights, gradients and optimizer state (sharded by ZeRO) and
+// activations.
+Memory rank_memory(const ModelDesc& m, const Device& dev, const Layout& l, const std::vector<Stage>& st, int r,
+                   double live) {
+  double params = 0, act = 0, work = 0;
+  for (int k = 0; k < l.virtual_stages; ++k) {
+    const Stage& x = st[size_t(k * l.pp + r)];
+    params += x.params;
+    act = std::max(act, x.act);
+    work = std::max(work, x.work);
+  }
+  Memory mem;
+  const bool mixed = dev.dtype != "f32";
+  const double eb = dev.element_bytes();
+  const double w = params * eb, gr = params * eb, opt = params * (mixed ? 12 : 8);
+  // ZeRO-3 holds two gathered units at a time (the one running, the next).
+  const double units = m.kind == "gpt" ? double(m.gpt.layers) : double(m.layers.size());
+  mem.weights = l.zero >= 3 ? w / l.dp + std::min(w, 2 * w / std::max(1.0, units)) : w;
+  mem.grads = l.zero >= 2 ? gr / l.dp : gr;
+  mem.optimizer = l.zero >= 1 ? opt / l.dp : opt;
+  mem.activations = live * act + work;
+  return mem;
+}
+
+// One pipeline rank's data-parallel collectives and optimizer step.
+struct DpTail {
+  double comm_s = 0, exposed_s = 0, bytes = 0, optimizer_s = 0;
+};
+
+// For a rank holding `params` of the model whose backward lasts t_b and
+// forward plus backward t_fb per micro-batch (M of them), `blocks` blocks.
+// The gradients' reduction overlaps its last backward; ZeRO-1/2 gather the
+// updated weights after the step; ZeRO-3 gathers each micro-batch's
+// weights twice, overlapping its compute.
+DpTail dp_tail(Group& dpg, const Device& dev, const Layout& l, double params, double t_b, double t_fb, int M,
+               double blocks, double share) {
+  DpTail d;
+  const double G = params * dev.element_bytes();
+  if (l.zero == 0) {
+    const Priced a = dpg("all_reduce", G);
+    d.comm_s = a.s;
+    d.exposed_s = std::max(0.0, a.s - t_b);
+    d.bytes = a.bytes;
+  } else {
+    const Priced rsd = dpg("reduce_scatter", G), agd = dpg("all_gather", G);
+    if (l.zero <= 2) {
+      d.comm_s = rsd.s + agd.s;
+      d.exposed_s = std::max(0.0, rsd.s - t_b) + agd.s;
+      d.bytes = rsd.bytes + agd.bytes;
+    } else {
+      d.comm_s = 2 * M * agd.s + rsd.s;
+      // The first block's gather of each pass has nothing to hide behind.
+      const double first = 2 * agd.s / std::max(1.0, blocks);
+      d.exposed_s = M * (std::max(0.0, 2 * agd.s - t_fb) + first) + std::max(0.0, rsd.s - t_b);
+      d.bytes = 2 * M * agd.bytes + rsd.bytes;
+    }
+  }
+  // A CPU rank's core does its collectives' copies and reductions itself
+  // (braid's DP thread takes turns with the compute on it), so on
+  // braid-cpu devices nothing of them hides behind the compute.
+  if (dev.runtime == Runtime::kBraidCpu) d.exposed_s = d.comm_s;
+  // The update reads and writes weights, gradients and both moments:
+  // ~28 bytes per parameter it owns (f32 moments and master weights).
+  d.optimizer_s = share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
+  return d;
+}
+
 }  // namespace
 
 Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t batch,
@@ -99,9 +290,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   Estimate e;
   e.layout = l;
   const Device& dev = c.device;
-  const double peak = dev.peak(dev.dtype), eb = dev.element_bytes();
-  const int tp = l.tp, pp = l.pp, chunks = l.virtual_stages, S = pp * chunks;
-  const double mbs = l.mbs;
+  const double eb = dev.element_bytes();
+  const int tp = l.tp, pp = l.pp, chunks = l.virtual_stages;
   e.micro_batches = int(batch / (int64_t(l.dp) * l.mbs));
   const int M = e.micro_batches;
   Group tpg(c, tp, 1, "tp", e);
@@ -115,114 +305,9 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       std::min(double(tp) * pp * l.dp, double(std::max(c.devices_per_host, 1)));
   const double share =
       dev.cores > 0 ? std::max(1.0, ranks_here * dev.cores / double(c.cores_per_host)) : 1.0;
-  std::vector<Stage> st(static_cast<size_t>(S));
   std::vector<double> blocks_on(static_cast<size_t>(pp), 1.0);  // non-GPT: one unit
-  auto gemm_time = [&](double flops, double gemm) { return flops / (peak * dev.efficiency(gemm)); };
-  if (m.kind == "gpt") {
-    std::fill(blocks_on.begin(), blocks_on.end(), 0.0);
-    const GptShape& g = m.gpt;
-    const double h = double(g.hidden), s = double(g.seq), V = double(g.vocab), r = double(g.mlp_ratio);
-    const double tokens = mbs * s, Na = tokens * h * eb;  // one activation tensor, full
-    const double shard_full = sp ? tp : 1;  // tensors replicated over tp, unless sp shards them
-    // Blocks per virtual stage, as the runtime cuts them (stage 0 carries
-    // the embedding, the last the head).
-    const std::vector<int64_t> stage_blocks = gpt_stage_blocks(g, S, dev.runtime);
-    std::vector<const LayerDesc*> blocks;
-    for (const LayerDesc& d : m.layers)
-      if (d.block) blocks.push_back(&d);
-    size_t next = 0;
-    // Per block, per micro-batch.
-    const double block_flops = 2 * blocks[0]->macs * mbs / tp;
-    const double attn_flops = 2 * 2 * mbs * s * s * h / tp;  // QKᵀ and AV
-    const double block_gemm = 2 * tokens * h * r * h / tp;
-    // Element-wise passes of braid's block, per token, in elements moved:
-    // two layer norms (read, write: 4h), two residual adds (6h), the
-    // attention's bias and head reshapes (2h), GELU (2·R·h), softmax over
-    // the scores (read, write, and the causal mask: 3·A·S). Memory-bound:
-    // bytes ÷ memory bandwidth; backward moves twice as much.
-    const double elem = eb * tokens *
-                        (12 * h / shard_full + (2 * r * h + 3 * double(g.heads) * s) / tp);
-    const double t_block = gemm_time(block_flops, block_gemm) + elem / dev.memory_bw;
-    const double t_attn = gemm_time(attn_flops, attn_flops) +
-                          eb * tokens * 3 * double(g.heads) * s / tp / dev.memory_bw;
-    Priced ag, rs, ar;  // the activation's collectives, those the mode uses
-    if (sp) {
-      ag = tpg("all_gather", Na);
-      rs = tpg("reduce_scatter", Na);
-    } else {
-      ar = tpg("all_reduce", Na);
-    }
-    const Priced two_fwd = sp ? Priced{2 * (ag.s + rs.s), 2 * (ag.bytes + rs.bytes)}
-                              : Priced{2 * ar.s, 2 * ar.bytes};
-    const BraidActivations act = activations_per_token(g, tp, sp, pp, dev.runtime, eb);
-    const double act_sel = eb * tokens * act.selective, act_none = eb * tokens * act.block;
-    const double act_input = eb * tokens * act.input;
-    for (int v = 0; v < S; ++v) {
-      Stage& x = st[size_t(v)];
-      const int64_t nb = stage_blocks[size_t(v)];
-      blocks_on[size_t(v % pp)] += double(nb);
-      double comp = 0;
-      for (int64_t i = 0; i < nb; ++i) x.params += blocks[next++]->params / tp;
-      comp += nb * t_block;
-      x.tp_fwd += nb * two_fwd.s;
-      x.tp_bwd += nb * two_fwd.s;
-      x.tp_bytes += 2 * nb * two_fwd.bytes;
-      double recompute = 0;
-      if (l.recompute == Recompute::kSelective) {
-        recompute = nb * t_attn;
-        x.re_flops += nb * attn_flops;
-        x.act += nb * act_sel;
-      } else if (l.recompute == Recompute::kFull) {
-        recompute = nb * t_block;
-        x.tp_bwd += nb * two_fwd.s;
-        x.tp_bytes += nb * two_fwd.bytes;
-        x.re_flops += nb * block_flops;
-        x.act += nb * act_input;
-        x.work = nb > 0 ? act_none : 0;
-      } else {
-        x.act += nb * act_none;
-      }
-      double elementwise = 0;
-      if (v == 0) {  // embedding: a gather, then a tp all_reduce (sp: reduce_scatter)
-        x.params += m.layers.front().params / tp;
-        elementwise += 3 * Na / dev.memory_bw;
-        const Priced p = sp ? rs : ar;
-        x.tp_fwd += p.s;
-        x.tp_bytes += p.bytes;
-        x.act += eb * tokens * act.first;
-      }
-      if (v == S - 1) {  // ln_f, the vocab-parallel head and its loss
-        x.params += (m.layers[m.layers.size() - 2].params + m.layers.back().params) / tp;
-        elementwise += 3 * Na / dev.memory_bw;
-        const double head_flops = 2 * tokens * h * V / tp;
-        comp += gemm_time(head_flops, head_flops);
-        const Priced loss = tpg("all_reduce", 3 * tokens * 4);  // max, Σexp, target logit
-        x.tp_fwd += loss.s + (sp ? ag.s : 0);
-        x.tp_bwd += sp ? rs.s : ar.s;
-        x.tp_bytes += loss.bytes + (sp ? ag.bytes + rs.bytes : ar.bytes);
-        // lean: its input, and f32 probabilities.
-        x.act += eb * tokens * act.last;
-      }
-      x.fwd_own = comp + elementwise + x.tp_fwd;
-      x.bwd_own = 2 * comp + elementwise + recompute + x.tp_bwd;
-      x.fwd = share * (comp + elementwise) + x.tp_fwd;
-      x.bwd = share * (2 * comp + elementwise + recompute) + x.tp_bwd;
-    }
-  } else {
-    Stage& x = st[0];
-    double comp = 0, act = 0;
-    for (const LayerDesc& d : m.layers) {
-      x.params += d.params;
-      const double f = 2 * d.macs * mbs;
-      if (f > 0) comp += gemm_time(f, f);
-      act += d.act_elems * mbs * eb;
-    }
-    x.fwd_own = comp;
-    x.bwd_own = 2 * comp;
-    x.fwd = share * comp;
-    x.bwd = share * 2 * comp;
-    x.act = act;
-  }
+  const std::vector<Stage> st =
+      m.kind == "gpt" ? gpt_stages(m, dev, l, share, tpg, blocks_on) : std::vector<Stage>{layer_stage(m, dev, l, share)};
 
   // The pipeline, by the checker.
   std::vector<double> fwd, bwd;
@@ -230,42 +315,21 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
     fwd.push_back(x.fwd);
     bwd.push_back(x.bwd);
   }
-  double transfer = 0, p2p_bytes = 0;
+  double transfer = 0;
   if (pp > 1) {
     // Neighbouring stages are tp ranks apart; some pair crosses hosts once
     // a pipeline spans them.
     const bool crosses = tp * pp > c.devices_per_host;
     Group pair(c, 2, crosses ? c.devices_per_host : tp, "pp", e);
-    const double N = mbs * double(m.gpt.seq) * double(m.gpt.hidden) * eb / (sp ? tp : 1);
+    const double N = l.mbs * double(m.gpt.seq) * double(m.gpt.hidden) * eb / (sp ? tp : 1);
     transfer = pair("send", N).s;
     e.transfer_bytes = N;
-    p2p_bytes = 2.0 * M * chunks * N;
-    e.comm_bytes[pair.link()] += p2p_bytes;
+    e.comm_bytes[pair.link()] += 2.0 * M * chunks * N;
   }
-  // A rank's memory with `live` micro-batches in flight.
-  auto memory_of = [&](int r, double live) {
-    double params = 0, act = 0, work = 0;
-    for (int k = 0; k < chunks; ++k) {
-      const Stage& x = st[size_t(k * pp + r)];
-      params += x.params;
-      act = std::max(act, x.act);
-      work = std::max(work, x.work);
-    }
-    Memory mem;
-    const bool mixed = dev.dtype != "f32";
-    const double w = params * eb, gr = params * eb, opt = params * (mixed ? 12 : 8);
-    // ZeRO-3 holds two gathered units at a time (the one running, the next).
-    const double units = m.kind == "gpt" ? double(m.gpt.layers) : double(m.layers.size());
-    mem.weights = l.zero >= 3 ? w / l.dp + std::min(w, 2 * w / std::max(1.0, units)) : w;
-    mem.grads = l.zero >= 2 ? gr / l.dp : gr;
-    mem.optimizer = l.zero >= 1 ? opt / l.dp : opt;
-    mem.activations = live * act + work;
-    return mem;
-  };
   if (stop_if_unfit) {
     // Every schedule keeps at least one micro-batch live on every rank.
     for (int r = 0; r < pp; ++r) {
-      const Memory floor = memory_of(r, 1);
+      const Memory floor = rank_memory(m, dev, l, st, r, 1);
       if (floor.total() > e.memory.total()) e.memory = floor;
     }
     if (e.memory.total() > dev.memory_bytes) {
@@ -297,7 +361,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   e.stage_backward_s = bwd;
   e.pipeline_s = makespan;
 
-  // Per pipeline rank: its chunks' parameters, activations, busy time.
+  // Per pipeline rank: its chunks' parameters, activations, busy time; the
+  // step waits for the rank whose data-parallel tail is longest.
   Group dpg(c, l.dp, tp * pp, "dp", e);
   double worst = 0, busiest = 0, tp_bytes = 0, dp_bytes = 0, recomputed = 0;
   for (int r = 0; r < pp; ++r) {
@@ -311,46 +376,16 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       tpb += x.tp_bytes;
       recomputed += x.re_flops;
     }
-    const Memory mem = memory_of(r, run.peak_live[size_t(r)]);
-    // Data parallel: the gradients' reduction overlaps this rank's last
-    // backward; ZeRO-1/2 gather the updated weights after the step; ZeRO-3
-    // gathers each micro-batch's weights twice, overlapping its compute.
-    const double G = params * eb;
-    double dp_s = 0, exposed = 0, bytes = 0;
-    if (l.zero == 0) {
-      const Priced a = dpg("all_reduce", G);
-      dp_s = a.s;
-      exposed = std::max(0.0, a.s - t_b);
-      bytes = a.bytes;
-    } else {
-      const Priced rsd = dpg("reduce_scatter", G), agd = dpg("all_gather", G);
-      if (l.zero <= 2) {
-        dp_s = rsd.s + agd.s;
-        exposed = std::max(0.0, rsd.s - t_b) + agd.s;
-        bytes = rsd.bytes + agd.bytes;
-      } else {
-        dp_s = 2 * M * agd.s + rsd.s;
-        // The first block's gather of each pass has nothing to hide behind.
-        const double first = 2 * agd.s / std::max(1.0, blocks_on[size_t(r)]);
-        exposed = M * (std::max(0.0, 2 * agd.s - t_fb) + first) + std::max(0.0, rsd.s - t_b);
-        bytes = 2 * M * agd.bytes + rsd.bytes;
-      }
-    }
-    // The update reads and writes weights, gradients and both moments:
-    // ~28 bytes per parameter it owns (f32 moments and master weights).
-    // A CPU rank's core does its collectives' copies and reductions itself
-    // (braid's DP thread takes turns with the compute on it), so on
-    // braid-cpu devices nothing of them hides behind the compute.
-    if (dev.runtime == Runtime::kBraidCpu) exposed = dp_s;
-    const double opt_s = share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
-    const double tail = exposed + opt_s;
+    const Memory mem = rank_memory(m, dev, l, st, r, run.peak_live[size_t(r)]);
+    const DpTail d = dp_tail(dpg, dev, l, params, t_b, t_fb, M, blocks_on[size_t(r)], share);
+    const double tail = d.exposed_s + d.optimizer_s;
     if (mem.total() > e.memory.total()) e.memory = mem;
     if (tail > worst || r == 0) {
       worst = tail;
-      e.dp_exposed_s = exposed;
-      e.dp_comm_s = dp_s;
-      e.optimizer_s = opt_s;
-      dp_bytes = bytes;
+      e.dp_exposed_s = d.exposed_s;
+      e.dp_comm_s = d.comm_s;
+      e.optimizer_s = d.optimizer_s;
+      dp_bytes = d.bytes;
     }
     if (run.busy[size_t(r)] >= busiest) {
       busiest = run.busy[size_t(r)];
@@ -368,7 +403,7 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   e.model_flops = m.model_flops_per_sample() * double(batch);
   e.hardware_flops = e.model_flops + recomputed * M * tp * l.dp;
   e.tflops_per_device = e.model_flops / e.step_s / devices / 1e12;
-  e.mfu = e.model_flops / (e.step_s * devices * peak);
+  e.mfu = e.model_flops / (e.step_s * devices * dev.peak(dev.dtype));
   e.fits = e.memory.total() <= dev.memory_bytes;
   return e;
 }
