@@ -175,7 +175,16 @@ c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
   return future_;
 }
 
-Completer::Completer() : th_([this] { run(); }) {}
+namespace {
+// The Completer whose thread this is, if any: its works' callbacks run here.
+thread_local const Completer* tl_completer = nullptr;
+}  // namespace
+
+Completer::Completer() {
+  std::lock_guard<std::mutex> l(mu_);
+  Thread& t = threads_.emplace_back();
+  t.th = std::thread([this, &t] { run(&t, false); });
+}
 
 Completer::~Completer() {
   {
@@ -183,24 +192,63 @@ Completer::~Completer() {
     stop_ = true;
   }
   cv_.notify_all();
-  th_.join();
+  // Helpers may still be started while the first thread drains the queue
+  // (a callback of its works may push), so join until none is left; a
+  // thread's node goes only after the thread has ended.
+  for (;;) {
+    Thread* t;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (threads_.empty()) break;
+      t = &threads_.front();
+    }
+    if (t->th.joinable()) t->th.join();
+    std::lock_guard<std::mutex> l(mu_);
+    threads_.pop_front();
+  }
 }
 
 void Completer::push(c10::intrusive_ptr<BraidWork> w) {
   {
     std::lock_guard<std::mutex> l(mu_);
     q_.push_back(std::move(w));
+    if (tl_completer == this && idle_ == 0) {
+      // From a callback on one of this Completer's threads: it may wait for
+      // this very work. Finished helpers are joined first (not while the
+      // destructor walks the list).
+      for (auto it = threads_.begin(); it != threads_.end() && !stop_;) {
+        if (it->done) {
+          it->th.join();
+          it = threads_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      Thread& t = threads_.emplace_back();
+      t.th = std::thread([this, &t] { run(&t, true); });
+      return;  // the helper takes the queue
+    }
   }
   cv_.notify_one();
 }
 
-void Completer::run() {
+void Completer::run(Thread* self, bool helper) {
+  tl_completer = this;
   for (;;) {
     c10::intrusive_ptr<BraidWork> w;
     {
       std::unique_lock<std::mutex> l(mu_);
+      if (helper && q_.empty()) {
+        self->done = true;
+        return;
+      }
+      ++idle_;
       cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) return;
+      --idle_;
+      if (q_.empty()) {
+        self->done = true;
+        return;
+      }
       w = std::move(q_.front());
       q_.pop_front();
     }

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -85,6 +86,13 @@ class BraidWork : public c10d::Work {
 
 // A thread that completes queued works in their issue order, blocking on
 // each; one per queue of operations that complete in order.
+//
+// Completing a work runs its future's callbacks on this thread, and a
+// callback may issue another collective and wait for its future (PowerSGD's
+// hook does, twice per bucket): that work is queued behind the callback
+// that waits for it. So a work pushed from inside a callback, while no
+// thread of this Completer is idle, gets a helper thread, which completes
+// the queue while the callback waits and ends when the queue is empty.
 class Completer {
  public:
   Completer();
@@ -92,12 +100,17 @@ class Completer {
   void push(c10::intrusive_ptr<BraidWork> w);
 
  private:
-  void run();
+  struct Thread {
+    std::thread th;
+    bool done = false;  // its run() returned (mu_)
+  };
+  void run(Thread* self, bool helper);
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<BraidWork>> q_;
   bool stop_ = false;
-  std::thread th_;
+  int idle_ = 0;                // threads waiting for a work (mu_)
+  std::list<Thread> threads_;  // the first for good, then helpers (mu_; nodes stay put)
 };
 
 }  // namespace braid_torch
