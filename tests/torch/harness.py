@@ -89,6 +89,14 @@ def report(key, value):
     print(REPORT + json.dumps([key, value]), flush=True)
 
 
+def mean_over_ranks(loss):
+    """A rank's loss averaged over the group (one all_reduce), as a float."""
+    import torch.distributed as dist
+    t = loss.detach().clone()
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
 def finish():
     """Ends a rank: a barrier, then _exit (a gloo group can hang in its destructor)."""
     import torch.distributed as dist

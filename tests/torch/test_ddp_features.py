@@ -98,9 +98,7 @@ def run(config):
             loss = F.cross_entropy(model(x, use_aux) if config == "unused" else model(x), y)
         loss.backward()
         opt.step()
-        t = loss.detach().clone()
-        dist.all_reduce(t)
-        losses.append(t.item() / dist.get_world_size())
+        losses.append(harness.mean_over_ranks(loss))
     return losses
 
 

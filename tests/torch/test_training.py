@@ -125,9 +125,7 @@ def run_ddp(zero):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        t = loss.detach().clone()
-        dist.all_reduce(t)
-        losses.append(t.item() / dist.get_world_size())
+        losses.append(harness.mean_over_ranks(loss))
     return losses
 
 
