@@ -180,11 +180,7 @@ namespace {
 thread_local const Completer* tl_completer = nullptr;
 }  // namespace
 
-Completer::Completer() {
-  std::lock_guard<std::mutex> l(mu_);
-  Thread& t = threads_.emplace_back();
-  t.th = std::thread([this, &t] { run(&t, false); });
-}
+Completer::Completer() : th_([this] { run(); }) {}
 
 Completer::~Completer() {
   {
@@ -192,63 +188,51 @@ Completer::~Completer() {
     stop_ = true;
   }
   cv_.notify_all();
-  // Helpers may still be started while the first thread drains the queue
-  // (a callback of its works may push), so join until none is left; a
-  // thread's node goes only after the thread has ended.
-  for (;;) {
-    Thread* t;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (threads_.empty()) break;
-      t = &threads_.front();
-    }
-    if (t->th.joinable()) t->th.join();
+  th_.join();
+  // Nested works' threads: none is started any more (this thread was the
+  // only one running callbacks that push). Joined outside mu_, which each
+  // takes once its work has completed.
+  std::list<Nested> nested;
+  {
     std::lock_guard<std::mutex> l(mu_);
-    threads_.pop_front();
+    nested.splice(nested.end(), nested_);
   }
+  for (Nested& n : nested) n.th.join();
 }
 
 void Completer::push(c10::intrusive_ptr<BraidWork> w) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    q_.push_back(std::move(w));
-    if (tl_completer == this && idle_ == 0) {
-      // From a callback on one of this Completer's threads: it may wait for
-      // this very work. Finished helpers are joined first (not while the
-      // destructor walks the list).
-      for (auto it = threads_.begin(); it != threads_.end() && !stop_;) {
-        if (it->done) {
-          it->th.join();
-          it = threads_.erase(it);
-        } else {
-          ++it;
-        }
+  std::lock_guard<std::mutex> l(mu_);
+  if (tl_completer == this) {
+    // From a callback on this thread, which may wait for this very work.
+    // Threads of nested works that have completed are joined first.
+    for (auto it = nested_.begin(); it != nested_.end();) {
+      if (it->done) {
+        it->th.join();
+        it = nested_.erase(it);
+      } else {
+        ++it;
       }
-      Thread& t = threads_.emplace_back();
-      t.th = std::thread([this, &t] { run(&t, true); });
-      return;  // the helper takes the queue
     }
+    Nested& n = nested_.emplace_back();
+    n.th = std::thread([this, &n, w = std::move(w)] {
+      w->complete_blocking();
+      std::lock_guard<std::mutex> lk(mu_);
+      n.done = true;
+    });
+    return;
   }
+  q_.push_back(std::move(w));
   cv_.notify_one();
 }
 
-void Completer::run(Thread* self, bool helper) {
+void Completer::run() {
   tl_completer = this;
   for (;;) {
     c10::intrusive_ptr<BraidWork> w;
     {
       std::unique_lock<std::mutex> l(mu_);
-      if (helper && q_.empty()) {
-        self->done = true;
-        return;
-      }
-      ++idle_;
       cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-      --idle_;
-      if (q_.empty()) {
-        self->done = true;
-        return;
-      }
+      if (q_.empty()) return;
       w = std::move(q_.front());
       q_.pop_front();
     }

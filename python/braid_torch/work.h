@@ -89,10 +89,13 @@ class BraidWork : public c10d::Work {
 //
 // Completing a work runs its future's callbacks on this thread, and a
 // callback may issue another collective and wait for its future (PowerSGD's
-// hook does, twice per bucket): that work is queued behind the callback
-// that waits for it. So a work pushed from inside a callback, while no
-// thread of this Completer is idle, gets a helper thread, which completes
-// the queue while the callback waits and ends when the queue is empty.
+// hook does, twice per bucket). Queued behind the callback waiting for it,
+// that work would never complete; so a work pushed from inside a callback
+// on this Completer's thread gets a thread of its own, which completes it
+// (and runs its own future's callbacks) while the callback waits. The
+// callbacks of queued works still run one at a time, in completion order,
+// on this thread: the collectives they issue leave every rank in the same
+// order.
 class Completer {
  public:
   Completer();
@@ -100,17 +103,17 @@ class Completer {
   void push(c10::intrusive_ptr<BraidWork> w);
 
  private:
-  struct Thread {
+  struct Nested {
     std::thread th;
-    bool done = false;  // its run() returned (mu_)
+    bool done = false;  // its work has completed (mu_)
   };
-  void run(Thread* self, bool helper);
+  void run();
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<BraidWork>> q_;
   bool stop_ = false;
-  int idle_ = 0;                // threads waiting for a work (mu_)
-  std::list<Thread> threads_;  // the first for good, then helpers (mu_; nodes stay put)
+  std::list<Nested> nested_;  // threads of works pushed from callbacks (mu_; nodes stay put)
+  std::thread th_;
 };
 
 }  // namespace braid_torch
