@@ -184,6 +184,9 @@ std::string merge_probe(const std::string& text, const std::string& kind, const 
   const LinkCost l = calibrate_link(kind, s);
   j[kind] = {{"alpha_us", l.alpha_s * 1e6}, {"gbps", 1.0 / l.beta_s_per_b / 1e9}};
   j["reduce_gbps"] = calibrate_reduce_gbps(kind, s);
+  // What the probe measured, per kind; a "probed" that is not an object
+  // (a hand-edited file) is replaced, as the calibration above is.
+  if (!j["probed"].is_object()) j["probed"] = nlohmann::json::object();
   j["probed"][kind] = {{"alpha_us", s.alpha_s * 1e6},
                        {"gbps", s.gbps},
                        {"reduce_gbps", s.reduce_gbps},
