@@ -12,7 +12,41 @@
 #include <ucontext.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define BRAID_FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BRAID_FIBER_ASAN 1
+#endif
+#endif
+#if defined(BRAID_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace braid::plan::sim {
+
+// AddressSanitizer keeps a shadow of every stack. Each switch tells it
+// which stack runs next (start_switch before, finish_switch after), or it
+// takes the fiber's frames for overruns of the thread's stack. A fiber's
+// last frames never return, so their redzones stay poisoned: the stack's
+// shadow is cleared before it is unmapped, or the next fiber mapped at the
+// same address inherits them.
+namespace {
+#if defined(BRAID_FIBER_ASAN)
+void start_switch(void** fake_save, const void* bottom, size_t size) {
+  __sanitizer_start_switch_fiber(fake_save, bottom, size);
+}
+void finish_switch(void* fake, const void** bottom, size_t* size) {
+  __sanitizer_finish_switch_fiber(fake, bottom, size);
+}
+void unpoison(void* p, size_t n) { __asan_unpoison_memory_region(p, n); }
+#else
+void start_switch(void**, const void*, size_t) {}
+void finish_switch(void*, const void**, size_t*) {}
+void unpoison(void*, size_t) {}
+#endif
+}  // namespace
 
 #if defined(__x86_64__)
 // braid_sim_switch(save, load): pushes the callee-saved registers and the
@@ -61,6 +95,7 @@ extern "C" void braid_sim_trampoline();
 Fiber::Fiber(std::function<void()> body, size_t stack_bytes) : body_(std::move(body)) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   stack_bytes = (stack_bytes + page - 1) / page * page;
+  stack_bytes_ = stack_bytes;
   map_bytes_ = stack_bytes + page;
   stack_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                 -1, 0);
@@ -105,11 +140,15 @@ Fiber::~Fiber() {
   delete static_cast<ucontext_t*>(sp_);
   delete static_cast<ucontext_t*>(caller_sp_);
 #endif
-  if (stack_ != nullptr) munmap(stack_, map_bytes_);
+  if (stack_ != nullptr) {
+    unpoison(static_cast<char*>(stack_) + (map_bytes_ - stack_bytes_), stack_bytes_);
+    munmap(stack_, map_bytes_);
+  }
 }
 
 void Fiber::entry(void* self) {
   auto* f = static_cast<Fiber*>(self);
+  finish_switch(nullptr, &f->caller_bottom_, &f->caller_size_);
   try {
     f->body_();
   } catch (...) {
@@ -122,12 +161,15 @@ void Fiber::entry(void* self) {
 
 void Fiber::resume() {
   if (done_) return;
+  void* fake = nullptr;
+  start_switch(&fake, static_cast<char*>(stack_) + (map_bytes_ - stack_bytes_), stack_bytes_);
 #if defined(__x86_64__)
   braid_sim_switch(&caller_sp_, sp_);
 #else
   if (caller_sp_ == nullptr) caller_sp_ = new ucontext_t;
   swapcontext(static_cast<ucontext_t*>(caller_sp_), static_cast<ucontext_t*>(sp_));
 #endif
+  finish_switch(fake, nullptr, nullptr);
   if (error_) {
     auto e = error_;
     error_ = nullptr;
@@ -136,11 +178,15 @@ void Fiber::resume() {
 }
 
 void Fiber::yield() {
+  // The last yield (done_) is never returned from: its fake frames go.
+  void* fake = nullptr;
+  start_switch(done_ ? nullptr : &fake, caller_bottom_, caller_size_);
 #if defined(__x86_64__)
   braid_sim_switch(&sp_, caller_sp_);
 #else
   swapcontext(static_cast<ucontext_t*>(sp_), static_cast<ucontext_t*>(caller_sp_));
 #endif
+  finish_switch(fake, &caller_bottom_, &caller_size_);
 }
 
 }  // namespace braid::plan::sim

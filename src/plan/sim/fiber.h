@@ -33,9 +33,12 @@ class Fiber {
   static void entry(void* self);
   std::function<void()> body_;
   void* stack_ = nullptr;
-  size_t map_bytes_ = 0;
+  size_t map_bytes_ = 0;    // the guard page and the stack above it
+  size_t stack_bytes_ = 0;
   void* sp_ = nullptr;         // the fiber's saved context
   void* caller_sp_ = nullptr;  // the resumer's saved context
+  const void* caller_bottom_ = nullptr;  // the resumer's stack, for
+  size_t caller_size_ = 0;               // AddressSanitizer's switches
   bool done_ = false;
   std::exception_ptr error_;
 };
