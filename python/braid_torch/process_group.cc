@@ -150,6 +150,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+    return allreduce_sparse_coo(tensors, opts);
   const at::Tensor& t = single(tensors, "allreduce");
   Reduction r = map_reduction(t.scalar_type(), opts.reduceOp, "allreduce");
   at::Tensor buf = dense(t);

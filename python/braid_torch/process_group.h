@@ -53,6 +53,14 @@ class ProcessGroupBraid : public BackendBase {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+#if BRAID_TORCH_2
+  // torch 2.x's entry for sparse tensors (torch 2.x sends a CPU sparse
+  // tensor to allreduce() too; both end in allreduce_sparse_coo).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override {
+    return allreduce_sparse_coo(tensors, opts);
+  }
+#endif
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -112,6 +120,10 @@ class ProcessGroupBraid : public BackendBase {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
  private:
+  // all_reduce (SUM) of one sparse COO tensor, blocking: sparse.cc. The
+  // work returned is done.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceOptions& opts);
   // Wraps the issued braid operations in a BraidWork and queues it.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<braid::Work> works,
                                          std::function<void()> finish,

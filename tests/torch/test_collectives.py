@@ -300,6 +300,48 @@ def check_tensor_collectives(rank, world, checks):
     return checks + 4
 
 
+def sparse_input(rank, world, sparse_dims, dense_dims, dtype):
+    """Rank `rank`'s sparse COO tensor: nnz varying with the rank (rank 1 has
+    none), duplicate indices inside a rank and across ranks, uncoalesced."""
+    g = torch.Generator().manual_seed(10 * rank + sparse_dims + 3 * dense_dims)
+    shape = [6] * sparse_dims + [2] * dense_dims
+    nnz = 0 if rank == 1 else 3 + 2 * rank
+    idx = torch.randint(0, 6, (sparse_dims, nnz), generator=g)
+    vals = torch.randint(-3, 4, [nnz] + [2] * dense_dims, generator=g).to(dtype)
+    return torch.sparse_coo_tensor(idx, vals, shape)
+
+
+def check_sparse(rank, world, checks):
+    """all_reduce of sparse COO tensors (SUM): every rank gets the sum of all
+    ranks' tensors, coalesced; other reductions and tensors that disagree
+    across ranks are refused by name (on every rank, and the group goes on)."""
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        for sparse_dims, dense_dims in ((1, 0), (2, 0), (3, 0), (1, 1), (1, 2), (2, 1)):
+            what = "sparse all_reduce %s sparse_dims=%d dense_dims=%d" % (dtype, sparse_dims, dense_dims)
+            inputs = [sparse_input(r, world, sparse_dims, dense_dims, dtype) for r in range(world)]
+            t = inputs[rank].clone()
+            dist.all_reduce(t)
+            assert t.is_sparse and t.is_coalesced(), what
+            want = sum(i.to_dense() for i in inputs)
+            assert torch.equal(t.to_dense(), want), "%s: got %s, want %s" % (what, t.to_dense(), want)
+            checks += 1
+    # Asynchronously, through a future, as DDP uses it.
+    t = sparse_input(rank, world, 1, 1, torch.float32)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    got = fut.wait()[0]
+    assert torch.equal(got.to_dense(), sum(sparse_input(r, world, 1, 1, torch.float32).to_dense()
+                                           for r in range(world))), "sparse all_reduce future"
+    checks += 1
+    raises(lambda: dist.all_reduce(sparse_input(rank, world, 1, 0, torch.float32), op=R.MAX),
+           "braid_torch allreduce", "SUM only")
+    bad = torch.sparse_coo_tensor(torch.zeros(1, 1, dtype=torch.long), torch.ones(1), [6 + (rank == 0)])
+    raises(lambda: dist.all_reduce(bad), "braid_torch allreduce", "rank", "[6]", "[7]", "must agree")
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the group goes on after a refused sparse tensor
+    same(t, torch.full((3,), float(world)), "all_reduce after a refused sparse tensor")
+    return checks + 2
+
+
 def check_groups(rank, world, checks):
     """A subgroup of ranks 0 and 1 (a second braid backend in the same
     process), and the object collectives, which pickle through all_gather
@@ -337,6 +379,7 @@ def worker():
         checks = check_p2p(rank, world, checks)
         checks = check_tensor_collectives(rank, world, checks)
         checks = check_groups(rank, world, checks)
+        checks = check_sparse(rank, world, checks)
         checks = check_async(rank, world, checks)
         checks = check_errors(rank, world, checks)
     else:

@@ -20,6 +20,8 @@ difference allowed is none at all beyond rounding of the mean):
   feedback; all_reduces of its P and Q factors after a warm-up of plain
   ones, each issued from a future's callback that then waits for it; one
   bucket, see run()).
+- sparse_embedding: an nn.EmbeddingBag(sparse=True) under DDP, whose
+  gradient buckets are sparse COO tensors that DDP all-reduces as such.
 """
 import os
 import sys
@@ -34,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 import torch.optim as optim  # noqa: E402
 
 CONFIGS = ["static_graph", "bucket_view", "no_sync", "unused", "allreduce_hook", "fp16_hook", "bf16_hook",
-           "powersgd"]
+           "powersgd", "sparse_embedding"]
 if os.environ.get("DDP_CONFIGS"):  # a subset, by name (for a look at one)
     CONFIGS = os.environ["DDP_CONFIGS"].split(",")
 STEPS = 12
@@ -55,7 +57,39 @@ class Branchy(nn.Module):
         return self.head(h) + (self.aux(h) if use_aux else 0)
 
 
+class SparseBag(nn.Module):
+    """Sums of embedding rows (sparse gradients) into a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.EmbeddingBag(1000, 32, mode="sum", sparse=True)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+
+
+def run_sparse():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(SparseBag())
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + dist.get_rank())
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        ids = torch.randint(0, 1000, (32, 4), generator=g)
+        loss = F.cross_entropy(model(ids), ids[:, 0] % 10)
+        loss.backward()
+        assert model.module.emb.weight.grad.is_sparse
+        opt.step()
+        losses.append(harness.mean_over_ranks(loss))
+    return losses
+
+
 def run(config):
+    if config == "sparse_embedding":
+        return run_sparse()
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     # Several buckets, but one for PowerSGD: its hook issues collectives

@@ -53,6 +53,7 @@ FAST = [
     "test_batch_isend_irecv_gloo",
     "test_all_gather_object_default_pg",
     "test_monitored_barrier_gloo",
+    "test_sparse_all_reduce_sum",
 ]
 
 # Tests torch's own Python API refuses for every backend but gloo (so no
@@ -81,9 +82,6 @@ REFUSED = {
     "test_send_recv_any_source": "no any-source receive in braid's communicator",
     "test_send_recv_any_source_autograd_profiler": "no any-source receive in braid's communicator",
     "test_send_recv_any_source_torch_profiler": "no any-source receive in braid's communicator",
-    # braid reduces dense buffers; a sparse tensor is refused by name.
-    "test_sparse_all_reduce_sum": "sparse tensors refused",
-    "test_sparse_all_reduce_sum_cuda": "sparse tensors refused",
 }
 
 RESULT = "SUITE_RESULT "
