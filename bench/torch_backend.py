@@ -9,6 +9,15 @@ the same PyTorch code, only the backend name differing.
   torch_backend.py ddp_loader BACKEND  the same fed by a DataLoader over a
                                      DistributedSampler (shuffled each epoch),
                                      as a PyTorch user writes it
+  torch_backend.py local BACKEND     the same loop without DDP: each rank
+                                     trains its own copy, no gradient is
+                                     exchanged (BACKEND only runs the
+                                     barriers around the timing)
+  torch_backend.py ddp_nocomm BACKEND  DDP with a comm hook that hands each
+                                     bucket back unreduced: DDP's own work
+                                     (hooks, bucket copies) without any
+                                     communication, the ceiling of every
+                                     backend's DDP
   torch_backend.py allreduce BACKEND dist.all_reduce of float32, 8 B..64 MiB;
                                      prints {"bytes": n, "us": t} per size
 
@@ -49,11 +58,22 @@ def batches(xtr, ytr, world, rank, batch, loader):
         epoch += 1
 
 
-def ddp(loader=False, steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
+def nocomm_hook(state, bucket):
+    """A bucket handed back as it is: DDP without communication."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def ddp(loader=False, wrap=True, nocomm=False, steps=int(os.environ.get("DDP_STEPS", "300")), warmup=20):
     import torch_train as tt  # Fashion-MNIST reader and MLP of compare_ddp.sh
     xtr, ytr = tt.fashion("train")
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(tt.make_mlp([784, 512, 512, 10]))
+    model = tt.make_mlp([784, 512, 512, 10])
+    if wrap:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        if nocomm:
+            model.register_comm_hook(None, nocomm_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     world, rank = dist.get_world_size(), dist.get_rank()
     batch = 256 // world
@@ -97,7 +117,8 @@ def main():
     if backend == "braid":
         import braid_torch  # noqa: F401
     dist.init_process_group(backend, init_method="env://")
-    {"ddp": ddp, "ddp_loader": lambda: ddp(loader=True), "allreduce": allreduce}[mode]()
+    {"ddp": ddp, "ddp_loader": lambda: ddp(loader=True),
+     "local": lambda: ddp(wrap=False), "ddp_nocomm": lambda: ddp(nocomm=True), "allreduce": allreduce}[mode]()
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # a gloo group can hang in its destructor (RIVALS.md)

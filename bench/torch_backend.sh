@@ -72,6 +72,10 @@ for r in $(seq 1 "$reps"); do
   for c in $cases; do
     for b in $order; do run2 "${c%%:*}" "${c#*:}" "$b" "$out/ddp_${c%%:*}_${c#*:}_${b}_$r.json"; done
   done
+  # Ceilings: the same loop, both ranks at once, without DDP, and under DDP
+  # with buckets handed back unreduced (no communication at all).
+  run2 user local gloo "$out/local_$r.json"
+  run2 user ddp_nocomm braid "$out/nocomm_$r.json"
 done
 BRAID_BIN=$build/braid
 for r in $(seq 1 "$reps"); do
@@ -94,6 +98,17 @@ for c in cases:
     e, m = c.split(":")
     print("| %s | %s | %.0f [%.0f, %.0f] | %.0f [%.0f, %.0f] | %.2fx |" %
           (e, feed[m], b, rb[0], rb[-1], g, rg[0], rg[-1], b / g))
+def med(pattern):
+    r = sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/{pattern}_*.json"))
+    return statistics.median(r), r[0], r[-1]
+if "user:ddp" in cases:
+    rb, rg = statistics.median(runs("user:ddp", "braid")), statistics.median(runs("user:ddp", "gloo"))
+    print("\nCeilings (`user`, sliced batches, both ranks at once), samples/s, median [min, max]:\n")
+    print("| run | samples/s | braid's DDP / it | gloo's DDP / it | it / gloo's DDP |\n|---|---|---|---|---|")
+    for name, pat in (("no DDP: each rank trains alone", "local"),
+                      ("DDP, buckets handed back unreduced (no communication)", "nocomm")):
+        m, lo, hi = med(pat)
+        print("| %s | %.0f [%.0f, %.0f] | %.2f | %.2f | %.2fx |" % (name, m, lo, hi, rb / m, rg / m, m / rg))
 print()
 def lines(b):  # {bytes: median us over the runs}
     runs = [{d["bytes"]: d["us"] for d in map(json.loads, open(f))} for f in glob.glob(f"{out}/ar_{b}_*.json")]

@@ -142,6 +142,14 @@ class Communicator {
   // host name), this one included.
   int host_size() const;
 
+  // true: from now on a collective's _async form runs on the calling thread
+  // to its end, as the blocking form does, and returns a finished Work
+  // (send/recv stay asynchronous). For callers whose computation already
+  // takes every core of the host, where braid's background thread could
+  // only take turns with it (python/braid_torch/threads.h). Set it from
+  // the thread that issues the operations; split() does not pass it on.
+  void set_async_inline(bool on);
+
   // Collective over this communicator: ranks with the same color form a new
   // communicator ordered by (key, old rank). color < 0 returns nullptr for
   // that rank (MPI_UNDEFINED). The result runs independently of its parent.

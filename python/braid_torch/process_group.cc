@@ -120,6 +120,7 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
   collectives_ = std::make_shared<Completer>();
   p2p_ = std::make_shared<Completer>();
   cap_compute_threads(comm_->host_size());
+  comm_->set_async_inline(collectives_inline(comm_->host_size()));
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {

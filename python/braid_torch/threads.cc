@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 
 #include "braid/env.h"
+#include "braid/error.h"
 #include "braid/log.h"
 
 namespace braid_torch {
@@ -54,6 +55,17 @@ ThreadCap cap_compute_threads(int host_ranks) {
                                    << " (torch had " << c.torch_before << ", OpenBLAS "
                                    << c.blas_before << ")");
   return c;
+}
+
+bool collectives_inline(int host_ranks) {
+  if (auto v = braid::env_str("BRAID_TORCH_INLINE")) {
+    if (*v == "1") return true;
+    if (*v == "0") return false;
+    throw braid::Error(braid::Errc::kInvalidArgument,
+                       "BRAID_TORCH_INLINE is '" + *v + "': 1 (collectives on the issuing thread) or 0 "
+                       "(on braid's background thread)");
+  }
+  return int64_t(std::max(host_ranks, 1)) * at::get_num_threads() >= braid::usable_cores();
 }
 
 }  // namespace braid_torch

@@ -31,4 +31,19 @@ struct ThreadCap {
 // with applied == false and change nothing).
 ThreadCap cap_compute_threads(int host_ranks);
 
+// Where a group's collectives run: on braid's background thread (so that
+// the caller computes while they move), or on the thread that issues them
+// (braid::Communicator::set_async_inline: an async call returns a finished
+// work). When this host's ranks' compute threads already take every core
+// (host_ranks × torch's intra-op threads ≥ the cores this process may
+// use, which the cap above makes so), the background thread has no core
+// of its own: it takes turns with the computation it is meant to overlap,
+// and adds a thread hand-off per operation. DDP on the Fashion-MNIST MLP, 2
+// ranks × 1 thread on 2 cores, ran about 5% faster with its buckets
+// reduced on the autograd thread (docs/PERFORMANCE.md, section 6).
+// BRAID_TORCH_INLINE=1 / 0 decides instead. Read once per group, at its
+// creation: torch.set_num_threads after init_process_group does not
+// change it.
+bool collectives_inline(int host_ranks);
+
 }  // namespace braid_torch

@@ -125,6 +125,10 @@ constexpr Setting kSettings[] = {
      "src/core/env.cc"},
     {"BRAID_TOPOLOGY", K::kUser, "ranks of one host next to each other",
      "JSON link-bandwidth matrix; rings follow its fastest cycle", "src/comm/engine/comm_setup.cc"},
+    {"BRAID_TORCH_INLINE", K::kUser, "1 when the host's ranks' compute threads take every core",
+     "braid_torch: `1` runs a group's collectives on the thread that issues them (an async call "
+     "returns a finished work), `0` on braid's background thread, overlapping the caller's work",
+     "python/braid_torch/threads.cc"},
     {"BRAID_TRANSPORT", K::kUser, "auto", "`auto` (shm inside a host, tcp between), `shm`, `tcp`",
      "src/comm/engine/comm_impl.cc"},
     {"BRAID_TUNING", K::kUser, "the cache at ~/.cache/braid/tuning.json",

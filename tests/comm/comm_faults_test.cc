@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -339,6 +340,51 @@ TEST(CommAsync, ManyOutstandingOperationsCompleteInOrder) {
       EXPECT_EQ(bufs[i][123], float(0 + 1 + 2 + 3 * i));
     }
   });
+}
+
+TEST(CommAsync, AsyncInlineRunsCollectivesHereAndKeepsTheirErrorsInTheWork) {
+  auto res = run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto c = make_comm(rank, size, store, 2);
+    // Queued work ahead of the switch still comes first.
+    std::vector<float> a(50000, float(rank + 1));
+    Work queued = c->all_reduce_async(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+    c->set_async_inline(true);
+    std::vector<float> b(50000, float(10 * (rank + 1)));
+    Work w = c->all_reduce_async(b.data(), b.data(), b.size(), DType::kF32, ReduceOp::kSum);
+    // Finished when the call returns, the queued one before it.
+    if (!w.test() || !queued.test() || a[7] != 3.0f || b[7] != 30.0f) std::_Exit(10);
+    // Send and receive stay asynchronous: rank 0's receive is posted
+    // before rank 1 sends (after a barrier that follows it).
+    float got = 0, sent = 5;
+    Work r;
+    if (rank == 0) r = c->recv_async(&got, 1, DType::kF32, 1);
+    c->barrier();
+    if (rank == 1) c->send(&sent, 1, DType::kF32, 0);
+    if (rank == 0) {
+      r.wait();
+      if (got != 5.0f) std::_Exit(11);
+    }
+    c->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));  // never joins the next call
+      return;
+    }
+    // A failure is the Work's: the call returns it, wait() throws it.
+    Work failed;
+    try {
+      failed = c->all_reduce_async(b.data(), b.data(), b.size(), DType::kF32, ReduceOp::kSum);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "the call threw: %s\n", e.what());
+      std::_Exit(12);
+    }
+    auto e = expect_error([&] { failed.wait(); });
+    if (e.code() != Errc::kTimeout || !contains(e.what(), "all_reduce")) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::_Exit(13);
+    }
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  EXPECT_EQ(res[1].exit_code, 0) << res[1].output;
 }
 
 TEST(CommDeterministic, BitwiseIdenticalAcrossAlgorithmsAndSizes) {

@@ -92,6 +92,21 @@ Work CommImpl::launch_queued(const MsgSig& sig, const algo::Algorithm& a,
   return Work(w);
 }
 
+Work CommImpl::run_here(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
+                        uint64_t id) {
+  try {
+    if (inline_begin()) run_inline(sig, a, call, id);
+    else launch_queued(sig, a, call, id, false);
+    return Work(completed_work());
+  } catch (...) {
+    auto w = std::make_shared<WorkState>();
+    w->timeout = timeout_;
+    w->owner = this;
+    complete(*w, std::current_exception());
+    return Work(w);
+  }
+}
+
 void CommImpl::execute(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& k,
                        uint64_t fr_id) {
   const std::string& algo = a.name;

@@ -89,6 +89,7 @@ class CommImpl {
   // "rank R", or "rank R (world rank W)" in a sub-communicator.
   std::string who() const;
   int size() const { return size_; }
+  void set_async_inline(bool on) { async_inline_ = on; }
   int host_size() const {
     return int(std::count(hosts_.begin(), hosts_.end(), hosts_[size_t(rank_)]));
   }
@@ -112,7 +113,10 @@ class CommImpl {
     MsgSig sig = next_sig(a.op, count, t, rop, root, -1);
     uint64_t id = fr_.record(sig);
     // Fast path: a blocking call with nothing queued runs right here, with
-    // no WorkState, no std::function and no thread hand-off.
+    // no WorkState, no std::function and no thread hand-off. So does an
+    // _async one when the caller asked for it (set_async_inline), its
+    // error kept in the Work it returns.
+    if (async && async_inline_) return run_here(sig, a, call, id);
     if (!async && inline_begin()) {
       run_inline(sig, a, call, id);
       return Work(completed_work());
@@ -190,6 +194,9 @@ class CommImpl {
                   uint64_t id);
   Work launch_queued(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call,
                      uint64_t id, bool async);
+  // An _async call run on the calling thread to its end (behind what is
+  // queued): a finished Work, holding the error if it failed.
+  Work run_here(const MsgSig& sig, const algo::Algorithm& a, const algo::Call& call, uint64_t id);
   static std::shared_ptr<WorkState> completed_work();
   const algo::Algorithm& choose(CollOp op, size_t bytes, DType t, bool shared_span = false);
   void run_blocking(const std::shared_ptr<WorkState>& w);
@@ -240,6 +247,7 @@ class CommImpl {
   std::shared_ptr<Store> store_;
   std::string prefix_;
   CommOptions opt_;
+  bool async_inline_ = false;  // Communicator::set_async_inline
   std::chrono::milliseconds timeout_;
   size_t chunk_bytes_;
   std::unique_ptr<Transport> tp_;

@@ -113,6 +113,8 @@ int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 int Communicator::host_size() const { return impl_->host_size(); }
 
+void Communicator::set_async_inline(bool on) { impl_->set_async_inline(on); }
+
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   auto sub = impl_->split(color, key);
   if (!sub) return nullptr;
