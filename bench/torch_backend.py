@@ -18,6 +18,16 @@ the same PyTorch code, only the backend name differing.
                                      (hooks, bucket copies) without any
                                      communication, the ceiling of every
                                      backend's DDP
+  torch_backend.py fsdp BACKEND      (torch 2.x) the GPT of torch_train.py
+                                     (FSDP_GPT="layers,d_model,heads,seq",
+                                     default 4,256,4,128; vocab 256) under
+                                     FullyShardedDataParallel, FULL_SHARD,
+                                     each block its own unit, AdamW, global
+                                     batch 16 sequences; prints
+                                     {"tokens_per_s": ...}
+  torch_backend.py fsdp_local BACKEND  the same GPT and batch per rank
+                                     without FSDP, each rank alone (the
+                                     ceiling of any backend's FSDP)
   torch_backend.py allreduce BACKEND dist.all_reduce of float32, 8 B..64 MiB;
                                      prints {"bytes": n, "us": t} per size
 
@@ -94,6 +104,39 @@ def ddp(loader=False, wrap=True, nocomm=False, steps=int(os.environ.get("DDP_STE
         print(json.dumps({"samples_per_s": steps * 256 / dt, "loss": loss.item()}), flush=True)
 
 
+def fsdp(wrap=True, steps=int(os.environ.get("FSDP_STEPS", "30")), warmup=5):
+    import functools
+    import torch_train as tt
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    layers, d, heads, seq = (int(v) for v in os.environ.get("FSDP_GPT", "4,256,4,128").split(","))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    torch.manual_seed(0)
+    model = tt.GPT(256, seq, layers, d, heads)
+    if wrap:
+        model = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                     auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                        transformer_layer_cls={tt.Block}),
+                     device_id=torch.device("cpu"), use_orig_params=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = 16 // world
+    g = torch.Generator().manual_seed(100 + rank)
+    for s in range(warmup + steps):
+        if s == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
+        idx = torch.randint(0, 256, (batch, seq + 1), generator=g)
+        logits = model(idx[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, 256), idx[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    dt = time.perf_counter() - t0
+    if rank == 0:
+        print(json.dumps({"tokens_per_s": steps * 16 * seq / dt, "loss": loss.item()}), flush=True)
+
+
 def allreduce():
     for size in (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20):
         t = torch.ones(max(1, size // 4))
@@ -118,7 +161,8 @@ def main():
         import braid_torch  # noqa: F401
     dist.init_process_group(backend, init_method="env://")
     {"ddp": ddp, "ddp_loader": lambda: ddp(loader=True),
-     "local": lambda: ddp(wrap=False), "ddp_nocomm": lambda: ddp(nocomm=True), "allreduce": allreduce}[mode]()
+     "local": lambda: ddp(wrap=False), "ddp_nocomm": lambda: ddp(nocomm=True), "fsdp": fsdp, "fsdp_local": lambda: fsdp(wrap=False),
+     "allreduce": allreduce}[mode]()
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # a gloo group can hang in its destructor (RIVALS.md)
