@@ -30,11 +30,18 @@
 # Both use /usr/bin/python3, and the script sets torch.set_num_threads(1)
 # (the workload is one thread per rank).
 # Usage: bench/torch_backend.sh [BUILD_DIR]   env: REPS=3 DDP_STEPS=300
+#   PY=VENV/bin/python  another python with torch (default /usr/bin/python3,
+#                       Debian's torch 1.13); BUILD_DIR then holds braid_torch
+#                       built for it (scripts/build_torch_venv.sh)
+#   PARTS="ddp allreduce"  which parts run
+#   BRAID_BIN           the braid tool for `braid bench` (default BUILD_DIR/braid,
+#                       else build/braid)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$here/build}" && pwd)
 reps=${REPS:-3}
-py=/usr/bin/python3
+py=${PY:-/usr/bin/python3}
+parts=${PARTS:-"ddp allreduce"}
 [[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
 export PYTHONPATH=$build/python
 envs=${ENVS:-"user openmp"}
@@ -65,9 +72,12 @@ run2() {
 # The DDP cases: ENV:MODE (ddp: batches sliced from the training set;
 # ddp_loader: a DataLoader over a DistributedSampler, as users write it).
 cases=""
-for e in $envs; do cases+=" $e:ddp"; done
-cases+=" user:ddp_loader"
+if [[ " $parts " == *" ddp "* ]]; then
+  for e in $envs; do cases+=" $e:ddp"; done
+  cases+=" user:ddp_loader"
+fi
 for r in $(seq 1 "$reps"); do
+  [[ -n $cases ]] || break
   order="braid gloo"; ((r % 2 == 0)) && order="gloo braid"
   for c in $cases; do
     for b in $order; do run2 "${c%%:*}" "${c#*:}" "$b" "$out/ddp_${c%%:*}_${c#*:}_${b}_$r.json"; done
@@ -77,8 +87,10 @@ for r in $(seq 1 "$reps"); do
   run2 user local gloo "$out/local_$r.json"
   run2 user ddp_nocomm braid "$out/nocomm_$r.json"
 done
-BRAID_BIN=$build/braid
+BRAID_BIN=${BRAID_BIN:-$build/braid}
+[[ -x $BRAID_BIN ]] || BRAID_BIN=$here/build/braid
 for r in $(seq 1 "$reps"); do
+  [[ " $parts " == *" allreduce "* ]] || break
   for b in braid gloo; do run2 user allreduce "$b" "$out/ar_${b}_$r.json"; done
   "${clean[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench_$r.txt"
 done
@@ -90,8 +102,11 @@ def runs(c, b):
     e, m = c.split(":")
     return sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{e}_{m}_{b}_*.json"))
 feed = {"ddp": "sliced batches", "ddp_loader": "DataLoader + DistributedSampler"}
-print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread, samples/s (median of %d; [min, max])\n" % reps)
-print("| environment (both backends) | batches | braid | gloo | braid/gloo |\n|---|---|---|---|---|")
+import torch
+print("torch %s, %s\n" % (torch.__version__, sys.executable))
+if cases:
+    print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread, samples/s (median of %d; [min, max])\n" % reps)
+    print("| environment (both backends) | batches | braid | gloo | braid/gloo |\n|---|---|---|---|---|")
 for c in cases:
     rb, rg = runs(c, "braid"), runs(c, "gloo")
     b, g = statistics.median(rb), statistics.median(rg)
@@ -110,6 +125,8 @@ if "user:ddp" in cases:
         m, lo, hi = med(pat)
         print("| %s | %.0f [%.0f, %.0f] | %.2f | %.2f | %.2fx |" % (name, m, lo, hi, rb / m, rg / m, m / rg))
 print()
+if not glob.glob(f"{out}/ar_braid_*.json"):
+    sys.exit(0)
 def lines(b):  # {bytes: median us over the runs}
     runs = [{d["bytes"]: d["us"] for d in map(json.loads, open(f))} for f in glob.glob(f"{out}/ar_{b}_*.json")]
     return {n: statistics.median(r[n] for r in runs if n in r) for n in runs[0]}

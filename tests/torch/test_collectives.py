@@ -398,6 +398,12 @@ def main():
         counts = [r[1]["checks"] for r in res]
         assert len(set(counts)) == 1 and counts[0] > 300, counts
         print("world %d: %d checks per rank" % (world, counts[0]))
+    # The same on braid's background thread (here the host's ranks take
+    # every core, so by default collectives run on the issuing thread).
+    res = harness.spawn(__file__, 2, ["env"], env={"BRAID_TORCH_INLINE": "0"})
+    counts = [r[1]["checks"] for r in res]
+    assert len(set(counts)) == 1 and counts[0] > 300, counts
+    print("world 2, BRAID_TORCH_INLINE=0: %d checks per rank" % counts[0])
     res = harness.spawn(__file__, 2, ["tcp"])
     assert all(r[1]["checks"] == 1 for r in res)
     with tempfile.TemporaryDirectory() as d:

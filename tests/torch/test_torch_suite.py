@@ -72,6 +72,13 @@ EXCEPTED = {
         "test_ddp_model_diff_shape_across_ranks",
         "test_ddp_model_diff_num_params_across_ranks",
     },
+    # torch 2.x's ProcessGroup names every third-party backend "custom"
+    # (ProcessGroup::getBackendName, from its backend type), and DDP's
+    # logger records that, where the test expects dist.get_backend():
+    # torch's code, not the backend's, decides it.
+    2: {
+        "test_ddp_logging_data_cpu",
+    },
 }
 
 # Tests gloo passes that braid refuses on purpose, with the reason (the
