@@ -68,6 +68,26 @@ def batches(xtr, ytr, world, rank, batch, loader):
         epoch += 1
 
 
+def timed(loss_fn, opt, warmup, steps, set_to_none):
+    """Trains warmup + steps steps (loss_fn() the forward's loss, then
+    backward and opt); the seconds the last `steps` took (between
+    barriers, so the slower rank's time) and the last loss."""
+    def step():
+        loss = loss_fn()
+        opt.zero_grad(set_to_none=set_to_none)
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(warmup):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    dist.barrier()
+    return time.perf_counter() - t0, loss
+
+
 def nocomm_hook(state, bucket):
     """A bucket handed back as it is: DDP without communication."""
     fut = torch.futures.Future()
@@ -88,18 +108,11 @@ def ddp(loader=False, wrap=True, nocomm=False, steps=int(os.environ.get("DDP_STE
     world, rank = dist.get_world_size(), dist.get_rank()
     batch = 256 // world
     data = batches(xtr, ytr, world, rank, batch, loader)
-    for s in range(warmup + steps):
-        if s == warmup:
-            dist.barrier()
-            t0 = time.perf_counter()
+
+    def loss_fn():
         xb, y = next(data)
-        x = tt.standardise(xb)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        opt.step()
-    dist.barrier()
-    dt = time.perf_counter() - t0
+        return F.cross_entropy(model(tt.standardise(xb)), y)
+    dt, loss = timed(loss_fn, opt, warmup, steps, set_to_none=False)
     if rank == 0:
         print(json.dumps({"samples_per_s": steps * 256 / dt, "loss": loss.item()}), flush=True)
 
@@ -121,18 +134,11 @@ def fsdp(wrap=True, steps=int(os.environ.get("FSDP_STEPS", "30")), warmup=5):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = 16 // world
     g = torch.Generator().manual_seed(100 + rank)
-    for s in range(warmup + steps):
-        if s == warmup:
-            dist.barrier()
-            t0 = time.perf_counter()
+
+    def loss_fn():
         idx = torch.randint(0, 256, (batch, seq + 1), generator=g)
-        logits = model(idx[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, 256), idx[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    dist.barrier()
-    dt = time.perf_counter() - t0
+        return F.cross_entropy(model(idx[:, :-1]).reshape(-1, 256), idx[:, 1:].reshape(-1))
+    dt, loss = timed(loss_fn, opt, warmup, steps, set_to_none=True)
     if rank == 0:
         print(json.dumps({"tokens_per_s": steps * 16 * seq / dt, "loss": loss.item()}), flush=True)
 
