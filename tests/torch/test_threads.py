@@ -42,12 +42,14 @@ def worker():
     harness.report("before", threads())
     dist.init_process_group("braid", init_method="env://")
     harness.report("after", threads())
-    # Rank 1 joins half a second late: on braid's thread, rank 0's async
+    # Rank 1 joins a second late: on braid's thread, rank 0's async
     # all_reduce is still running when the call returns; on the issuing
-    # thread, the call returns it finished.
+    # thread, the call returns it finished. (The barrier lines the ranks
+    # up first: their inits return at different times.)
     t = torch.ones(1 << 18)
+    dist.barrier()
     if dist.get_rank() == 1:
-        time.sleep(0.5)
+        time.sleep(1.0)
     w = dist.all_reduce(t, async_op=True)
     harness.report("finished_at_issue", w.is_completed())
     w.wait()
