@@ -272,11 +272,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoallv_bytes(
   std::exclusive_scan(recv_bytes.begin(), recv_bytes.end(), rd.begin(), size_t(0));
   ++seq_;
   comm_->all_to_all_v(ptr(in), send_bytes, sd, ptr(out), recv_bytes, rd, kBytes);
-  auto w = c10::make_intrusive<BraidWork>(rank_, type, std::vector<braid::Work>{}, std::move(finish),
-                                          std::vector<at::Tensor>{}, std::move(outputs),
-                                          std::weak_ptr<Completer>{});
-  w->complete_blocking();
-  return w;
+  return finished(type, std::move(finish), std::move(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(

@@ -140,6 +140,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(OpType type, std::vect
   return w;
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::finished(OpType type, std::function<void()> finish,
+                                                           std::vector<at::Tensor> outputs) {
+  auto w = c10::make_intrusive<BraidWork>(rank_, type, std::vector<braid::Work>{}, std::move(finish),
+                                          std::vector<at::Tensor>{}, std::move(outputs),
+                                          std::weak_ptr<Completer>{});
+  w->complete_blocking();
+  return w;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = single(tensors, "broadcast");

@@ -124,6 +124,10 @@ class ProcessGroupBraid : public BackendBase {
   // work returned is done.
   c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts);
+  // A BraidWork for an operation that already ran here, blocking: `finish`
+  // run, its future marked with `outputs`.
+  c10::intrusive_ptr<c10d::Work> finished(c10d::OpType type, std::function<void()> finish,
+                                          std::vector<at::Tensor> outputs);
   // Wraps the issued braid operations in a BraidWork and queues it.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<braid::Work> works,
                                          std::function<void()> finish,

@@ -107,12 +107,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_sparse_coo(
   at::Tensor val_all = gather_rows(val_rows, at::empty(val_shape, val_rows.options()));
   at::Tensor sum = at::sparse_coo_tensor(idx_all.t(), val_all, in.sizes(), in.options()).coalesce();
   t.copy_(sum);
-
-  auto w = c10::make_intrusive<BraidWork>(rank_, c10d::OpType::ALLREDUCE, std::vector<braid::Work>{},
-                                          nullptr, std::vector<at::Tensor>{}, tensors,
-                                          std::weak_ptr<Completer>{});
-  w->complete_blocking();
-  return w;
+  return finished(c10d::OpType::ALLREDUCE, nullptr, tensors);
 }
 
 }  // namespace braid_torch

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/asan.h"
 #include "../../fuzz/auth_fuzz.cc"
 #include "../../fuzz/checkpoint_fuzz.cc"
 #include "../../fuzz/cluster_fuzz.cc"
@@ -38,12 +39,8 @@
 // inside libcrypto that braid holds no pointer to, in about one libFuzzer
 // run in ten (docs/FUZZING.md); the same suppression as
 // fuzz/ps_server.lsan, for this binary only.
-#if defined(__SANITIZE_ADDRESS__)
+#if BRAID_ASAN
 extern "C" const char* __lsan_default_suppressions() { return "leak:CRYPTO_zalloc\n"; }
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-extern "C" const char* __lsan_default_suppressions() { return "leak:CRYPTO_zalloc\n"; }
-#endif
 #endif
 
 namespace {

@@ -163,19 +163,20 @@ def main():
     # braid again with its collectives on its background thread (by default
     # here they run on the issuing thread: python/braid_torch/threads.h).
     got["braid_thread"] = harness.spawn(__file__, 2, ["braid"], env={"BRAID_TORCH_INLINE": "0"})
-    for c, b in [(c, b) for b in ("braid", "braid_thread") for c in CONFIGS]:
-        braid, gloo = got[b][0][1][c], got["gloo"][0][1][c]
-        if isinstance(gloo, str):  # refused by torch for every backend
-            assert braid == gloo, (c, braid, gloo)
-            print("%-14s %s (gloo too)" % (c, braid))
-            continue
-        c = "%s (%s)" % (c, b)
-        assert len(braid) == STEPS and len(gloo) == STEPS, (c, braid, gloo)
-        for i, (x, y) in enumerate(zip(braid, gloo)):
-            assert abs(x - y) <= 1e-6 * max(1.0, abs(y)), "%s step %d: braid %r, gloo %r" % (c, i, x, y)
-        assert braid[-1] < braid[0], "%s did not learn: %s" % (c, braid)
-        print("%-14s %d per-step losses within 1e-6 of gloo's (first %.6f last %.6f)" % (c, STEPS, braid[0],
-                                                                                         braid[-1]))
+    for b in ("braid", "braid_thread"):
+        for c in CONFIGS:
+            braid, gloo = got[b][0][1][c], got["gloo"][0][1][c]
+            name = "%s (%s)" % (c, b)
+            if isinstance(gloo, str):  # refused by torch for every backend
+                assert braid == gloo, (name, braid, gloo)
+                print("%-28s %s (gloo too)" % (name, braid))
+                continue
+            assert len(braid) == STEPS and len(gloo) == STEPS, (name, braid, gloo)
+            for i, (x, y) in enumerate(zip(braid, gloo)):
+                assert abs(x - y) <= 1e-6 * max(1.0, abs(y)), "%s step %d: braid %r, gloo %r" % (name, i, x, y)
+            assert braid[-1] < braid[0], "%s did not learn: %s" % (name, braid)
+            print("%-28s %d per-step losses within 1e-6 of gloo's (first %.6f last %.6f)" % (
+                name, STEPS, braid[0], braid[-1]))
 
 
 if __name__ == "__main__":

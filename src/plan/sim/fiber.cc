@@ -7,19 +7,13 @@
 #include <cstring>
 
 #include "braid/error.h"
+#include "core/asan.h"
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BRAID_FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BRAID_FIBER_ASAN 1
-#endif
-#endif
-#if defined(BRAID_FIBER_ASAN)
+#if BRAID_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
@@ -33,7 +27,7 @@ namespace braid::plan::sim {
 // shadow is cleared before it is unmapped, or the next fiber mapped at the
 // same address inherits them.
 namespace {
-#if defined(BRAID_FIBER_ASAN)
+#if BRAID_ASAN
 void start_switch(void** fake_save, const void* bottom, size_t size) {
   __sanitizer_start_switch_fiber(fake_save, bottom, size);
 }
@@ -141,7 +135,7 @@ Fiber::~Fiber() {
   delete static_cast<ucontext_t*>(caller_sp_);
 #endif
   if (stack_ != nullptr) {
-    unpoison(static_cast<char*>(stack_) + (map_bytes_ - stack_bytes_), stack_bytes_);
+    unpoison(stack_lo(), stack_bytes_);
     munmap(stack_, map_bytes_);
   }
 }
@@ -162,7 +156,7 @@ void Fiber::entry(void* self) {
 void Fiber::resume() {
   if (done_) return;
   void* fake = nullptr;
-  start_switch(&fake, static_cast<char*>(stack_) + (map_bytes_ - stack_bytes_), stack_bytes_);
+  start_switch(&fake, stack_lo(), stack_bytes_);
 #if defined(__x86_64__)
   braid_sim_switch(&caller_sp_, sp_);
 #else

@@ -31,6 +31,8 @@ class Fiber {
 
  private:
   static void entry(void* self);
+  // The lowest byte of the stack proper, above the guard page.
+  char* stack_lo() const { return static_cast<char*>(stack_) + (map_bytes_ - stack_bytes_); }
   std::function<void()> body_;
   void* stack_ = nullptr;
   size_t map_bytes_ = 0;    // the guard page and the stack above it
