@@ -14,16 +14,14 @@
 # gives each worker OMP_NUM_THREADS=1 when it is unset (torch 1.13's
 # run.py), which is what makes Debian's default BLAS (the pthreads OpenBLAS,
 # which torch.set_num_threads does not govern) run one thread per rank.
-# The two backends' runs differ in the backend name only: both get the same
-# environment. The DDP runs are taken in each of ENVS:
-#   user    nothing set: what a user of Debian's PyTorch gets (the pthreads
+# braid's runs are taken as a user runs them, with none of the caller's
+# library or thread settings (bench/braid_env.sh's clean_env). gloo's DDP
+# runs are taken in each of ENVS:
+#   user    the same: what a user of Debian's PyTorch gets (the pthreads
 #           OpenBLAS, one thread per rank from torchrun);
 #   openmp  PyTorch at its best (/work/shared/RIVALS.md): the OpenMP build of
-#           OpenBLAS on LD_LIBRARY_PATH and OMP_NUM_THREADS=1, for both.
-# braid's figures rest on `user`, where braid runs as a user runs it; the
-# `openmp` row is there to show gloo at its best, and in a backend
-# comparison only the backend may differ, so braid's runs get the same
-# variables there (PyTorch's BLAS settings, none of braid's).
+#           OpenBLAS on LD_LIBRARY_PATH and OMP_NUM_THREADS=1.
+# Each row sets braid's `user` runs beside gloo's runs in that row's ENV.
 # The all_reduce runs and `braid bench` (ordinary, non-shared buffers by
 # default, as a torch tensor is; out of place, the tensor in place) are taken
 # in `user` (no BLAS runs there).
@@ -45,9 +43,9 @@ parts=${PARTS:-"ddp allreduce"}
 [[ -f $build/python/braid_torch/__init__.py ]] || { echo "no braid_torch in $build/python (BRAID_TORCH off?)" >&2; exit 1; }
 export PYTHONPATH=$build/python
 envs=${ENVS:-"user openmp"}
-# Every run starts from this: none of the caller's thread or library settings.
-clean=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
-# settings ENV: the variables every run in ENV gets, whichever the backend.
+# Every run starts from clean_env: none of the caller's thread or library settings.
+source "$here/bench/braid_env.sh"
+# settings ENV: the variables gloo's runs in ENV get.
 settings() {
   if [[ $1 == openmp ]]; then
     local t=(OMP_NUM_THREADS=1)
@@ -63,7 +61,8 @@ trap 'rm -rf "$out"' EXIT
 # FILE. torchrun 1.13's agent crashes on Python 3.11 unless --redirects/--tee
 # name a rank (9) that does not exist; --monitor_interval only shortens its exit.
 run2() {
-  "${clean[@]}" $(settings "$1") $py -m torch.distributed.run --standalone --nproc_per_node 2 \
+  [[ $3 == braid && $1 != user ]] && { echo "run2: braid runs as a user runs it (ENV user)" >&2; exit 2; }
+  "${clean_env[@]}" $(settings "$1") $py -m torch.distributed.run --standalone --nproc_per_node 2 \
     --redirects 9:0 --tee 9:0 --monitor_interval 0.2 \
     "$here/bench/torch_backend.py" "$2" "$3" >"$4" 2>"$4.err" ||
     { echo "torchrun $1 $2 $3 failed:" >&2; tail -20 "$4.err" >&2; exit 1; }
@@ -80,7 +79,10 @@ for r in $(seq 1 "$reps"); do
   [[ -n $cases ]] || break
   order="braid gloo"; ((r % 2 == 0)) && order="gloo braid"
   for c in $cases; do
-    for b in $order; do run2 "${c%%:*}" "${c#*:}" "$b" "$out/ddp_${c%%:*}_${c#*:}_${b}_$r.json"; done
+    for b in $order; do
+      [[ $b == braid && ${c%%:*} != user ]] && continue  # braid's row figure is its `user` run
+      run2 "${c%%:*}" "${c#*:}" "$b" "$out/ddp_${c%%:*}_${c#*:}_${b}_$r.json"
+    done
   done
   # Ceilings: the same loop, both ranks at once, without DDP, and under DDP
   # with buckets handed back unreduced (no communication at all).
@@ -92,7 +94,7 @@ BRAID_BIN=${BRAID_BIN:-$build/braid}
 for r in $(seq 1 "$reps"); do
   [[ " $parts " == *" allreduce "* ]] || break
   for b in braid gloo; do run2 user allreduce "$b" "$out/ar_${b}_$r.json"; done
-  "${clean[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench_$r.txt"
+  "${clean_env[@]}" "$BRAID_BIN" bench -n 2 --op all_reduce --dtype f32 -b 8 -e 64M -f 2 >"$out/braid_bench_$r.txt"
 done
 
 $py - "$out" "$reps" "$cases" <<'PY'
@@ -100,13 +102,15 @@ import glob, json, statistics, sys
 out, reps, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 def runs(c, b):
     e, m = c.split(":")
+    if b == "braid":
+        e = "user"  # braid runs as a user runs it in every row
     return sorted(json.load(open(f))["samples_per_s"] for f in glob.glob(f"{out}/ddp_{e}_{m}_{b}_*.json"))
 feed = {"ddp": "sliced batches", "ddp_loader": "DataLoader + DistributedSampler"}
 import torch
 print("torch %s, %s\n" % (torch.__version__, sys.executable))
 if cases:
     print("## DDP Fashion-MNIST MLP, dp=2 x 1 thread, samples/s (median of %d; [min, max])\n" % reps)
-    print("| environment (both backends) | batches | braid | gloo | braid/gloo |\n|---|---|---|---|---|")
+    print("| gloo's environment (braid's: `user`) | batches | braid | gloo | braid/gloo |\n|---|---|---|---|---|")
 for c in cases:
     rb, rg = runs(c, "braid"), runs(c, "gloo")
     b, g = statistics.median(rb), statistics.median(rg)

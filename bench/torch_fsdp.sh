@@ -25,12 +25,12 @@ gpts=${GPTS:-"4,256,4,128 2,256,4,32"}
 "$py" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' ||
   { echo "$0: $py's torch is older than 2.x (FSDP on CPU needs 2.x)" >&2; exit 1; }
 export PYTHONPATH=$build/python
-clean=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+source "$here/bench/braid_env.sh"  # clean_env: none of the caller's library or thread settings
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 run2() {  # GPT MODE BACKEND FILE
-  "${clean[@]}" FSDP_GPT="$1" "$py" -m torch.distributed.run --standalone --nproc_per_node 2 \
+  "${clean_env[@]}" FSDP_GPT="$1" "$py" -m torch.distributed.run --standalone --nproc_per_node 2 \
     --monitor_interval 0.2 "$here/bench/torch_backend.py" "$2" "$3" >"$4" 2>"$4.err" ||
     { echo "torchrun $1 $2 $3 failed:" >&2; tail -20 "$4.err" >&2; exit 1; }
 }
