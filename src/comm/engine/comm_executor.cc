@@ -56,8 +56,11 @@ bool CommImpl::inline_begin() {
   // Without a worker thread nothing else touches the queue (a communicator
   // is used by one thread at a time), so no lock is needed.
   if (!worker_started_.load(std::memory_order_acquire)) return true;
+  // inline_busy_ too: another thread's Work::wait may be running a queued
+  // operation (run_queued_until), e.g. a completion thread while the
+  // issuing thread calls on; two operations at once would cross messages.
   std::lock_guard<std::mutex> l(qmu_);
-  if (!queue_.empty() || worker_busy_) return false;
+  if (!queue_.empty() || worker_busy_ || inline_busy_) return false;
   inline_busy_ = true;
   return true;
 }
@@ -153,7 +156,7 @@ void CommImpl::complete(WorkState& w, std::exception_ptr err) {
 void CommImpl::run_blocking(const std::shared_ptr<WorkState>& w) {
   {
     std::unique_lock<std::mutex> l(qmu_);
-    if (!queue_.empty() || worker_busy_) {
+    if (!queue_.empty() || worker_busy_ || inline_busy_) {  // as inline_begin
       queue_.push_back(w);
       l.unlock();
       qcv_.notify_all();
