@@ -96,6 +96,10 @@ class Work {
   // Non-blocking: true when complete (rethrows its error if it failed).
   bool test();
   bool valid() const { return s_ != nullptr; }
+  // A receive from any source (Communicator::recv_any_async) that has
+  // completed: the rank it received from. -1 before then, and for every
+  // other operation.
+  int source() const;
 
  private:
   std::shared_ptr<comm::WorkState> s_;
@@ -193,6 +197,16 @@ class Communicator {
   // rank() is refused.
   void send(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
   void recv(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+  // Receive from any source (MPI_ANY_SOURCE): takes the first message with
+  // `tag` to arrive from any rank and returns that rank (recv_any_async's
+  // Work::source() gives it once done). Matched in posting order, as MPI
+  // does: a rank is a candidate only once the receives from it posted
+  // earlier have their messages, and later receives (any rank's) wait
+  // until this one has its sender; sends go on meanwhile. A message from
+  // the chosen rank with another count or dtype raises Error(kMismatch);
+  // one with another tag is left for a later receive. No message within
+  // the deadline: Error(kTimeout) showing each rank's next message.
+  int recv_any(void* buf, size_t count, DType t, uint32_t tag = 0);
 
   Work broadcast_async(void* buf, size_t count, DType t, int root);
   Work reduce_async(const void* send, void* recv, size_t count, DType t, ReduceOp op, int root);
@@ -205,6 +219,7 @@ class Communicator {
   Work barrier_async();
   Work send_async(const void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
   Work recv_async(void* buf, size_t count, DType t, int peer, uint32_t tag = 0);
+  Work recv_any_async(void* buf, size_t count, DType t, uint32_t tag = 0);
 
   // Forces the algorithm for one collective ("auto": the cost model picks
   // again); the same as BRAID_ALGO=op:algo[,op:algo]. The names are

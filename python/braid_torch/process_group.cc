@@ -214,20 +214,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
                                                        int tag) {
+  return receive(tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                int tag) {
+  return receive(tensors, -1, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::receive(std::vector<at::Tensor>& tensors, int src,
+                                                          int tag) {
   const at::Tensor& t = single(tensors, "recv");
   require(tag >= 0 && uint32_t(tag) < kMonitoredBarrierTag, "recv",
           "tag " + std::to_string(tag) + " is negative or INT32_MAX (monitored_barrier's own)");
   std::function<void()> back;
   at::Tensor buf = detail::output_buffer(t, back);
-  auto w = comm_->recv_async(ptr(buf), nbytes(buf), braid::DType::kU8, src, uint32_t(tag));
-  return enqueue(OpType::RECV, {w}, back, {buf}, tensors, true);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>&, int) {
-  throw braid::Error(braid::Errc::kNotSupported,
-                     "braid_torch recv: receiving from any source is not supported (braid's "
-                     "communicator matches messages per sender and has no any-source receive); "
-                     "pass src=");
+  const auto n = nbytes(buf);
+  auto w = src < 0 ? comm_->recv_any_async(ptr(buf), n, braid::DType::kU8, uint32_t(tag))
+                   : comm_->recv_async(ptr(buf), n, braid::DType::kU8, src, uint32_t(tag));
+  return enqueue(src < 0 ? OpType::RECVANYSOURCE : OpType::RECV, {w}, back, {buf}, tensors, true);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions&) {

@@ -128,6 +128,15 @@ bool BraidWork::isCompleted() {
   return true;
 }
 
+int BraidWork::sourceRank() const {
+  if (works_.size() == 1 && works_[0].source() >= 0) return works_[0].source();
+  if (opType_ == c10d::OpType::RECVANYSOURCE)
+    throw braid::Error(braid::Errc::kInvalidArgument,
+                       "braid_torch: a receive from any source knows its sender once it has "
+                       "completed: wait() for it first");
+  return c10d::Work::sourceRank();  // torch's refusal for other operations
+}
+
 bool BraidWork::isSuccess() const {
   std::lock_guard<std::mutex> l(mutex_);
   return completed_ && !exception_;

@@ -62,6 +62,8 @@ class BraidWork : public c10d::Work {
   // `timeout` passes first (the operation keeps running).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // A receive from any source, once complete: the rank it received from.
+  int sourceRank() const override;
 
   // Blocks until the braid operations end, then completes. For the
   // Completer thread.

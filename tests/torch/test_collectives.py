@@ -203,7 +203,23 @@ def check_p2p(rank, world, checks):
         s.wait()
         same(got, data(prv, dtype), "send/recv %s" % dtype)
         checks += 1
-    raises(lambda: dist.recv(torch.zeros(1)), "any source")
+    # Receive from any source: every other rank sends rank 0 two messages,
+    # taken by recv() and irecv() without src, in whatever order they come.
+    if rank == 0:
+        seen = []
+        for _ in range(world - 1):
+            got = torch.zeros(12)
+            src = dist.recv(got, tag=9)
+            same(got, data(src, torch.float32), "recv from any source (rank %d)" % src)
+            got = torch.zeros(12)
+            w = dist.irecv(got, tag=9)
+            w.wait()
+            same(got, data(w._source_rank(), torch.float32), "irecv from any source")
+            seen += [src, w._source_rank()]
+        assert sorted(seen) == sorted(list(range(1, world)) * 2), "senders %s" % seen
+    else:
+        dist.send(data(rank, torch.float32), dst=0, tag=9)
+        dist.send(data(rank, torch.float32), dst=0, tag=9)
     ops = [dist.P2POp(dist.isend, data(rank, torch.float64), nxt),
            dist.P2POp(dist.irecv, torch.zeros(12, dtype=torch.float64), prv)]
     for w in dist.batch_isend_irecv(ops):

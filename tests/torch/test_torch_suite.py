@@ -54,6 +54,7 @@ FAST = [
     "test_all_gather_object_default_pg",
     "test_monitored_barrier_gloo",
     "test_sparse_all_reduce_sum",
+    "test_send_recv_any_source",
 ]
 
 # Tests torch's own Python API refuses for every backend but gloo (so no
@@ -79,16 +80,6 @@ EXCEPTED = {
     2: {
         "test_ddp_logging_data_cpu",
     },
-}
-
-# Tests gloo passes that braid refuses on purpose, with the reason (the
-# refusal is a clear error from braid_torch; docs/TORCH.md lists them).
-REFUSED = {
-    # braid's communicator matches point-to-point messages per sender and
-    # has no any-source receive; recv(src=None) raises kNotSupported.
-    "test_send_recv_any_source": "no any-source receive in braid's communicator",
-    "test_send_recv_any_source_autograd_profiler": "no any-source receive in braid's communicator",
-    "test_send_recv_any_source_torch_profiler": "no any-source receive in braid's communicator",
 }
 
 RESULT = "SUITE_RESULT "
@@ -271,13 +262,10 @@ def full(backends, worlds, pattern):
             gp = set(results[("gloo", world)]["passed"])
             bf = sorted(n for n in results[("braid", world)]["failed"] if n in gp)
             ex = [n for n in bf if n in excepted]
-            ref = [n for n in bf if n in REFUSED]
-            real = [n for n in bf if n not in excepted and n not in REFUSED]
+            real = [n for n in bf if n not in excepted]
             print("world %d: braid fails %d that gloo passes: %s" % (world, len(real), real))
             if ex:
                 print("world %d: excepted (torch's API refuses non-gloo): %s" % (world, ex))
-            if ref:
-                print("world %d: refused by braid: %s" % (world, ref))
     for (backend, world), r in results.items():
         if r["failed"]:
             print("%s world %d failed: %s" % (backend, world, r["failed"]))

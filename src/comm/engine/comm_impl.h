@@ -41,6 +41,8 @@ struct WorkState {
   std::atomic<bool> done_flag{false};  // set with `done`; read without the lock
   bool done = false;
   std::exception_ptr error;
+  // A receive from any source: the sender's rank, set before it completes.
+  int source = -1;
   std::function<void()> run;
   std::chrono::milliseconds timeout{0};
   // The communicator that queued it (alive while it is not done: ~CommImpl
@@ -49,10 +51,11 @@ struct WorkState {
   // Set for send / recv: what CommImpl::run_p2p_group posts.
   struct P2p {
     Request::Kind kind = Request::Kind::kSend;
-    int peer = -1;
+    int peer = -1;     // -1: a receive from any source, until its sender is chosen
+    bool any = false;  // a receive from any source
     const void* src = nullptr;
     void* dst = nullptr;
-    MsgSig sig;  // sig.bytes = payload
+    MsgSig sig;  // sig.bytes = payload; a receive's seq is set when it is posted
     uint64_t fr_id = 0;
     const algo::Algorithm* algo = nullptr;
   };
@@ -128,6 +131,11 @@ class CommImpl {
   // that errors and the flight recorder name them.
   Work launch_p2p(bool sending, const void* src, void* dst, size_t count, DType t, int peer, int tag,
                   size_t bytes, bool async, CollOp op = CollOp::kSend);
+  // recv (into dst) of `bytes` with `tag` from whichever rank sends one
+  // first (Communicator::recv_any_async).
+  Work launch_recv_any(void* dst, size_t count, DType t, int tag, size_t bytes, bool async);
+  // Queues (async) or runs (blocking) the send / recv `p` with `sig`.
+  Work queue_p2p(WorkState::P2p p, const MsgSig& sig, const algo::Algorithm& a, bool async);
 
   // Called by Work::wait: while the worker thread is idle, runs the queued
   // operations, oldest first, on the calling thread until `w` is done.
@@ -213,6 +221,10 @@ class CommImpl {
   void run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws);
   // "recv from rank 1 (seq 3, count 10 f32, tag 7)"
   std::string describe_p2p(const WorkState::P2p& p) const;
+  // For a receive from any source (tag `tag`) still without a sender: each
+  // other rank's next message, or why it was not looked at. open_recvs:
+  // receives posted and open, per peer.
+  std::string any_source_view(const std::vector<int>& open_recvs, int tag);
   uint64_t next_p2p_seq(int peer, bool sending);
   // Records the failure; with keep_first, only if none is recorded yet.
   // Returns whether it recorded this one.

@@ -35,6 +35,11 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
   return true;
 }
 
+int Work::source() const {
+  if (s_ == nullptr || !s_->done_flag.load(std::memory_order_acquire) || s_->error) return -1;
+  return s_->source;
+}
+
 bool Work::test() {
   BRAID_CHECK_ARG(s_ != nullptr, "Work::test on an empty handle");
   std::lock_guard<std::mutex> l(s_->mu);
@@ -329,6 +334,15 @@ Work Communicator::recv_async(void* buf, size_t count, DType t, int peer, uint32
   return impl_->launch_p2p(false, nullptr, buf, count, t, peer, int(tag), bytes, async_now());
 }
 
+Work Communicator::recv_any_async(void* buf, size_t count, DType t, uint32_t tag) {
+  const CollOp op = CollOp::kSend;  // matched against the sender's kSend signature
+  size_t bytes = checked_bytes(op, count, t, 1);
+  BRAID_CHECK_ARG(size() > 1, "recv_any: a communicator of one rank has no other rank to receive from");
+  check_ptr(CollOp::kRecv, buf, count, "recv_any");
+  BRAID_CHECK_ARG(tag <= uint32_t(std::numeric_limits<int32_t>::max()), "recv_any: tag too large");
+  return impl_->launch_recv_any(buf, count, t, int(tag), bytes, async_now());
+}
+
 // Blocking forms: the async form, then wait. (launch runs it inline when
 // nothing is queued, so there is no thread hop on the fast path.)
 #define BRAID_BLOCKING(call) \
@@ -371,6 +385,15 @@ void Communicator::send(const void* buf, size_t count, DType t, int peer, uint32
 }
 void Communicator::recv(void* buf, size_t count, DType t, int peer, uint32_t tag) {
   BRAID_BLOCKING(recv_async(buf, count, t, peer, tag));
+}
+int Communicator::recv_any(void* buf, size_t count, DType t, uint32_t tag) {
+  Work w;
+  {
+    BlockingScope scope;
+    w = recv_any_async(buf, count, t, tag);
+  }
+  w.wait();
+  return w.source();
 }
 
 }  // namespace braid

@@ -31,6 +31,8 @@ class FlightRecorder {
   // collective), so the counter is bumped without a locked instruction.
   uint64_t record(const MsgSig& sig);
   void start(uint64_t id, const algo::Algorithm& a);
+  // A receive's sequence number, known once it is posted (CommImpl::run_p2p_group).
+  void set_seq(uint64_t id, uint64_t seq) { at(id).seq.store(seq, std::memory_order_relaxed); }
   void finish(uint64_t id, bool ok);
   std::string dump(const std::string& header) const;
   // The algorithm of the newest operation that has started ("" if none).

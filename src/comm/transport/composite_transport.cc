@@ -47,6 +47,11 @@ bool CompositeTransport::progress() {
   return moved;
 }
 
+bool CompositeTransport::peek(int peer, MsgSig* next) {
+  if (peer < 0 || size_t(peer) >= route_.size() || !route_[size_t(peer)]) return false;
+  return route_[size_t(peer)]->peek(peer, next);
+}
+
 void CompositeTransport::wait_activity(std::chrono::microseconds timeout) {
   Wire* active[3];
   int n = 0;

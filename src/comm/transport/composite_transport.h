@@ -22,6 +22,7 @@ class CompositeTransport final : public Transport {
 
   void post(Request* r) override;
   bool progress() override;
+  bool peek(int peer, MsgSig* next) override;
   void wait_activity(std::chrono::microseconds timeout) override;
   int exited_peer() override;
   std::string how_gone(int peer) const override;

@@ -81,6 +81,17 @@ class Transport {
   // Advances posted requests without blocking. True if anything moved.
   // Throws Error(kPeerDied | kMismatch | kProtocol) naming the peer.
   virtual bool progress() = 0;
+  // The header of the next message from `peer` that has arrived (in whole
+  // or in part) and that no posted receive has begun to take; false when
+  // none has arrived yet, or the wire cannot tell. Takes nothing: the
+  // message stays for the receive posted for it. Only while no receive
+  // from `peer` is posted and incomplete (a receive from any source looks
+  // at each peer's next message this way before choosing its sender).
+  virtual bool peek(int peer, MsgSig* next) {
+    (void)peer;
+    (void)next;
+    return false;
+  }
   // Blocks until progress() may find work, or `timeout` passes. Cheap to
   // call in a loop: spins briefly, then yields the core (futex / epoll).
   virtual void wait_activity(std::chrono::microseconds timeout) = 0;

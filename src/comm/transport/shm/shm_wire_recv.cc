@@ -133,4 +133,31 @@ size_t ShmWire::recv_some(Peer& p, int max_slots) {
   return moved;
 }
 
+// The next message is in the fast box or starts at the ring's tail; when
+// both hold one, the earlier is the one the sender numbered first (a
+// sender finishes each message before it starts the next, so either
+// channel may hold the later one).
+bool ShmWire::peek(int peer, MsgSig* next) {
+  Peer& p = peers_local_[size_t(index_[size_t(peer)])];
+  if (p.dead || !p.recvs.empty() || p.recv_started) return false;
+  bool in_box = false, on_ring = false;
+  MsgSig box, ring;
+  const FastBox& b = p.in->fb[p.fb_in % kFastBoxes];
+  if (b.stamp.load(std::memory_order_acquire) == p.fb_in + 1) {
+    std::memcpy(&box, &b.sig, sizeof box);
+    in_box = true;
+  }
+  if (p.in->head.load(std::memory_order_acquire) != p.in_tail) {
+    const SlotHdr* h =
+        reinterpret_cast<const SlotHdr*>(p.in_slots + (p.in_tail % layout_.nslots) * layout_.stride);
+    if (h->first == kFirstSlot || h->first == kFirstCma) {
+      std::memcpy(&ring, &h->sig, sizeof ring);
+      on_ring = true;
+    }
+  }
+  if (!in_box && !on_ring) return false;
+  *next = in_box && (!on_ring || box.seq < ring.seq) ? box : ring;
+  return true;
+}
+
 }  // namespace braid::comm::shm

@@ -36,6 +36,7 @@ class TcpWire final : public Wire {
 
   void post(Request* r) override;
   bool progress() override;
+  bool peek(int peer, MsgSig* next) override;
   void wait_activity(std::chrono::microseconds timeout) override;
   std::string kind_to(int) const override { return "tcp"; }
   // Shuts every connection down: the peers see them close at once.

@@ -156,4 +156,16 @@ bool TcpWire::recv_some(Conn& c) {
   return moved;
 }
 
+// Connection 0 carries a stripe, with its header, of every message.
+bool TcpWire::peek(int peer, MsgSig* next) {
+  Conn& c = conns_[size_t(index_[size_t(peer)])];
+  if (!c.recvs.empty()) return false;
+  Stream& s = c.st[0];
+  if (s.rx_hdr) return false;
+  if (s.rend - s.rpos < kHdr) fill(c, s);
+  if (s.rend - s.rpos < kHdr) return false;
+  std::memcpy(next, s.rx.get() + s.rpos, kHdr);
+  return true;
+}
+
 }  // namespace braid::comm::tcp
