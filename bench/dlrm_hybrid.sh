@@ -4,7 +4,7 @@
 # best placement and replicated-table data parallelism, all at 2 ranks.
 #
 #   bench/dlrm_hybrid.sh [BUILD_DIR]   env: STEPS, ROWS, DIM, FEATURES, BATCH, REPS, BIG, OUT,
-#                                           PY, TORCHREC_PIPELINES
+#                                           PY, TORCHREC_PIPELINES, TORCHREC_SHARDS
 #
 # (a) samples/s on a model both fit (FEATURES tables of ROWS x DIM, default
 #     8 x 100000 x 32 = 98 MiB, global batch BATCH = 2048, STEPS = 100):
@@ -35,6 +35,9 @@
 #                   (default "none sparse-dist": plain steps, and
 #                   TrainPipelineSparseDist, which overlaps the next batch's
 #                   input exchange) is run and the faster median counts.
+#                   TORCHREC_SHARDS (default auto; any of auto table row
+#                   column) adds, for each other than auto, braid's hybrid
+#                   with --shard SHARD and TorchRec with the same sharding.
 #     medians over REPS rounds (default 3), and the ratios hybrid / ps
 #     (goal >= 1.3), hybrid / replicated (goal >= 1) and hybrid / torchrec
 #     (goal >= 1.5, beside both test log losses). Beside them, each
@@ -101,17 +104,28 @@ if "$py" -c "import torchrec, fbgemm_gpu" 2>/dev/null; then
   "$braid" data click "${data[@]}" --quiet --out "$out/click.ckpt"
   "$braid" train dlrm "${data[@]}" --dim "${DIM:-32}" --steps 1 --threads 1 --quiet \
     --save-init "$out/init.ckpt" >/dev/null
-  plan=$(done_field "$out/hybrid.1.jsonl" plan | python3 -c 'import json,sys; print(",".join(json.load(sys.stdin)))')
-  for rep in $(seq "${REPS:-3}"); do
-    for pipeline in ${TORCHREC_PIPELINES:-none sparse-dist}; do
-      name=torchrec-$pipeline
-      timed "$name.$rep" "$py" "$here/bench/torchrec_dlrm.py" --data "$out/click.ckpt" \
-        --init "$out/init.ckpt" --shard auto --plan "$plan" --world 2 --batch "${BATCH:-2048}" \
-        --steps "$steps" --dim "${DIM:-32}" --lr 0.1 --seed 1 --kernel fused --pipeline "$pipeline" \
-        --json-log "$out/$name.$rep.jsonl" >/dev/null 2>"$out/$name.$rep.err"
-      python3 "$here/bench/same_losses.py" "$out/hybrid.1.jsonl" "$out/$name.$rep.jsonl" \
-        --what "$name" >/dev/null
-      logs+=("$name=$out/$name.$rep.jsonl")
+  for shard in ${TORCHREC_SHARDS:-auto}; do
+    ref=hybrid  # the braid run TorchRec's copies
+    if [ "$shard" != auto ]; then
+      ref=hybrid-$shard
+      for rep in $(seq "${REPS:-3}"); do
+        timed "$ref.$rep" "${clean_env[@]}" "$braid" train "${model[@]}" --dp 2 --embeddings sharded \
+          --shard "$shard" --table-optimizer sgd --json-log "$out/$ref.$rep.jsonl" >/dev/null 2>&1
+        logs+=("$ref=$out/$ref.$rep.jsonl")
+      done
+    fi
+    plan=$(done_field "$out/$ref.1.jsonl" plan | python3 -c 'import json,sys; print(",".join(json.load(sys.stdin)))')
+    for rep in $(seq "${REPS:-3}"); do
+      for pipeline in ${TORCHREC_PIPELINES:-none sparse-dist}; do
+        name=torchrec-$shard-$pipeline
+        timed "$name.$rep" "$py" "$here/bench/torchrec_dlrm.py" --data "$out/click.ckpt" \
+          --init "$out/init.ckpt" --shard auto --plan "$plan" --world 2 --batch "${BATCH:-2048}" \
+          --steps "$steps" --dim "${DIM:-32}" --lr 0.1 --seed 1 --kernel fused --pipeline "$pipeline" \
+          --json-log "$out/$name.$rep.jsonl" >/dev/null 2>"$out/$name.$rep.err"
+        python3 "$here/bench/same_losses.py" "$out/$ref.1.jsonl" "$out/$name.$rep.jsonl" \
+          --what "$name" >/dev/null
+        logs+=("$name=$out/$name.$rep.jsonl")
+      done
     done
   done
   torchrec_note="$("$py" -c 'import torch, torchrec; from importlib.metadata import version as v
@@ -140,25 +154,33 @@ ps = {k: v for k, v in med.items() if k.startswith("ps-")}
 best_ps = max(ps, key=ps.get)
 print("| run | samples/s (median) | CPU s (median) | test log loss | table bytes on the largest rank |")
 print("|---|---|---|---|---|")
-tr = {k: v for k, v in med.items() if k.startswith("torchrec-")}
-best_tr = max(tr, key=tr.get) if tr else None
-for k in ["hybrid", "replicated"] + sorted(ps) + sorted(tr):
+# TorchRec's runs by sharding ("torchrec-SHARD-PIPELINE"), each beside the
+# hybrid it copies ("hybrid" for auto, else "hybrid-SHARD"); the best
+# pipeline of each counts.
+tr = {}
+for k in med:
+    if k.startswith("torchrec-"):
+        tr.setdefault(k.split("-")[1], []).append(k)
+best_tr = {shard: max(ks, key=med.get) for shard, ks in tr.items()}
+other_hybrids = sorted(k for k in med if k.startswith("hybrid-"))
+for k in ["hybrid", "replicated"] + sorted(ps) + other_hybrids + sorted(sum(tr.values(), [])):
     d = runs[k][0]
     per = d.get("table_bytes_per_rank")
     tb = f"{max(per) / 2**20:.1f} MiB of {d['table_bytes_total'] / 2**20:.1f}" if per else "all"
-    if k in tr:
-        tb = "sharded as the hybrid's"
-    best = " (best ps)" if k == best_ps else " (best torchrec)" if k == best_tr and len(tr) > 1 else ""
+    if k.startswith("torchrec-"):
+        tb = "as braid's " + ("hybrid" if k.split("-")[1] == "auto" else "hybrid-" + k.split("-")[1])
+    best = " (best ps)" if k == best_ps else " (best)" if k in best_tr.values() and len(tr[k.split("-")[1]]) > 1 else ""
     print(f"| {k}{best} | {med[k]:.0f} | {cpu[k]:.2f} | {d.get('test_log_loss', float('nan')):.4f} | {tb} |")
 print()
 print(f"hybrid / best ps ({best_ps}): {med['hybrid'] / med[best_ps]:.2f}x (goal >= 1.3)")
 print(f"hybrid / replicated dp:      {med['hybrid'] / med['replicated']:.2f}x (goal >= 1)")
 print(f"CPU seconds, best ps / hybrid: {cpu[best_ps] / cpu['hybrid']:.2f}x; replicated / hybrid: {cpu['replicated'] / cpu['hybrid']:.2f}x")
-if best_tr:
-    loss = lambda k: statistics.median(d["test_log_loss"] for d in runs[k])
-    print(f"hybrid / torchrec ({best_tr}): {med['hybrid'] / med[best_tr]:.2f}x (goal >= 1.5); "
-          f"test log loss {loss('hybrid'):.5f} braid, {loss(best_tr):.5f} torchrec")
-    print(f"CPU seconds, torchrec / hybrid: {cpu[best_tr] / cpu['hybrid']:.2f}x")
+loss = lambda k: statistics.median(d["test_log_loss"] for d in runs[k])
+for shard, t in best_tr.items():
+    ref = "hybrid" if shard == "auto" else "hybrid-" + shard
+    print(f"{ref} / torchrec ({t}): {med[ref] / med[t]:.2f}x (goal >= 1.5); test log loss "
+          f"{loss(ref):.5f} braid, {loss(t):.5f} torchrec; CPU seconds torchrec / braid "
+          f"{cpu[t] / cpu[ref]:.2f}x")
 print(f"torchrec: {note}")
 PY
 

@@ -11,7 +11,9 @@
 # (fbgemm_gpu/__init__.py's compatibility table), and torchrec 1.9.2 is the
 # release for fbgemm 1.9. torchrec's metadata asks for fbgemm-gpu (the CUDA
 # build, which would replace the CPU one's files), so torchrec goes in
-# without dependencies and its other requirements are named here.
+# without dependencies and its other requirements are named here; pip then
+# prints that "torchrec 1.9.2 requires fbgemm-gpu, which is not installed",
+# which is expected (fbgemm-gpu-cpu provides the same fbgemm_gpu module).
 # Idempotent: a venv that already imports the pinned versions is left as it
 # is; either way the versions present are printed.
 set -euo pipefail
