@@ -361,6 +361,9 @@ def main():
     a = args_parser().parse_args()
     if a.world < 1 or a.batch < a.world or a.steps < 1:
         raise SystemExit("need --world >= 1, --batch >= --world and --steps >= 1")
+    if a.shard == "auto" and not a.plan:
+        raise SystemExit("--shard auto copies braid's plan: give --plan (the kinds in the "
+                         "\"plan\" of braid's done record, comma-separated)")
     mp.spawn(run_rank, args=(a, free_port()), nprocs=a.world, join=True)
 
 
