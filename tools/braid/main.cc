@@ -16,6 +16,7 @@ void usage() {
                "  train  train a model:               braid train mlp|gpt [--dp N]\n"
                "  ps     parameter-server training:   braid ps train mlp --servers S --workers W\n"
                "  plan   the best layout on a cluster: braid plan --model gpt-175b --cluster dgx-h100 --gpus 1024 --batch 1536\n"
+               "  data   write a data set to a file:  braid data click --out FILE\n"
                "  env    the BRAID_* settings in effect: braid env [--all] [--json]\n"
                "  doctor check this machine first:    braid doctor [--json]\n"
                "Run 'braid <command> --help' for the options of one command.\n");
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (cmd == "env") return braid::tool::env_main(argc - 1, argv + 1);
     if (cmd == "ps") return braid::tool::ps_main(argc - 1, argv + 1);
     if (cmd == "plan") return braid::tool::plan_main(argc - 1, argv + 1);
+    if (cmd == "data") return braid::tool::data_main(argc - 1, argv + 1);
     if (cmd == "doctor") return braid::tool::doctor_main(argc - 1, argv + 1);
   } catch (const braid::Error& e) {
     std::fprintf(stderr, "braid %s: error (%s): %s\n", cmd.c_str(), braid::errc_name(e.code()),

@@ -18,6 +18,7 @@ int env_main(int argc, char** argv);    // env_cmd.cc:   braid env
 int doctor_main(int argc, char** argv); // doctor_cmd.cc: braid doctor (checks: doctor.h)
 int ps_main(int argc, char** argv);     // ps_main.cc:   braid ps train
 int plan_main(int argc, char** argv);   // plan_cmd.cc:  braid plan
+int data_main(int argc, char** argv);   // data_cmd.cc:  braid data click
 // train_dp.cc: braid train --dp N (and any rank of a launched job).
 bool dp_requested(int argc, char** argv);
 int train_dp_main(int argc, char** argv);

@@ -11,16 +11,20 @@
 
 namespace braid::tool {
 
-void add_dlrm_options(CLI::App& app, DlrmFlags& f) {
+void add_click_options(CLI::App& app, DlrmFlags& f) {
   app.add_option("--features", f.features, "dlrm: categorical features, one table each (8)");
   app.add_option("--rows", f.rows, "dlrm: rows of every table = each feature's cardinality (1000)");
-  app.add_option("--dim", f.dim, "dlrm: embedding width (16)");
   app.add_option("--dense", f.dense, "dlrm: dense features (4)");
   app.add_option("--bag", f.bag, "dlrm: ids per feature per sample (1)");
   app.add_option("--zipf", f.zipf, "dlrm: Zipf exponent of feature popularity (1.1)");
   app.add_option("--samples", f.samples, "dlrm: training samples (262144)");
   app.add_option("--test-samples", f.test_samples, "dlrm: test samples (16384)");
   app.add_option("--data-seed", f.data_seed, "dlrm: seed of the click data and its teacher (1)");
+}
+
+void add_dlrm_options(CLI::App& app, DlrmFlags& f) {
+  add_click_options(app, f);
+  app.add_option("--dim", f.dim, "dlrm: embedding width (16)");
   app.add_option("--interaction", f.interaction, "dlrm: dot (pairwise dot products) or cat")
       ->check(CLI::IsMember({"dot", "cat"}));
   app.add_option("--embeddings", f.embeddings,
@@ -40,7 +44,6 @@ void add_dlrm_options(CLI::App& app, DlrmFlags& f) {
                  "is refused");
 }
 
-namespace {
 nn::ClickConfig click_config(const DlrmFlags& f) {
   nn::ClickConfig c;
   c.features = f.features;
@@ -53,7 +56,6 @@ nn::ClickConfig click_config(const DlrmFlags& f) {
   c.seed = f.data_seed;
   return c;
 }
-}  // namespace
 
 nn::DlrmConfig dlrm_model_config(const DlrmFlags& f) {
   nn::DlrmConfig m = nn::dlrm_config_for(click_config(f), f.dim);

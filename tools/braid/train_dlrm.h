@@ -29,7 +29,13 @@ struct DlrmFlags {
   double table_memory_limit_mib = 0;
 };
 
+// The click data's flags (--features, --rows, --dense, --bag, --zipf,
+// --samples, --test-samples, --data-seed); add_dlrm_options adds them and
+// the model's.
+void add_click_options(CLI::App& app, DlrmFlags& f);
 void add_dlrm_options(CLI::App& app, DlrmFlags& f);
+// The click data set the flags name.
+nn::ClickConfig click_config(const DlrmFlags& f);
 
 // The train and test click data and the loss, binary cross-entropy with
 // logits.
