@@ -54,6 +54,18 @@ void col_sum_any(const Tensor& dy, int64_t rows, int64_t cols, float* out) {
   }
 }
 
+// The weight [out, in] as the GEMMs of one call over `blocks` row blocks
+// take it: under bf16 with several blocks, rounded once here as each
+// block's gemm_compute would round it (the same products, bit for bit),
+// instead of once a block; otherwise the f32 weight.
+GemmOperand weight_operand(const Tensor& w, int64_t out, int64_t in, int64_t blocks) {
+  if (compute_precision() != Precision::kBF16 || blocks < 2) return gemm_operand(w.f32(), in);
+  thread_local std::vector<uint16_t> w16;
+  w16.resize(size_t(out * in));
+  round_rows_to_bf16(w.f32(), out, in, in, w16.data(), in);
+  return {w16.data(), DType::kBF16, in};
+}
+
 // Row r of a [*, ld] operand.
 GemmOperand row_of(const GemmOperand& x, int64_t r) {
   return {static_cast<const char*>(x.data) + r * x.ld * int64_t(dtype_size(x.dtype)), x.dtype,
@@ -73,10 +85,10 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
       // The pre-activation too is kept in bf16 (GELU's backward reads it).
       y_.resize(ys, DType::kBF16);
       a_.resize(ys, DType::kBF16);
+      const GemmOperand w = weight_operand(w_.data, out_, in_, row_block_count(rows, out_));
       in_row_blocks(rows, out_, [&](int64_t r0, int64_t n) {
         float* pre = wide_scratch({n, out_});
-        gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0),
-                     gemm_operand(w_.data.f32(), in_), 0.0f, pre, out_);
+        gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0), w, 0.0f, pre, out_);
         bias_gelu_forward_bf16(pre, b_.data.f32(), y_.bf16() + r0 * out_, a_.bf16() + r0 * out_, n,
                                out_);
       });
@@ -91,6 +103,7 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   }
   if (out_dt == DType::kBF16) {
     y_.resize(ys, DType::kBF16);
+    const GemmOperand w = weight_operand(w_.data, out_, in_, row_block_count(rows, out_));
     in_row_blocks(rows, out_, [&](int64_t r0, int64_t n) {
       float* y = wide_scratch({n, out_});
       float beta = 0.0f;
@@ -98,8 +111,7 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
         fill_rows(y, b_.data.f32(), n, out_);
         beta = 1.0f;
       }
-      gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0),
-                   gemm_operand(w_.data.f32(), in_), beta, y, out_);
+      gemm_compute(false, true, n, out_, in_, 1.0f, row_of(xin, r0), w, beta, y, out_);
       round_rows_to_bf16(y, n, out_, out_, y_.bf16() + r0 * out_, out_);
     });
     return y_;
@@ -160,10 +172,10 @@ const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   // dx = dy W  ([rows, out] · [out, in])
   if (bf16_input_grad_ && activation_dtype() == DType::kBF16) {
     dx_.resize(x_->shape(), DType::kBF16);
+    const GemmOperand w = weight_operand(w_.data, out_, in_, row_block_count(rows, in_));
     in_row_blocks(rows, in_, [&](int64_t r0, int64_t n) {
       float* dx = wide_scratch({n, in_});
-      gemm_compute(false, false, n, in_, out_, 1.0f, row_of(dy, r0),
-                   gemm_operand(w_.data.f32(), in_), 0.0f, dx, in_);
+      gemm_compute(false, false, n, in_, out_, 1.0f, row_of(dy, r0), w, 0.0f, dx, in_);
       round_rows_to_bf16(dx, n, in_, in_, dx_.bf16() + r0 * in_, in_);
     });
     return dx_;

@@ -25,6 +25,12 @@ void in_row_blocks(int64_t rows, int64_t cols, const F& f) {
   for (int64_t r0 = 0; r0 < rows; r0 += step) f(r0, std::min(step, rows - r0));
 }
 
+// How many blocks in_row_blocks(rows, cols, ...) makes.
+inline int64_t row_block_count(int64_t rows, int64_t cols) {
+  const int64_t step = std::max<int64_t>(1, kWideScratchElems / std::max<int64_t>(1, cols));
+  return (rows + step - 1) / step;
+}
+
 // The buffer resized to `shape` (f32, contents unspecified); valid until
 // the next call on this thread.
 float* wide_scratch(const Shape& shape);
