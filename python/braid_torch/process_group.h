@@ -128,9 +128,9 @@ class ProcessGroupBraid : public BackendBase {
   // run, its future marked with `outputs`.
   c10::intrusive_ptr<c10d::Work> finished(c10d::OpType type, std::function<void()> finish,
                                           std::vector<at::Tensor> outputs);
-  // Wraps the issued braid operations in a BraidWork and queues it.
   // recv (src >= 0) and recvAnysource (src -1).
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag);
+  // Wraps the issued braid operations in a BraidWork and queues it.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<braid::Work> works,
                                          std::function<void()> finish,
                                          std::vector<at::Tensor> keep,

@@ -20,17 +20,21 @@ namespace braid::nn {
 // blocks of 64 (2^18 elements), and 2^21 gained nothing more.
 constexpr int64_t kWideScratchElems = int64_t(1) << 20;
 
-// Runs f(first row, row count) over [0, rows) in blocks of at most
-// kWideScratchElems / cols rows (at least one row).
+// Rows per block: kWideScratchElems / cols (at least one row).
+inline int64_t row_block_rows(int64_t cols) {
+  return std::max<int64_t>(1, kWideScratchElems / std::max<int64_t>(1, cols));
+}
+
+// Runs f(first row, row count) over [0, rows) in blocks of row_block_rows.
 template <class F>
 void in_row_blocks(int64_t rows, int64_t cols, const F& f) {
-  const int64_t step = std::max<int64_t>(1, kWideScratchElems / std::max<int64_t>(1, cols));
+  const int64_t step = row_block_rows(cols);
   for (int64_t r0 = 0; r0 < rows; r0 += step) f(r0, std::min(step, rows - r0));
 }
 
 // How many blocks in_row_blocks(rows, cols, ...) makes.
 inline int64_t row_block_count(int64_t rows, int64_t cols) {
-  const int64_t step = std::max<int64_t>(1, kWideScratchElems / std::max<int64_t>(1, cols));
+  const int64_t step = row_block_rows(cols);
   return (rows + step - 1) / step;
 }
 

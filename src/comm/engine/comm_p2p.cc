@@ -174,23 +174,17 @@ void CommImpl::run_p2p_group(std::vector<std::shared_ptr<WorkState>> ws) {
       // receive would take).
       bool held = false;
       for (size_t i = unposted; i < ws.size(); ++i) {
-        if (!open[i] || posted[i]) {
-          if (i == unposted) ++unposted;
-          continue;
-        }
+        if (!open[i] || posted[i]) continue;
         if (broken_.load(std::memory_order_acquire)) {
           finish(i, std::make_exception_ptr(broken_error(what(i))));
-        } else {
-          auto& p = *ws[i]->p2p;
-          if (p.kind != Request::Kind::kSend && held) continue;
-          if (p.any && p.peer < 0 && !choose_sender(p)) {
-            held = true;
-            continue;
-          }
-          post(i);
+          continue;
         }
-        if (i == unposted) ++unposted;
+        auto& p = *ws[i]->p2p;
+        if (p.kind != Request::Kind::kSend && held) continue;
+        if (p.any && p.peer < 0 && !choose_sender(p)) held = true;
+        else post(i);
       }
+      while (unposted < ws.size() && (!open[unposted] || posted[unposted])) ++unposted;
       // A failed communicator's transport still holds the requests of the
       // operation that failed (their owners are gone): once broken, it is
       // not progressed again, and these never reached it.

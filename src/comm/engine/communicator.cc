@@ -343,57 +343,55 @@ Work Communicator::recv_any_async(void* buf, size_t count, DType t, uint32_t tag
   return impl_->launch_recv_any(buf, count, t, int(tag), bytes, async_now());
 }
 
-// Blocking forms: the async form, then wait. (launch runs it inline when
-// nothing is queued, so there is no thread hop on the fast path.)
-#define BRAID_BLOCKING(call) \
-  do {                         \
-    Work w_;                   \
-    {                          \
-      BlockingScope scope_;    \
-      w_ = call;               \
-    }                          \
-    w_.wait();                 \
-  } while (0)
-
-void Communicator::broadcast(void* buf, size_t count, DType t, int root) {
-  BRAID_BLOCKING(broadcast_async(buf, count, t, root));
-}
-void Communicator::reduce(const void* s, void* r, size_t count, DType t, ReduceOp op, int root) {
-  BRAID_BLOCKING(reduce_async(s, r, count, t, op, root));
-}
-void Communicator::all_reduce(const void* s, void* r, size_t count, DType t, ReduceOp op) {
-  BRAID_BLOCKING(all_reduce_async(s, r, count, t, op));
-}
-void Communicator::all_gather(const void* s, void* r, size_t count, DType t) {
-  BRAID_BLOCKING(all_gather_async(s, r, count, t));
-}
-void Communicator::reduce_scatter(const void* s, void* r, size_t count, DType t, ReduceOp op) {
-  BRAID_BLOCKING(reduce_scatter_async(s, r, count, t, op));
-}
-void Communicator::gather(const void* s, void* r, size_t count, DType t, int root) {
-  BRAID_BLOCKING(gather_async(s, r, count, t, root));
-}
-void Communicator::scatter(const void* s, void* r, size_t count, DType t, int root) {
-  BRAID_BLOCKING(scatter_async(s, r, count, t, root));
-}
-void Communicator::all_to_all(const void* s, void* r, size_t count, DType t) {
-  BRAID_BLOCKING(all_to_all_async(s, r, count, t));
-}
-void Communicator::barrier() { BRAID_BLOCKING(barrier_async()); }
-void Communicator::send(const void* buf, size_t count, DType t, int peer, uint32_t tag) {
-  BRAID_BLOCKING(send_async(buf, count, t, peer, tag));
-}
-void Communicator::recv(void* buf, size_t count, DType t, int peer, uint32_t tag) {
-  BRAID_BLOCKING(recv_async(buf, count, t, peer, tag));
-}
-int Communicator::recv_any(void* buf, size_t count, DType t, uint32_t tag) {
+// Blocking forms: the async form, issued as a blocking call, then waited
+// on; the finished Work. (launch runs it inline when nothing is queued, so
+// there is no thread hop on the fast path.)
+namespace {
+template <class Issue>
+Work blocking(const Issue& issue) {
   Work w;
   {
     BlockingScope scope;
-    w = recv_any_async(buf, count, t, tag);
+    w = issue();
   }
   w.wait();
-  return w.source();
+  return w;
+}
+}  // namespace
+
+void Communicator::broadcast(void* buf, size_t count, DType t, int root) {
+  blocking([&] { return broadcast_async(buf, count, t, root); });
+}
+void Communicator::reduce(const void* s, void* r, size_t count, DType t, ReduceOp op, int root) {
+  blocking([&] { return reduce_async(s, r, count, t, op, root); });
+}
+void Communicator::all_reduce(const void* s, void* r, size_t count, DType t, ReduceOp op) {
+  blocking([&] { return all_reduce_async(s, r, count, t, op); });
+}
+void Communicator::all_gather(const void* s, void* r, size_t count, DType t) {
+  blocking([&] { return all_gather_async(s, r, count, t); });
+}
+void Communicator::reduce_scatter(const void* s, void* r, size_t count, DType t, ReduceOp op) {
+  blocking([&] { return reduce_scatter_async(s, r, count, t, op); });
+}
+void Communicator::gather(const void* s, void* r, size_t count, DType t, int root) {
+  blocking([&] { return gather_async(s, r, count, t, root); });
+}
+void Communicator::scatter(const void* s, void* r, size_t count, DType t, int root) {
+  blocking([&] { return scatter_async(s, r, count, t, root); });
+}
+void Communicator::all_to_all(const void* s, void* r, size_t count, DType t) {
+  blocking([&] { return all_to_all_async(s, r, count, t); });
+}
+void Communicator::barrier() { blocking([&] { return barrier_async(); }); }
+void Communicator::send(const void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  blocking([&] { return send_async(buf, count, t, peer, tag); });
+}
+void Communicator::recv(void* buf, size_t count, DType t, int peer, uint32_t tag) {
+  blocking([&] { return recv_async(buf, count, t, peer, tag); });
+}
+int Communicator::recv_any(void* buf, size_t count, DType t, uint32_t tag) {
+  return blocking([&] { return recv_any_async(buf, count, t, tag); }).source();
 }
 
 }  // namespace braid
