@@ -8,32 +8,15 @@
 //
 //   cmake --build build --target micro_bias_gelu
 //   build/bench/micro/bias_gelu [threads] [rows] [d_model]   (2 4096 512)
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #include "braid/layers.h"
 #include "braid/precision.h"
 #include "braid/threads.h"
+#include "median_ms.h"
 
 using namespace braid;
-
-namespace {
-template <class F>
-double median_ms(F&& f) {
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < 15; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;

@@ -93,7 +93,18 @@ class LayerNorm : public Module {
   void collect_parameters(std::vector<Parameter*>& out) override;
   void release_activations() override;
 
+  // The residual add fused with the norm, for a pre-norm block
+  // (h = x + a, then ln(h)): forward_add writes h = x + a (f32) and
+  // returns ln(h), one pass over each row; h must outlive the backward.
+  // backward_add writes dx = res + lnᵀ(dy) in one pass, without an input
+  // gradient of its own; dx may be res itself. The values are those of
+  // vadd then forward, and backward then vadd.
+  const Tensor& forward_add(const Tensor& x, const Tensor& a, Tensor& h, Context& ctx);
+  void backward_add(const Tensor& dy, const Tensor& res, Tensor& dx, Context& ctx);
+
  private:
+  const Tensor& normalize(const Tensor& x, const float* a, float* h);
+  void run_backward(const Tensor& dy, const float* res, float* dx, Context& ctx);
   int64_t dim_;
   float eps_;
   bool bf16_output_ = false;
@@ -257,7 +268,8 @@ class MlpBlock : public Module {
 // tensor-parallel blocks own their sublayers and delegate to it.
 class PreNormResidual {
  public:
-  PreNormResidual(const std::string& block, Module& ln1, Module& attn, Module& ln2, Module& mlp)
+  PreNormResidual(const std::string& block, LayerNorm& ln1, Module& attn, LayerNorm& ln2,
+                  Module& mlp)
       : block_(block), ln1_(ln1), attn_(attn), ln2_(ln2), mlp_(mlp) {}
   const Tensor& forward(const Tensor& x, Context& ctx, bool recompute);
   const Tensor& backward(const Tensor& dy, Context& ctx, bool recompute);
@@ -268,7 +280,10 @@ class PreNormResidual {
   void run_forward(const Tensor& x, Context& ctx, bool need_y);
   void release_sublayers();  // their activations and gradient buffers, and h_
   const std::string& block_;
-  Module &ln1_, &attn_, &ln2_, &mlp_;
+  LayerNorm& ln1_;
+  Module& attn_;
+  LayerNorm& ln2_;
+  Module& mlp_;
   const Tensor* x_ = nullptr;
   Tensor h_;    // x + attn(ln1(x))
   Tensor y_;    // h + mlp(ln2(h))

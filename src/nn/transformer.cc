@@ -61,9 +61,8 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
 
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {
   const Tensor& a = attn_.forward(ln1_.forward(x, ctx), ctx);
-  h_.resize(x.shape(), DType::kF32);
-  vadd(x.f32(), a.f32(), h_.f32(), h_.numel());
-  const Tensor& m = mlp_.forward(ln2_.forward(h_, ctx), ctx);
+  // h = x + a and ln2(h), one pass.
+  const Tensor& m = mlp_.forward(ln2_.forward_add(x, a, h_, ctx), ctx);
   if (!need_y) return;
   y_.resize(x.shape(), DType::kF32);
   vadd(h_.f32(), m.f32(), y_.f32(), y_.numel());
@@ -80,15 +79,11 @@ const Tensor& PreNormResidual::backward(const Tensor& dy, Context& ctx, bool rec
   BRAID_CHECK_ARG(x_ != nullptr, "block " + block_ + ": backward before forward");
   if (recompute) run_forward(*x_, ctx, false);
   // y = h + mlp(ln2(h)):  dh = dy + ln2ᵀ(mlpᵀ(dy))
-  const Tensor& dm = mlp_.backward(dy, ctx);
-  const Tensor& dln2 = ln2_.backward(dm, ctx);
-  dh_.resize(dy.shape(), DType::kF32);
-  vadd(dy.f32(), dln2.f32(), dh_.f32(), dh_.numel());
-  // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh))
-  const Tensor& da = attn_.backward(dh_, ctx);
-  const Tensor& dln1 = ln1_.backward(da, ctx);
-  // dx = dh + dln1 in place: attention's backward is done with dh.
-  vadd(dh_.f32(), dln1.f32(), dh_.f32(), dh_.numel());
+  // (each layer norm's backward adds its residual in the same pass)
+  ln2_.backward_add(mlp_.backward(dy, ctx), dy, dh_, ctx);
+  // h = x + attn(ln1(x)):  dx = dh + ln1ᵀ(attnᵀ(dh)), in place: attention's
+  // backward is done with dh.
+  ln1_.backward_add(attn_.backward(dh_, ctx), dh_, dh_, ctx);
   if (recompute) {
     // The recomputed activations and the sublayers' gradient buffers are
     // spent: only dh_ (now dx, read by the layer below) stays, so one

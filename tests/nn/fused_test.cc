@@ -1,7 +1,9 @@
-// The fused kernels against their unfused paths: Linear with its GELU
+// The fused kernels against their unfused paths. Linear with its GELU
 // fused (Linear::Activation::kGelu) against Linear then GELU — output,
 // input gradient, weight and bias gradients — on one thread and on two
-// (rows split, per-thread bias sums), in fp32 and bf16 compute.
+// (rows split, per-thread bias sums), in fp32 and bf16 compute. And
+// LayerNorm with the pre-norm block's residual add fused into it
+// (forward_add, backward_add) against the add and the norm apart.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,4 +98,138 @@ TEST(FusedBiasGelu, MatchesLinearThenGeluInBf16) {
 TEST(FusedBiasGelu, NeedsTheBias) {
   Linear no_bias("nb", 4, 4, false);
   EXPECT_THROW(no_bias.set_activation(Linear::Activation::kGelu), Error);
+}
+
+namespace {
+// The residual add fused into LayerNorm (forward_add, backward_add)
+// against vadd then forward, and backward then vadd, on two norms with the
+// same parameters. dy is f32, or bf16 (as a bf16-kept input gradient of
+// the layer above arrives). `in_place`: backward_add's dx is res itself,
+// as the block's second norm runs it.
+void check_ln_residual(int64_t rows, int threads, bool dy_bf16, bool in_place) {
+  set_num_threads(threads);
+  const int64_t d = 80;
+  LayerNorm fused("fused", d), plain("plain", d);
+  Tensor g({d}), b({d});
+  fill(g, 11);
+  fill(b, 12);
+  for (LayerNorm* ln : {&fused, &plain}) {
+    std::vector<Parameter*> ps;
+    ln->collect_parameters(ps);
+    ps[0]->data.copy_from(g);
+    ps[1]->data.copy_from(b);
+  }
+  Tensor x({rows, d}), a({rows, d}), dy({rows, d}), res({rows, d});
+  fill(x, 13);
+  fill(a, 14);
+  fill(dy, 15);
+  fill(res, 16);
+  if (dy_bf16) dy = dy.to(DType::kBF16);
+  Context ctx;
+  // Unfused: h = x + a; y = ln(h); dx = res + lnᵀ(dy).
+  Tensor h({rows, d});
+  for (int64_t i = 0; i < h.numel(); ++i) h.f32()[i] = x.f32()[i] + a.f32()[i];
+  const Tensor& yu = plain.forward(h, ctx);
+  const Tensor& dln = plain.backward(dy, ctx);
+  Tensor dxu({rows, d});
+  for (int64_t i = 0; i < dxu.numel(); ++i) dxu.f32()[i] = res.f32()[i] + dln.f32()[i];
+  // Fused.
+  Tensor hf;
+  const Tensor& yf = fused.forward_add(x, a, hf, ctx);
+  Tensor dxf;
+  if (in_place) {
+    dxf = res;
+    fused.backward_add(dy, dxf, dxf, ctx);
+  } else {
+    fused.backward_add(dy, res, dxf, ctx);
+  }
+  std::vector<Parameter*> pf, pu;
+  fused.collect_parameters(pf);
+  plain.collect_parameters(pu);
+  set_num_threads(1);
+  const std::string at = "rows " + std::to_string(rows) + ", threads " + std::to_string(threads) +
+                         (dy_bf16 ? ", bf16 dy" : ", f32 dy") + (in_place ? ", in place" : "");
+  // The forward is the same arithmetic in the same order: equal bits.
+  for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(hf.f32()[i], h.f32()[i]) << "h, " << at;
+  for (int64_t i = 0; i < yu.numel(); ++i) ASSERT_EQ(yf.f32()[i], yu.f32()[i]) << "y, " << at;
+  // dx: the same terms, the residual added before the store (maybe as a
+  // fused multiply-add): f32 rounding, relative to the two addends (their
+  // sum may cancel).
+  for (int64_t i = 0; i < dxu.numel(); ++i) {
+    const double mag = std::fabs(res.f32()[i]) + std::fabs(dln.f32()[i]);
+    ASSERT_LE(std::fabs(dxf.f32()[i] - dxu.f32()[i]), 2e-6 * mag) << "dx[" << i << "], " << at;
+  }
+  // dγ, dβ: the same chunked sums in the same order on both norms.
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < d; ++i)
+      ASSERT_EQ(pf[k]->grad.f32()[i], pu[k]->grad.f32()[i]) << (k ? "dβ" : "dγ") << ", " << at;
+  // And the residual is in dx: the fused result is not the norm's alone.
+  EXPECT_GT(rel_diff(dxf, dln), 1e-2) << at;
+}
+
+// The parameter gradients summed directly over the rows, in double:
+// the chunked partials (added in chunk order, at any thread count) agree.
+void check_ln_param_grads(int64_t rows, int threads) {
+  set_num_threads(threads);
+  const int64_t d = 40;
+  LayerNorm ln("ln", d);
+  Tensor x({rows, d}), dy({rows, d});
+  fill(x, 21);
+  fill(dy, 22);
+  Context ctx;
+  ln.forward(x, ctx);
+  ln.backward(dy, ctx);
+  std::vector<Parameter*> ps;
+  ln.collect_parameters(ps);
+  set_num_threads(1);
+  for (int64_t i = 0; i < d; ++i) {
+    double dg = 0, db = 0, mag = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.f32() + r * d;
+      double m = 0, v = 0;
+      for (int64_t j = 0; j < d; ++j) m += xr[j];
+      m /= d;
+      for (int64_t j = 0; j < d; ++j) v += (xr[j] - m) * (xr[j] - m);
+      const double xh = (xr[i] - m) / std::sqrt(v / d + 1e-5);
+      dg += dy.f32()[r * d + i] * xh;
+      db += dy.f32()[r * d + i];
+      mag += std::fabs(dy.f32()[r * d + i]) * (std::fabs(xh) + 1);
+    }
+    EXPECT_NEAR(ps[0]->grad.f32()[i], dg, 1e-5 * mag) << "dγ[" << i << "], threads " << threads;
+    EXPECT_NEAR(ps[1]->grad.f32()[i], db, 1e-5 * mag) << "dβ[" << i << "], threads " << threads;
+  }
+}
+}  // namespace
+
+TEST(FusedResidualLayerNorm, MatchesAddThenNormOnOneThread) {
+  check_ln_residual(37, 1, false, false);
+  check_ln_residual(37, 1, false, true);
+}
+TEST(FusedResidualLayerNorm, MatchesAddThenNormOnTwoThreads) {
+  // 1000 rows: several 64-row chunks of the backward, split over threads,
+  // the last one partial.
+  check_ln_residual(1000, 2, false, false);
+  check_ln_residual(1000, 2, false, true);
+}
+TEST(FusedResidualLayerNorm, TakesABf16Gradient) {
+  check_ln_residual(1000, 2, true, true);
+  check_ln_residual(5, 1, true, false);
+}
+TEST(FusedResidualLayerNorm, ParameterGradientsAtAnyThreadCount) {
+  for (int t : {1, 2}) check_ln_param_grads(1000, t);
+}
+TEST(FusedResidualLayerNorm, RefusesMismatchedShapesAndAliases) {
+  LayerNorm ln("ln", 8);
+  Context ctx;
+  Tensor x({3, 8}), a({3, 7}), h;
+  try {
+    ln.forward_add(x, a, h, ctx);
+    ADD_FAILURE() << "accepted a [3, 7] residual for a [3, 8] input";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward_add"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ln.forward_add(x, x, x, ctx), Error);
+  Tensor res({2, 8}), dy({3, 8}), dx;
+  ln.forward_add(x, x, h, ctx);
+  EXPECT_THROW(ln.backward_add(dy, res, dx, ctx), Error);
 }
