@@ -35,6 +35,13 @@ class Linear : public Module {
   // The input x and the gradient dy may be f32 or bf16 in any case.
   void set_bf16_output(bool on) { bf16_output_ = on; }
   void set_bf16_input_grad(bool on) { bf16_input_grad_ = on; }
+  // For an owner that reads the output at once and is done with it before
+  // another such layer runs on this thread (a pre-norm block's output
+  // projections, added into the residual stream straight away; backward
+  // reads only the output's shape): the f32 output goes to one buffer that
+  // every Linear so set shares per thread, instead of one buffer each.
+  // Without an activation or bf16 output only (they are kept for backward).
+  void set_shared_output(bool on);
   const Tensor& forward(const Tensor& x, Context& ctx) override;
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -48,9 +55,10 @@ class Linear : public Module {
   int64_t in_, out_;
   bool has_bias_;
   Activation act_ = Activation::kNone;
-  bool bf16_output_ = false, bf16_input_grad_ = false;
+  bool bf16_output_ = false, bf16_input_grad_ = false, shared_output_ = false;
   Parameter w_, b_;
   const Tensor* x_ = nullptr;
+  Shape y_shape_;  // the last forward's output shape
   Tensor y_, dx_;
   Tensor a_, dpre_;  // with an activation: its output; dL/d(x Wᵀ + b)
                      // (bf16 under Precision::kBF16: it feeds GEMMs alone)
@@ -224,6 +232,8 @@ class CausalSelfAttention : public Module {
   void collect_parameters(std::vector<Parameter*>& out) override;
   void release_activations() override;
   void set_input_grad(bool needed) override;
+  // The output projection's, as Linear::set_shared_output.
+  void set_shared_output(bool on) { proj_.set_shared_output(on); }
 
  private:
   int64_t dim_, heads_;
@@ -247,6 +257,8 @@ class MlpBlock : public Module {
   void collect_parameters(std::vector<Parameter*>& out) override;
   void release_activations() override;
   void set_input_grad(bool needed) override;
+  // The output projection's, as Linear::set_shared_output.
+  void set_shared_output(bool on) { proj_.set_shared_output(on); }
 
  private:
   Linear fc_;  // with the GELU

@@ -27,7 +27,16 @@ Linear::Linear(std::string name, int64_t in, int64_t out, bool bias)
 void Linear::set_activation(Activation a) {
   BRAID_CHECK_ARG(a == Activation::kNone || has_bias_,
                   "Linear " + name_ + ": a fused activation needs the bias");
+  BRAID_CHECK_ARG(a == Activation::kNone || !shared_output_,
+                  "Linear " + name_ + ": a fused activation with a shared output");
   act_ = a;
+}
+
+void Linear::set_shared_output(bool on) {
+  BRAID_CHECK_ARG(!on || (act_ == Activation::kNone && !bf16_output_),
+                  "Linear " + name_ + ": a shared output needs no activation and f32 output");
+  shared_output_ = on;
+  if (on) y_.release();
 }
 
 namespace {
@@ -78,6 +87,7 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
   Shape ys = x.shape();
   ys.back() = out_;
   x_ = &x;
+  y_shape_ = ys;
   const GemmOperand xin{x.raw(), x.dtype(), in_};
   const DType out_dt = bf16_output_ ? activation_dtype() : DType::kF32;
   if (act_ == Activation::kGelu) {
@@ -116,21 +126,27 @@ const Tensor& Linear::forward(const Tensor& x, Context&) {
     });
     return y_;
   }
-  y_.resize(ys, DType::kF32);
+  // The shared buffer: one per thread, for every Linear set so.
+  thread_local Tensor shared;
+  Tensor& y = shared_output_ ? shared : y_;
+  y.resize(ys, DType::kF32);
   float beta = 0.0f;
   if (has_bias_) {
-    fill_rows(y_.f32(), b_.data.f32(), rows, out_);
+    fill_rows(y.f32(), b_.data.f32(), rows, out_);
     beta = 1.0f;
   }
   gemm_compute(false, true, rows, out_, in_, 1.0f, xin, gemm_operand(w_.data.f32(), in_), beta,
-               y_.f32(), out_);
-  return y_;
+               y.f32(), out_);
+  return y;
 }
 
 const Tensor& Linear::backward(const Tensor& dy_in, Context& ctx) {
   BRAID_CHECK_ARG(x_ != nullptr, "Linear " + name_ + ": backward before forward");
-  check_same_shape(dy_in, y_, "Linear " + name_ + " backward: dy vs y");
-  const Shape& ys = y_.shape();
+  const Shape& ys = y_shape_;
+  if (dy_in.shape() != ys)
+    throw Error(Errc::kInvalidArgument, "Linear " + name_ + " backward: dy vs y: shapes " +
+                                            shape_str(dy_in.shape()) + " and " + shape_str(ys) +
+                                            " differ");
   const int64_t rows = dy_in.numel() / out_;
   GemmOperand dy{dy_in.raw(), dy_in.dtype(), out_};
   BRAID_CHECK_ARG(

@@ -57,6 +57,10 @@ TransformerBlock::TransformerBlock(std::string name, int64_t dim, int64_t heads,
   // The norms feed attention's qkv and the MLP's fc alone.
   ln1_.set_bf16_output(true);
   ln2_.set_bf16_output(true);
+  // Both output projections' results are added into the residual stream
+  // at once (PreNormResidual) and not read again: one buffer for all.
+  attn_.set_shared_output(true);
+  mlp_.set_shared_output(true);
 }
 
 void PreNormResidual::run_forward(const Tensor& x, Context& ctx, bool need_y) {

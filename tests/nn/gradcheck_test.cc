@@ -108,6 +108,33 @@ TEST(GradCheck, LinearNoBias) {
   gradcheck(l, rand_tensor({5, 6}, 4));
 }
 
+// Two Linears sharing their output buffer (set_shared_output): the second
+// forward writes where the first one's output was, and each backward,
+// which reads only the output's shape, still equals a plain Linear's.
+TEST(Linear, SharedOutputBufferKeepsBackwardExact) {
+  Linear s1("s1", 6, 5), s2("s2", 6, 5), p1("p1", 6, 5);
+  randomize_params(s1, 21, 1.0f);
+  randomize_params(s2, 22, 1.0f);
+  p1.weight().data.copy_from(s1.weight().data);
+  p1.bias()->data.copy_from(s1.bias()->data);
+  s1.set_shared_output(true);
+  s2.set_shared_output(true);
+  Context ctx;
+  Tensor x = rand_tensor({4, 6}, 23), dy = rand_tensor({4, 5}, 24);
+  const Tensor& y1 = s1.forward(x, ctx);
+  const Tensor& yp = p1.forward(x, ctx);
+  for (int64_t i = 0; i < yp.numel(); ++i) ASSERT_EQ(y1.f32()[i], yp.f32()[i]);
+  const Tensor& y2 = s2.forward(x, ctx);
+  EXPECT_EQ(&y2, &y1) << "one buffer for both";
+  const Tensor& dxs = s1.backward(dy, ctx);
+  const Tensor& dxp = p1.backward(dy, ctx);
+  for (int64_t i = 0; i < dxp.numel(); ++i) ASSERT_EQ(dxs.f32()[i], dxp.f32()[i]);
+  for (int64_t i = 0; i < p1.weight().grad.numel(); ++i)
+    ASSERT_EQ(s1.weight().grad.f32()[i], p1.weight().grad.f32()[i]);
+  EXPECT_THROW(s1.backward(rand_tensor({3, 5}, 25), ctx), Error) << "dy of another shape";
+  EXPECT_THROW(s1.set_activation(Linear::Activation::kGelu), Error);
+}
+
 TEST(GradCheck, ReLU) {
   ReLU r("relu");
   Tensor x = rand_tensor({4, 9}, 5);
