@@ -206,6 +206,7 @@ class Dropout : public Module {
   const Tensor& backward(const Tensor& dy, Context& ctx) override;
   void release_activations() override;
   float p() const { return p_; }
+  uint64_t key() const { return key_; }
   void set_element_offset(int64_t offset) { element_offset_ = offset; }
 
  private:
@@ -219,7 +220,9 @@ class Dropout : public Module {
 
 // Causal multi-head self-attention on [B, T, C]: qkv = x W_qkvᵀ + b,
 // per head softmax(q kᵀ / √d_head + causal mask) v, then an output
-// projection, then dropout (p, resid) on the output. Under
+// projection, then dropout (p, resid) on the output. Dropout p applies to
+// the probabilities too (GPT-2's attn_pdrop), fused into the softmax's
+// pass: (softmax(…) ⊙ M) v. Under
 // Precision::kBF16 its activations and the input gradient backward
 // returns are kept in bf16 (precision.h's activation_dtype(); LayerNorm's
 // backward takes that).

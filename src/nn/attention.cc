@@ -3,9 +3,9 @@
 // Per (sample b, head h), with q, k, v the head's [T, d] slices of the qkv
 // activation (row stride 3C, read in place by the GEMMs):
 //   forward:  S = q kᵀ/√d;  P = softmax over j ≤ t (zeros above the diagonal);
-//             o_h = P v
-//   backward: dP = do_h vᵀ;  dv = Pᵀ do_h;  dS = P ⊙ (dP − rowsum(dP ⊙ P));
-//             dq = dS k/√d;  dk = dSᵀ q/√d
+//             o_h = P' v, P' = P ⊙ M (M the dropout mask; P' = P without)
+//   backward: dP' = do_h vᵀ;  dv = P'ᵀ do_h;  dP = dP' ⊙ M;
+//             dS = P ⊙ (dP − rowsum(dP ⊙ P));  dq = dS k/√d;  dk = dSᵀ q/√d
 // The (b, h) pairs run in parallel, each GEMM single-threaded. The GEMMs
 // skip the blocks above the diagonal (all zeros in P and dS).
 #include "../tensor/simd.h"  // first: sets vectorisation options
@@ -18,6 +18,7 @@
 #include "braid/layers.h"
 #include "braid/precision.h"
 #include "nn/attention_core.h"
+#include "nn/dropout_mask.h"
 
 namespace braid::nn {
 
@@ -61,6 +62,24 @@ BRAID_SIMD_FN void softmax_causal(float* s, int64_t T) {
   }
 }
 
+// The probabilities' dropout: out = in ⊙ M over row t's j ≤ t, zeros
+// after (the GEMMs read whole row blocks); out may be in. M as
+// attention_core.h says.
+BRAID_SIMD_FN void attention_mask(const float* in, float* out, int64_t T,
+                                  const AttentionDropout& d, int64_t b, int64_t h) {
+  const float scale = 1.0f / (1.0f - d.p);
+  const uint64_t sample = uint64_t(d.sample_offset + b);
+  const uint64_t e0 = (uint64_t(1) << 39) + uint64_t(d.head_offset + h) * uint64_t(T * T);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* pr = in + t * T;
+    float* o = out + t * T;
+    for (int64_t j = 0; j <= t; ++j)
+      o[j] = pr[j] * dropout_mask_value(d.seed, d.step, sample, d.key, e0 + uint64_t(t * T + j),
+                                        d.p, scale);
+    for (int64_t j = t + 1; j < T; ++j) o[j] = 0.0f;
+  }
+}
+
 // dP → dS in place: dS = P ⊙ (dP − Σ_j dP·P).
 BRAID_SIMD_FN void softmax_bwd_causal(const float* p, float* d, int64_t T) {
   for (int64_t t = 0; t < T; ++t) {
@@ -96,9 +115,10 @@ GemmOperand operand_at(const Tensor& t, int64_t off, int64_t ld) {
 }
 
 // An f32 block of this thread's, for a head's P or dS ([T, T]) or a part
-// of its output ([T, D]) when the buffer that keeps them is bf16.
+// of its output ([T, D]) when the buffer that keeps them is bf16, and for
+// the probabilities after dropout (slot 3).
 float* head_scratch(int which, int64_t n) {
-  thread_local std::vector<float> buf[3];
+  thread_local std::vector<float> buf[4];
   if (buf[which].size() < size_t(n)) buf[which].resize(size_t(n));
   return buf[which].data();
 }
@@ -111,7 +131,7 @@ void check_kept(const Tensor& t, const char* what) {
 }  // namespace
 
 void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
-                              Tensor& att, Tensor& o) {
+                              Tensor& att, Tensor& o, const AttentionDropout& drop) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
   check_kept(qkv, "qkv");
@@ -131,9 +151,15 @@ void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C
                    operand_at(qkv, k, 3 * C), 0.0f, s + i0 * T, T);
     }
     softmax_causal(s, T);
+    const float* pv = s;  // P, or P ⊙ M under dropout
+    if (drop.p > 0) {
+      float* m = head_scratch(3, T * T);
+      attention_mask(s, m, T, drop, b, h);
+      pv = m;
+    }
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
-      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, gemm_operand(s + i0 * T, T),
+      gemm_compute(false, false, i1 - i0, D, i1, 1.0f, gemm_operand(pv + i0 * T, T),
                    operand_at(qkv, v, 3 * C), 0.0f, oh + i0 * ldo, ldo);
     }
     if (att16) round_rows_to_bf16(s, T, T, T, att.bf16() + bh * T * T, T);
@@ -142,7 +168,8 @@ void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C
 }
 
 void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t B,
-                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt) {
+                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt,
+                               const AttentionDropout& drop) {
   const int64_t D = C / H;
   const float scale = 1.0f / std::sqrt(float(D));
   check_kept(qkv, "qkv");
@@ -172,12 +199,6 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
       gemm_compute(false, true, i1 - i0, i1, D, 1.0f, operand_at(dout, dh + i0 * C, C),
                    operand_at(qkv, v, 3 * C), 0.0f, dp + i0 * T, T);
     }
-    for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
-      int64_t j1 = std::min(T, j0 + kBlock);
-      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, operand_at(att, pa + j0 * T + j0, T),
-                   operand_at(dout, dh + j0 * C, C), 0.0f, dv + j0 * ldd, ldd);
-    }
-    kept(dv, v);
     const float* p;
     if (att16) {  // P widened (exactly) for softmax's backward
       float* wide = head_scratch(0, T * T);
@@ -186,6 +207,24 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
     } else {
       p = att.f32() + pa;
     }
+    // dv = (P ⊙ M)ᵀ do: P as kept, or P ⊙ M drawn again under dropout.
+    GemmOperand pv = operand_at(att, pa, T);
+    if (drop.p > 0) {
+      float* m = head_scratch(3, T * T);
+      attention_mask(p, m, T, drop, b, h);
+      pv = gemm_operand(m, T);
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
+      int64_t j1 = std::min(T, j0 + kBlock);
+      const GemmOperand pj{static_cast<const char*>(pv.data) +
+                               (j0 * T + j0) * int64_t(dtype_size(pv.dtype)),
+                           pv.dtype, T};
+      gemm_compute(true, false, j1 - j0, D, T - j0, 1.0f, pj, operand_at(dout, dh + j0 * C, C),
+                   0.0f, dv + j0 * ldd, ldd);
+    }
+    kept(dv, v);
+    // d(P ⊙ M) → dP = d(P ⊙ M) ⊙ M, in place.
+    if (drop.p > 0) attention_mask(dp, dp, T, drop, b, h);
     softmax_bwd_causal(p, dp, T);
     if (datt16) round_rows_to_bf16(dp, T, T, T, datt.bf16() + pa, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
@@ -212,7 +251,7 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, Context& ctx) {
   qkv_out_ = &qkv;
   att_.resize({B, H, T, T}, activation_dtype());
   o_.resize({B, T, C}, activation_dtype());  // read by proj_'s GEMMs only
-  causal_attention_forward(qkv, B, T, C, H, att_, o_);
+  causal_attention_forward(qkv, B, T, C, H, att_, o_, attention_dropout(ctx, drop_, 0));
   const Tensor& y = proj_.forward(o_, ctx);
   return drop_.forward(y, ctx);
 }
@@ -224,7 +263,8 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, Context& ctx) {
   dqkv_.resize({B, T, 3 * C}, activation_dtype());  // qkv_ takes it in bf16
   datt_.resize({B, H, T, T}, activation_dtype());   // dS: read by GEMMs only
   BRAID_CHECK_ARG(qkv_out_ != nullptr, "attention " + name_ + ": backward before forward");
-  causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_);
+  causal_attention_backward(*qkv_out_, att_, dout, B, T, C, H, dqkv_, datt_,
+                            attention_dropout(ctx, drop_, 0));
   return qkv_.backward(dqkv_, ctx);
 }
 

@@ -13,15 +13,38 @@
 
 #include <cstdint>
 
+#include "braid/layers.h"
 #include "braid/tensor.h"
 
 namespace braid::nn {
 
-// o = per head softmax(q kᵀ/√D + causal mask) v; keeps the probabilities in att.
+// Dropout on the probabilities, fused into the core: o = (P ⊙ M) v with
+// M = keep / (1 − p), drawn per (sample, head, t, j) by dropout_mask.h
+// under the layer's key (element (head·T + t)·T + j, past 2^39 so it
+// never meets the layer's output dropout). sample_offset and
+// head_offset give the global sample of b = 0 and head of h = 0, so a
+// layout that splits samples or heads draws the same mask. p = 0: none.
+struct AttentionDropout {
+  float p = 0;
+  uint64_t seed = 0, step = 0, key = 0;
+  int64_t sample_offset = 0, head_offset = 0;
+};
+
+// The dropout of a layer whose output dropout is `drop`, in training only.
+inline AttentionDropout attention_dropout(const Context& ctx, const Dropout& drop,
+                                          int64_t head_offset) {
+  if (!ctx.training || drop.p() <= 0.0f) return {};
+  return {drop.p(), ctx.seed, uint64_t(ctx.step), drop.key(), ctx.sample_offset, head_offset};
+}
+
+// o = per head softmax(q kᵀ/√D + causal mask) v, with the dropout above;
+// keeps the probabilities (before dropout) in att.
 void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
-                              Tensor& att, Tensor& o);
-// dqkv (overwritten) from dout; datt is scratch of att's size (dS).
+                              Tensor& att, Tensor& o, const AttentionDropout& drop = {});
+// dqkv (overwritten) from dout; datt is scratch of att's size (dS); drop
+// as in the forward.
 void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t B,
-                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt);
+                               int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt,
+                               const AttentionDropout& drop = {});
 
 }  // namespace braid::nn

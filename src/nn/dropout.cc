@@ -3,7 +3,7 @@
 // ranks and micro-batches, and recomputation reproduces it exactly.
 #include "braid/error.h"
 #include "braid/layers.h"
-#include "braid/rng.h"
+#include "nn/dropout_mask.h"
 
 namespace braid::nn {
 
@@ -13,12 +13,6 @@ Dropout::Dropout(std::string name, float p, uint64_t key)
 }
 
 namespace {
-// keep/drop for element e of sample s; the mask value is scale or 0.
-inline float mask_value(uint64_t seed, uint64_t step, uint64_t sample, uint64_t key, uint64_t e,
-                        float p, float scale) {
-  return uniform01(counter_hash(seed, step, sample, (key << 40) ^ e)) >= p ? scale : 0.0f;
-}
-
 void apply(const float* in, float* out, int64_t rows, int64_t per_row, int64_t e0,
            const Context& ctx, uint64_t key, float p) {
   float scale = 1.0f / (1.0f - p);
@@ -28,7 +22,7 @@ void apply(const float* in, float* out, int64_t rows, int64_t per_row, int64_t e
     for (int64_t e = 0; e < per_row; ++e)
       out[r * per_row + e] =
           in[r * per_row + e] *
-          mask_value(ctx.seed, uint64_t(ctx.step), sample, key, uint64_t(e0 + e), p, scale);
+          dropout_mask_value(ctx.seed, uint64_t(ctx.step), sample, key, uint64_t(e0 + e), p, scale);
   }
 }
 }  // namespace

@@ -3,16 +3,22 @@
 // input gradient, weight and bias gradients — on one thread and on two
 // (rows split, per-thread bias sums), in fp32 and bf16 compute. And
 // LayerNorm with the pre-norm block's residual add fused into it
-// (forward_add, backward_add) against the add and the norm apart.
+// (forward_add, backward_add) against the add and the norm apart. And
+// the attention core's dropout on its probabilities, fused into the
+// softmax's pass, against softmax, mask and products one at a time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "braid/error.h"
 #include "braid/layers.h"
 #include "braid/precision.h"
 #include "braid/threads.h"
+#include "nn/attention_core.h"
+#include "nn/dropout_mask.h"
 
 using namespace braid;
 using namespace braid::nn;
@@ -232,4 +238,124 @@ TEST(FusedResidualLayerNorm, RefusesMismatchedShapesAndAliases) {
   Tensor res({2, 8}), dy({3, 8}), dx;
   ln.forward_add(x, x, h, ctx);
   EXPECT_THROW(ln.backward_add(dy, res, dx, ctx), Error);
+}
+
+namespace {
+// The attention core with dropout on its probabilities fused into the
+// softmax's pass, against the unfused computation in double: softmax,
+// then P ⊙ M with M drawn element by element from dropout_mask.h, then
+// the products; backward through the same steps one at a time.
+void check_attention_dropout(Precision prec, double tol) {
+  set_num_threads(2);
+  set_compute_precision(prec);
+  const int64_t B = 2, T = 37, H = 2, D = 8, C = H * D;
+  Tensor qkv({B, T, 3 * C}), dout({B, T, C});
+  fill(qkv, 31);
+  fill(dout, 32);
+  AttentionDropout drop{0.3f, 9, 4, 77, 5, 1};
+  const DType kept = activation_dtype();
+  Tensor att({B, H, T, T}, kept), o({B, T, C}, DType::kF32), dqkv({B, T, 3 * C}, kept),
+      datt({B, H, T, T}, kept);
+  causal_attention_forward(qkv, B, T, C, H, att, o, drop);
+  causal_attention_backward(qkv, att, dout, B, T, C, H, dqkv, datt, drop);
+  const Tensor dq32 = dqkv.dtype() == DType::kF32 ? dqkv : dqkv.to(DType::kF32);
+  set_compute_precision(Precision::kF32);
+  set_num_threads(1);
+  const float scale = 1.0f / (1.0f - drop.p);
+  const double rs = 1.0 / std::sqrt(double(D));
+  int64_t dropped = 0, kept_n = 0;
+  // Largest |error|, and largest |value|: compared as their ratio (bf16's
+  // rounding is relative to the operands, not to each small result).
+  double worst_o = 0, worst_d = 0, max_o = 0, max_d = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      auto at = [&](int64_t t, int64_t part, int64_t i) {
+        return double(qkv.f32()[(b * T + t) * 3 * C + part * C + h * D + i]);
+      };
+      std::vector<double> P(T * T, 0.0), M(T * T, 0.0), dP(T * T, 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        double mx = -1e300, sum = 0;
+        std::vector<double> s(t + 1);
+        for (int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < D; ++i) dot += at(t, 0, i) * at(j, 1, i);
+          s[j] = dot * rs;
+          mx = std::max(mx, s[j]);
+        }
+        for (int64_t j = 0; j <= t; ++j) sum += std::exp(s[j] - mx);
+        for (int64_t j = 0; j <= t; ++j) {
+          P[t * T + j] = std::exp(s[j] - mx) / sum;
+          const uint64_t e = (uint64_t(1) << 39) + uint64_t((drop.head_offset + h) * T + t) * T + j;
+          M[t * T + j] = dropout_mask_value(drop.seed, drop.step, uint64_t(drop.sample_offset + b),
+                                            drop.key, e, drop.p, scale);
+          (M[t * T + j] == 0 ? dropped : kept_n) += 1;
+        }
+      }
+      // o = (P ⊙ M) v; dP' = do vᵀ; dv = (P ⊙ M)ᵀ do; dP = dP' ⊙ M;
+      // dS = P ⊙ (dP − Σ dP·P); dq = dS k/√D; dk = dSᵀ q/√D.
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < D; ++i) {
+          double ov = 0;
+          for (int64_t j = 0; j <= t; ++j) ov += P[t * T + j] * M[t * T + j] * at(j, 2, i);
+          const double got = o.f32()[(b * T + t) * C + h * D + i];
+          worst_o = std::max(worst_o, std::fabs(got - ov));
+          max_o = std::max(max_o, std::fabs(ov));
+        }
+      auto dov = [&](int64_t t, int64_t i) { return double(dout.f32()[(b * T + t) * C + h * D + i]); };
+      std::vector<double> dS(T * T, 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        double rowdot = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += dov(t, i) * at(j, 2, i);
+          dP[t * T + j] = d * M[t * T + j];
+          rowdot += dP[t * T + j] * P[t * T + j];
+        }
+        for (int64_t j = 0; j <= t; ++j) dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - rowdot);
+      }
+      auto check = [&](int64_t t, int64_t part, int64_t i, double want) {
+        const double got = dq32.f32()[(b * T + t) * 3 * C + part * C + h * D + i];
+        worst_d = std::max(worst_d, std::fabs(got - want));
+        max_d = std::max(max_d, std::fabs(want));
+      };
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < D; ++i) {
+          double dq = 0, dk = 0, dv = 0;
+          for (int64_t j = 0; j <= t; ++j) dq += dS[t * T + j] * at(j, 1, i) * rs;
+          for (int64_t u = t; u < T; ++u) {
+            dk += dS[u * T + t] * at(u, 0, i) * rs;
+            dv += P[u * T + t] * M[u * T + t] * dov(u, i);
+          }
+          check(t, 0, i, dq);
+          check(t, 1, i, dk);
+          check(t, 2, i, dv);
+        }
+    }
+  const std::string at = precision_name(prec);
+  EXPECT_LE(worst_o / max_o, tol) << "o, " << at;
+  EXPECT_LE(worst_d / max_d, tol) << "dqkv, " << at;
+  std::printf("%s: largest error / largest value: o %.1e, dqkv %.1e\n", at.c_str(),
+              worst_o / max_o, worst_d / max_d);
+  // The mask drops about p of the probabilities (binomial, n ≈ 2800).
+  const double frac = double(dropped) / double(dropped + kept_n);
+  EXPECT_GT(frac, 0.25) << at;
+  EXPECT_LT(frac, 0.35) << at;
+}
+}  // namespace
+
+TEST(FusedAttentionDropout, MatchesSoftmaxThenMaskThenProducts) {
+  check_attention_dropout(Precision::kF32, 1e-5);
+}
+TEST(FusedAttentionDropout, MatchesInBf16) {
+  // q, k, v, P, dS as GEMM operands rounded to bf16 (2^-8 relative),
+  // P kept in bf16 for softmax's backward: a few 2^-8.
+  check_attention_dropout(Precision::kBF16, 2e-2);
+}
+TEST(FusedAttentionDropout, IsOffOutsideTrainingAndAtZero) {
+  Dropout on("d", 0.2f, 3), off("d", 0.0f, 3);
+  Context ctx;
+  EXPECT_GT(attention_dropout(ctx, on, 0).p, 0.0f);
+  EXPECT_EQ(attention_dropout(ctx, off, 0).p, 0.0f);
+  ctx.training = false;
+  EXPECT_EQ(attention_dropout(ctx, on, 0).p, 0.0f);
 }

@@ -191,6 +191,14 @@ TEST(GradCheck, CausalSelfAttention) {
   gradcheck(a, rand_tensor({2, 5, 8}, 11));
 }
 
+TEST(GradCheck, CausalSelfAttentionWithDropout) {
+  // Dropout on the output and on the probabilities: fixed keys, so the
+  // loss is a smooth function of the input the differences can probe.
+  CausalSelfAttention a("attn", 8, 2, 0.3f, 4);
+  randomize_params(a, 19, 0.5f);
+  gradcheck(a, rand_tensor({2, 5, 8}, 20));
+}
+
 TEST(GradCheck, MlpBlock) {
   MlpBlock m("mlp", 6, 12);
   randomize_params(m, 12, 0.4f);

@@ -107,7 +107,8 @@ inline void add_train_options(CLI::App& app, TrainFlags& f, bool dp) {
   app.add_option("--d-model", f.d_model, "gpt: model width (256)");
   app.add_option("--heads", f.heads, "gpt: attention heads (4)");
   app.add_option("--context", f.context, "gpt: context length in bytes (128)");
-  app.add_option("--dropout", f.dropout, "gpt: dropout probability (0)");
+  app.add_option("--dropout", f.dropout,
+                 "gpt: dropout probability, on the attention probabilities and each block's two outputs (0)");
   app.add_flag("--recompute", f.recompute, "gpt: recompute block activations in backward");
   app.add_option("--precision", f.precision,
                  "GEMM precision: fp32, bf16 (f32 accumulate) or fp16 (with dynamic loss "

@@ -37,7 +37,11 @@ const Tensor& ParallelAttention::forward(const Tensor& x, nn::Context& ctx) {
   qkv_out_ = &qkv;
   att_.resize({B, local_heads_, T, T}, activation_dtype());  // as the serial attention
   o_.resize({B, T, local_dim_}, DType::kF32);
-  nn::causal_attention_forward(qkv, B, T, local_dim_, local_heads_, att_, o_);
+  // This rank's heads start at global head rank · local_heads: the
+  // probabilities' dropout draws the serial attention's mask for them.
+  nn::causal_attention_forward(
+      qkv, B, T, local_dim_, local_heads_, att_, o_,
+      nn::attention_dropout(ctx, drop_, int64_t(tp_->rank()) * local_heads_));
   const Tensor& y = proj_.forward(o_, ctx);
   drop_.set_element_offset(
       mode_ == SeqMode::kSequenceParallel ? int64_t(tp_->rank()) * per_sample(y) : 0);
@@ -50,8 +54,9 @@ const Tensor& ParallelAttention::backward(const Tensor& dy, nn::Context& ctx) {
   const int64_t B = o_.dim(0), T = o_.dim(1);
   dqkv_.resize({B, T, 3 * local_dim_}, activation_dtype());
   datt_.resize({B, local_heads_, T, T}, activation_dtype());
-  nn::causal_attention_backward(*qkv_out_, att_, dout, B, T, local_dim_, local_heads_, dqkv_,
-                                datt_);
+  nn::causal_attention_backward(
+      *qkv_out_, att_, dout, B, T, local_dim_, local_heads_, dqkv_, datt_,
+      nn::attention_dropout(ctx, drop_, int64_t(tp_->rank()) * local_heads_));
   return qkv_.backward(dqkv_, ctx);
 }
 

@@ -1,0 +1,21 @@
+// Internal: dropout's counter-based mask, shared by Dropout and the
+// attention core's dropout on the probabilities. Element e of sample s
+// under layer key k keeps its value (times 1/(1 − p)) or drops it,
+// decided by a hash of (seed, step, s, k, e) alone: the same for a
+// sample however the batch is split across ranks and micro-batches, and
+// again when a layer is recomputed.
+#pragma once
+
+#include <cstdint>
+
+#include "braid/rng.h"
+
+namespace braid::nn {
+
+// The mask value of element e of sample `sample`: scale or 0. e < 2^40.
+inline float dropout_mask_value(uint64_t seed, uint64_t step, uint64_t sample, uint64_t key,
+                                uint64_t e, float p, float scale) {
+  return uniform01(counter_hash(seed, step, sample, (key << 40) ^ e)) >= p ? scale : 0.0f;
+}
+
+}  // namespace braid::nn
