@@ -62,22 +62,24 @@ BRAID_SIMD_FN void softmax_causal(float* s, int64_t T) {
   }
 }
 
-// The probabilities' dropout: out = in ⊙ M over row t's j ≤ t, zeros
-// after (the GEMMs read whole row blocks); out may be in. M as
-// attention_core.h says.
-BRAID_SIMD_FN void attention_mask(const float* in, float* out, int64_t T,
-                                  const AttentionDropout& d, int64_t b, int64_t h) {
-  const float scale = 1.0f / (1.0f - d.p);
-  const uint64_t sample = uint64_t(d.sample_offset + b);
+// The probabilities' dropout mask M of head h of sample b, [T, T]: row t
+// keeps column j ≤ t (value 1/(1 − p)) or drops it (0) by the mask hash
+// of element 2^39 + (head·T + t)·T + j (attention_core.h); zeros after t.
+void draw_attention_mask(float* m, int64_t T, const AttentionDropout& d, int64_t b, int64_t h) {
+  const SampleMask mask(d.seed, d.step, uint64_t(d.sample_offset + b), d.key, d.p);
   const uint64_t e0 = (uint64_t(1) << 39) + uint64_t(d.head_offset + h) * uint64_t(T * T);
   for (int64_t t = 0; t < T; ++t) {
-    const float* pr = in + t * T;
-    float* o = out + t * T;
-    for (int64_t j = 0; j <= t; ++j)
-      o[j] = pr[j] * dropout_mask_value(d.seed, d.step, sample, d.key, e0 + uint64_t(t * T + j),
-                                        d.p, scale);
-    for (int64_t j = t + 1; j < T; ++j) o[j] = 0.0f;
+    float* row = m + t * T;
+    for (int64_t j = 0; j <= t; ++j) row[j] = mask(e0 + uint64_t(t * T + j));
+    for (int64_t j = t + 1; j < T; ++j) row[j] = 0.0f;
   }
+}
+
+// out = in ⊙ m over the causal half (m is zero above the diagonal); out
+// may be in.
+BRAID_SIMD_FN void times_mask(const float* in, const float* m, float* out, int64_t T) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < T; ++j) out[t * T + j] = j <= t ? in[t * T + j] * m[t * T + j] : 0.0f;
 }
 
 // dP → dS in place: dS = P ⊙ (dP − Σ_j dP·P).
@@ -116,9 +118,9 @@ GemmOperand operand_at(const Tensor& t, int64_t off, int64_t ld) {
 
 // An f32 block of this thread's, for a head's P or dS ([T, T]) or a part
 // of its output ([T, D]) when the buffer that keeps them is bf16, and for
-// the probabilities after dropout (slot 3).
+// the probabilities after dropout (slot 3) and the dropout mask (4).
 float* head_scratch(int which, int64_t n) {
-  thread_local std::vector<float> buf[4];
+  thread_local std::vector<float> buf[5];
   if (buf[which].size() < size_t(n)) buf[which].resize(size_t(n));
   return buf[which].data();
 }
@@ -153,9 +155,11 @@ void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C
     softmax_causal(s, T);
     const float* pv = s;  // P, or P ⊙ M under dropout
     if (drop.p > 0) {
-      float* m = head_scratch(3, T * T);
-      attention_mask(s, m, T, drop, b, h);
-      pv = m;
+      float* m = head_scratch(4, T * T);
+      draw_attention_mask(m, T, drop, b, h);
+      float* pm = head_scratch(3, T * T);
+      times_mask(s, m, pm, T);
+      pv = pm;
     }
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
       int64_t i1 = std::min(T, i0 + kBlock);
@@ -209,10 +213,13 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
     }
     // dv = (P ⊙ M)ᵀ do: P as kept, or P ⊙ M drawn again under dropout.
     GemmOperand pv = operand_at(att, pa, T);
+    float* m = nullptr;
     if (drop.p > 0) {
-      float* m = head_scratch(3, T * T);
-      attention_mask(p, m, T, drop, b, h);
-      pv = gemm_operand(m, T);
+      m = head_scratch(4, T * T);
+      draw_attention_mask(m, T, drop, b, h);
+      float* pm = head_scratch(3, T * T);
+      times_mask(p, m, pm, T);
+      pv = gemm_operand(pm, T);
     }
     for (int64_t j0 = 0; j0 < T; j0 += kBlock) {
       int64_t j1 = std::min(T, j0 + kBlock);
@@ -224,7 +231,7 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
     }
     kept(dv, v);
     // d(P ⊙ M) → dP = d(P ⊙ M) ⊙ M, in place.
-    if (drop.p > 0) attention_mask(dp, dp, T, drop, b, h);
+    if (m) times_mask(dp, m, dp, T);
     softmax_bwd_causal(p, dp, T);
     if (datt16) round_rows_to_bf16(dp, T, T, T, datt.bf16() + pa, T);
     for (int64_t i0 = 0; i0 < T; i0 += kBlock) {

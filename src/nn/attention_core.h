@@ -20,10 +20,11 @@ namespace braid::nn {
 
 // Dropout on the probabilities, fused into the core: o = (P ⊙ M) v with
 // M = keep / (1 − p), drawn per (sample, head, t, j) by dropout_mask.h
-// under the layer's key (element (head·T + t)·T + j, past 2^39 so it
-// never meets the layer's output dropout). sample_offset and
-// head_offset give the global sample of b = 0 and head of h = 0, so a
-// layout that splits samples or heads draws the same mask. p = 0: none.
+// under the layer's key, as element 2^39 + (head·T + t)·T + j (past 2^39:
+// never one of the layer's output dropout).
+// sample_offset and head_offset give the global sample of b = 0 and head
+// of h = 0, so a layout that splits samples or heads draws the same mask.
+// p = 0: none.
 struct AttentionDropout {
   float p = 0;
   uint64_t seed = 0, step = 0, key = 0;

@@ -15,14 +15,11 @@ Dropout::Dropout(std::string name, float p, uint64_t key)
 namespace {
 void apply(const float* in, float* out, int64_t rows, int64_t per_row, int64_t e0,
            const Context& ctx, uint64_t key, float p) {
-  float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for if (rows * per_row >= (1 << 15)) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    uint64_t sample = uint64_t(ctx.sample_offset + r);
+    const SampleMask mask(ctx.seed, uint64_t(ctx.step), uint64_t(ctx.sample_offset + r), key, p);
     for (int64_t e = 0; e < per_row; ++e)
-      out[r * per_row + e] =
-          in[r * per_row + e] *
-          dropout_mask_value(ctx.seed, uint64_t(ctx.step), sample, key, uint64_t(e0 + e), p, scale);
+      out[r * per_row + e] = in[r * per_row + e] * mask(uint64_t(e0 + e));
   }
 }
 }  // namespace
