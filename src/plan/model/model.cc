@@ -161,20 +161,23 @@ BraidActivations gpt_braid_activations(const GptShape& g, int tp, bool sp, bool 
   // input gradient (h), the MLP's hidden output, GELU's output and
   // gradient and the second projection's input gradient (4·R·h).
   const double sharded = (8 + 4 * r) * h;
-  // Full width on every rank: the layer norms' outputs and input gradients
-  // (4h), the input gradients of qkv and fc (2h), the two projections'
-  // outputs (2h), the residual sums and their gradients (4h): 12h. The tp
-  // layers add the row-parallel projections' summed outputs (2h); on a
+  // Full width on every rank: the layer norms' outputs (2h; the residual
+  // add is fused into their backward, so they keep no input gradient), the
+  // input gradients of qkv and fc (2h), the residual sums and their
+  // gradients (4h): 8h. The serial blocks' two projections share one
+  // output buffer (Linear::set_shared_output); the tp layers' keep theirs
+  // (2h) and add the row-parallel projections' summed outputs (2h); on a
   // group of more than one, also the sums CopyToTp and ReduceFromTp keep
   // (4h). Under sequence parallelism the norms, residuals, the gathers'
   // gradients and the reduce-scatters' and bias adds' outputs hold this
-  // rank's positions (14h ÷ tp), while the gathered inputs, the gathers'
+  // rank's positions (12h ÷ tp), while the gathered inputs, the gathers'
   // staging and the projections' full outputs and gradients are whole (12h).
-  double full = 12 * h, split = 0;
+  double full = 8 * h, split = 0;
   if (sp && tp > 1) {
-    split = 14 * h;
+    full = 12 * h;
+    split = 12 * h;
   } else if (spec_built) {
-    full += tp > 1 ? 6 * h : 2 * h;
+    full += tp > 1 ? 8 * h : 4 * h;
   }
   BraidActivations a;
   a.block = full + (split + sharded + scores) / n;
