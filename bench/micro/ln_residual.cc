@@ -10,21 +10,16 @@
 //   cmake --build build --target micro_ln_residual
 //   build/bench/micro/ln_residual [threads] [rows] [d_model]   (2 4096 512)
 #include <cstdio>
-#include <cstdlib>
 
 #include "braid/kernels.h"
 #include "braid/layers.h"
 #include "braid/precision.h"
-#include "braid/threads.h"
-#include "median_ms.h"
+#include "kernel_bench.h"
 
 using namespace braid;
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int64_t rows = argc > 2 ? std::atoll(argv[2]) : 4096;
-  const int64_t d = argc > 3 ? std::atoll(argv[3]) : 512;
-  set_num_threads(threads);
+  const auto [threads, rows, d] = kernel_shape(argc, argv);
   Tensor x({rows, d}), a({rows, d}), res({rows, d}), dy32({rows, d});
   for (int64_t i = 0; i < x.numel(); ++i) {
     x.f32()[i] = float(i % 17) * 0.01f - 0.08f;

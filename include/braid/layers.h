@@ -111,7 +111,7 @@ class LayerNorm : public Module {
   void backward_add(const Tensor& dy, const Tensor& res, Tensor& dx, Context& ctx);
 
  private:
-  const Tensor& normalize(const Tensor& x, const float* a, float* h);
+  const Tensor& normalize(const Tensor& x, const float* a, Tensor* h);
   void run_backward(const Tensor& dy, const float* res, float* dx, Context& ctx);
   int64_t dim_;
   float eps_;

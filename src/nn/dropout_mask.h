@@ -12,14 +12,10 @@
 
 namespace braid::nn {
 
-// The mask value of element e of sample `sample`: scale or 0. e < 2^40.
-inline float dropout_mask_value(uint64_t seed, uint64_t step, uint64_t sample, uint64_t key,
-                                uint64_t e, float p, float scale) {
-  return uniform01(counter_hash(seed, step, sample, (key << 40) ^ e)) >= p ? scale : 0.0f;
-}
-
-// The same values for the elements of one sample, with counter_hash's
-// first three words folded once: one mix per element instead of four.
+// The mask of one sample: element e's value is scale = 1/(1 − p) when
+// uniform01(counter_hash(seed, step, sample, (key << 40) ^ e)) ≥ p, else 0
+// (e < 2^40). counter_hash's first three words are folded once, so an
+// element costs one mix instead of four.
 class SampleMask {
  public:
   SampleMask(uint64_t seed, uint64_t step, uint64_t sample, uint64_t key, float p)

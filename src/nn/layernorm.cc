@@ -155,33 +155,33 @@ const Tensor& LayerNorm::forward_add(const Tensor& x, const Tensor& a, Tensor& h
                   "LayerNorm " + name_ + " forward_add: x and a must be f32");
   BRAID_CHECK_ARG(&h != &x && &h != &a, "LayerNorm " + name_ + " forward_add: h aliases an input");
   h.resize(x.shape(), DType::kF32);
-  normalize(x, a.f32(), h.f32());
-  x_ = &h;
-  return y_;
+  return normalize(x, a.f32(), &h);
 }
 
-// y = ln(x), or y = ln(x + a) with x + a written to h.
-const Tensor& LayerNorm::normalize(const Tensor& x, const float* a, float* h) {
+// y = ln(x), or y = ln(x + a) with x + a written to *h; backward then
+// reads x, or *h.
+const Tensor& LayerNorm::normalize(const Tensor& x, const float* a, Tensor* h) {
   const int64_t rows = rows_of_width(x, dim_, "LayerNorm", name_);
   const bool narrow = bf16_output_ && activation_dtype() == DType::kBF16;
   mean_.resize({rows}, DType::kF32);
   rstd_.resize({rows}, DType::kF32);
   const float* xp = x.f32();
+  float* hp = a ? h->f32() : nullptr;
   if (narrow) {  // row by row: blocks of rows through the scratch
     y_.resize(x.shape(), DType::kBF16);
     in_row_blocks(rows, dim_, [&](int64_t r0, int64_t n) {
       float* y = wide_scratch({n, dim_});
       const int64_t o = r0 * dim_;
-      ln_fwd(xp + o, a ? a + o : nullptr, a ? h + o : nullptr, g_.data.f32(), b_.data.f32(), y,
+      ln_fwd(xp + o, a ? a + o : nullptr, a ? hp + o : nullptr, g_.data.f32(), b_.data.f32(), y,
              mean_.f32() + r0, rstd_.f32() + r0, n, dim_, eps_);
       round_rows_to_bf16(y, n, dim_, dim_, y_.bf16() + o, dim_);
     });
   } else {
     y_.resize(x.shape(), DType::kF32);
-    ln_fwd(xp, a, h, g_.data.f32(), b_.data.f32(), y_.f32(), mean_.f32(), rstd_.f32(), rows, dim_,
+    ln_fwd(xp, a, hp, g_.data.f32(), b_.data.f32(), y_.f32(), mean_.f32(), rstd_.f32(), rows, dim_,
            eps_);
   }
-  x_ = &x;
+  x_ = a ? h : &x;
   return y_;
 }
 
@@ -198,8 +198,8 @@ const Tensor& LayerNorm::backward(const Tensor& dy, Context& ctx) {
 }
 
 void LayerNorm::backward_add(const Tensor& dy, const Tensor& res, Tensor& dx, Context& ctx) {
-  BRAID_CHECK_ARG(x_ != nullptr, "LayerNorm " + name_ + ": backward before forward");
-  check_same_shape(res, *x_, "LayerNorm " + name_ + " backward_add: res vs x");
+  // dy is checked against the input by run_backward.
+  check_same_shape(res, dy, "LayerNorm " + name_ + " backward_add: res vs dy");
   BRAID_CHECK_ARG(res.dtype() == DType::kF32,
                   "LayerNorm " + name_ + " backward_add: res must be f32");
   if (&dx != &res) dx.resize(res.shape(), DType::kF32);

@@ -16,9 +16,9 @@
 #include "braid/error.h"
 #include "braid/layers.h"
 #include "braid/precision.h"
+#include "braid/rng.h"
 #include "braid/threads.h"
 #include "nn/attention_core.h"
-#include "nn/dropout_mask.h"
 
 using namespace braid;
 using namespace braid::nn;
@@ -243,7 +243,7 @@ TEST(FusedResidualLayerNorm, RefusesMismatchedShapesAndAliases) {
 namespace {
 // The attention core with dropout on its probabilities fused into the
 // softmax's pass, against the unfused computation in double: softmax,
-// then P ⊙ M with M drawn element by element from dropout_mask.h, then
+// then P ⊙ M with M drawn element by element by dropout_mask.h's rule, then
 // the products; backward through the same steps one at a time.
 void check_attention_dropout(Precision prec, double tol) {
   set_num_threads(2);
@@ -286,8 +286,10 @@ void check_attention_dropout(Precision prec, double tol) {
         for (int64_t j = 0; j <= t; ++j) {
           P[t * T + j] = std::exp(s[j] - mx) / sum;
           const uint64_t e = (uint64_t(1) << 39) + uint64_t((drop.head_offset + h) * T + t) * T + j;
-          M[t * T + j] = dropout_mask_value(drop.seed, drop.step, uint64_t(drop.sample_offset + b),
-                                            drop.key, e, drop.p, scale);
+          // dropout_mask.h's rule, from counter_hash itself.
+          const uint64_t hash = counter_hash(drop.seed, drop.step,
+                                             uint64_t(drop.sample_offset + b), (drop.key << 40) ^ e);
+          M[t * T + j] = uniform01(hash) >= drop.p ? scale : 0.0;
           (M[t * T + j] == 0 ? dropped : kept_n) += 1;
         }
       }
