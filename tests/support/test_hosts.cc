@@ -117,6 +117,7 @@ std::unique_ptr<TestHosts> TestHosts::make(int n, std::string* why) {
   }
   std::unique_ptr<TestHosts> h(new TestHosts());
   h->tag_ = std::to_string(::getpid());
+  h->wires_.resize(size_t(n));
   const std::string br = "br" + h->tag_;
   h->switch_ = h->spawn_holder("hostname switch && ip link set lo up && ip link add " + br +
                                " type bridge && ip link set " + br + " up");
@@ -234,6 +235,33 @@ void TestHosts::set_link(int i, bool up) const {
   if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
 }
 
+void TestHosts::emulate_link(int i, const WireFaults& faults) {
+  std::unique_ptr<EmulatedWire>& wire = wires_.at(size_t(i));
+  if (wire) {
+    wire->set_faults(faults);
+    return;
+  }
+  // Deleting the switch's end of the veth pair deletes host i's eth0 too;
+  // the wire's two TAP devices take their names, then their places.
+  const std::string sw = "nsenter -t " + std::to_string(switch_.pid) + " -n -- ";
+  const std::string port = port_name(i);
+  CommandResult del = run_command(sw + "ip link del " + port);
+  if (del.status != 0) throw std::runtime_error("test hosts: `ip link del " + port + "` failed: " + del.out);
+  wire = std::make_unique<EmulatedWire>(hosts_.at(size_t(i)).pid, "eth0", switch_.pid, port, faults);
+  for (const std::string& cmd :
+       {sw + "ip link set " + port + " master br" + tag_ + " up",
+        "nsenter -t " + std::to_string(hosts_[size_t(i)].pid) + " -n -- sh -c " +
+            quote("ip addr add " + address(i) + "/24 dev eth0 && ip link set eth0 up")}) {
+    CommandResult r = run_command(cmd);
+    if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
+  }
+}
+
+WireStats TestHosts::wire_stats(int i) const {
+  const auto& wire = wires_.at(size_t(i));
+  return wire ? wire->stats() : WireStats{};
+}
+
 void TestHosts::name_hosts(const std::string& dir) const {
   const std::string path = dir + "/hosts";
   {
@@ -280,6 +308,8 @@ int TestHosts::kill_host(int i) const {
 }
 
 void TestHosts::teardown() {
+  // Emulated wires stop first: their TAP devices go with their descriptors.
+  wires_.clear();
   // The links first (deleting one end of a veth deletes both), then every
   // process in each namespace while its holder still pins it, then the
   // holders; with the last process of a namespace, the namespace and the

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "support/emulated_wire.h"
+
 namespace braid::testing {
 
 // A command started in the background on a test host; output to a file.
@@ -72,6 +74,15 @@ class TestHosts {
   int kill_host(int i) const;
   // Takes host i's link to the bridge down (or up), at the bridge's end.
   void set_link(int i, bool up) const;
+  // Gives host i's link to the bridge delay and loss, each way, as `tc
+  // qdisc add ... netem` on both its ends would (emulated_wire.h: this
+  // kernel has no netem). The first call replaces the link's veth pair by
+  // an emulated wire with the same names and addresses (connections open
+  // across it break); later calls change its faults in place. Throws
+  // std::runtime_error.
+  void emulate_link(int i, const WireFaults& faults);
+  // What host i's emulated wire has carried (zeros before emulate_link).
+  WireStats wire_stats(int i) const;
   // Gives every host an /etc/hosts (bind-mounted in its own mount
   // namespace) naming every host at its address, as a cluster's DNS would;
   // the machine's own /etc/hosts is untouched. Throws std::runtime_error.
@@ -98,6 +109,7 @@ class TestHosts {
 
   Holder switch_;
   std::vector<Holder> hosts_;
+  std::vector<std::unique_ptr<EmulatedWire>> wires_;  // per host; null: its veth pair
   std::string tag_;  // per run: names of the bridge and the veths
 };
 
