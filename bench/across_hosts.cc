@@ -4,6 +4,7 @@
 // wire, in one run.
 //
 //   build/across_hosts [ROUNDS] [CONFIGS...]      e.g. 3 2x1 2x2 3x2
+//   build/across_hosts ROUNDS dp                  the training part only
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -207,6 +208,48 @@ double tcp_stream(const TestHosts& hosts, const std::string& dir) {
   }
 }
 
+// GB/s each way of two TCP streams at once, node0 -> node1 and node1 ->
+// node0 (the slower direction): what a 2-rank all_reduce's traffic is, each
+// host's one core both sending and receiving. Each host accepts its peer's
+// stream and connects its own; both send once both connections are up.
+double tcp_streams_both_ways(const TestHosts& hosts, const std::string& dir) {
+  const std::string both =
+      "import socket,sys,threading,time\n"
+      "peer=sys.argv[1]\n"
+      "l=socket.socket();l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+      "l.bind(('0.0.0.0',29801));l.listen(1)\n"
+      "got={};up=threading.Event()\n"
+      "def rx():\n"
+      "  c,_=l.accept();up.set();n=0;b=bytearray(1<<22);v=memoryview(b);t=None\n"
+      "  while True:\n"
+      "    k=c.recv_into(v)\n"
+      "    if not k: break\n"
+      "    if t is None: t=time.time()\n"
+      "    n+=k\n"
+      "  got['r']=n/(time.time()-t)/1e9\n"
+      "th=threading.Thread(target=rx);th.start()\n"
+      "for i in range(200):\n"
+      "  try:\n"
+      "    s=socket.create_connection((peer,29801));break\n"
+      "  except OSError: time.sleep(0.05)\n"
+      "up.wait(30)\n"
+      "b=bytes(1<<22)\n"
+      "for i in range(64): s.sendall(b)\n"
+      "s.close();th.join();print(got['r'])\n";
+  std::ofstream(dir + "/both.py") << both;
+  auto a = hosts.start(0, "exec python3 " + dir + "/both.py " + hosts.address(1), dir + "/both0.out");
+  auto b = hosts.start(1, "exec python3 " + dir + "/both.py " + hosts.address(0), dir + "/both1.out");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  a.wait(deadline);
+  b.wait(deadline);
+  try {
+    std::fprintf(stderr, "  each way: %.3f %.3f GB/s\n", std::stod(a.output()), std::stod(b.output()));
+    return std::min(std::stod(a.output()), std::stod(b.output()));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -227,7 +270,10 @@ int main(int argc, char** argv) {
     Config c;
     if (std::sscanf(argv[i], "%dx%d", &c.hosts, &c.per_host) == 2) configs.push_back(c);
   }
+  // "dp" alone: only the data-parallel training part (on 2 hosts).
+  const bool only_dp = argc == 3 && std::string(argv[2]) == "dp";
   if (configs.empty()) configs = {{2, 1}, {2, 2}, {3, 2}};
+  if (only_dp) configs = {{2, 1}};
   int most = 0;
   for (const Config& c : configs) most = std::max(most, c.hosts);
 
@@ -265,6 +311,7 @@ int main(int argc, char** argv) {
               pin ? "host i pinned to CPU i mod the machine's cores" : "hosts unpinned");
   probe_between_hosts(*hosts, dir);
   for (const Config& c : configs) {
+    if (only_dp) break;
     // Each run's name -> per-size busbw samples.
     std::map<std::string, std::map<int64_t, std::vector<double>>> got;
     g_picked.clear();
@@ -303,49 +350,77 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   // Data-parallel training, 2 hosts x 1 rank against one host's 2 ranks.
-  std::vector<double> across_sps, across_exposed, local_sps, local_exposed;
-  const std::string train = braid::testing::braid_bin() + " train mlp --epochs 1 --quiet";
-  for (int r = 0; r < rounds; ++r) {
+  // TRAIN_FLAGS: more flags for every run (e.g. --bucket-reduce background);
+  // TRAIN_FLAGS_B: a second variant across hosts, run alternately with the
+  // first (in "dp" mode), for an A/B under the same conditions.
+  const char* more = std::getenv("TRAIN_FLAGS");
+  const char* more_b = std::getenv("TRAIN_FLAGS_B");
+  std::string train = braid::testing::braid_bin() + " train mlp --epochs 1 --quiet";
+  if (more) train.append(" ").append(more);
+  // samples/s and the worse rank's exposed communication of a run's done record.
+  auto done = [](const std::string& path, std::vector<double>& sps, std::vector<double>& exp) {
+    std::ifstream in(path);
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    try {
+      auto j = nlohmann::json::parse(last);
+      sps.push_back(j["samples_per_s"].get<double>());
+      double worst = 0;
+      for (const auto& f : j["exposed_comm_fraction"]) worst = std::max(worst, f.get<double>());
+      exp.push_back(worst);
+    } catch (const std::exception&) {
+    }
+  };
+  auto across = [&](const std::string& cmd, std::vector<double>& sps, std::vector<double>& exp) {
     std::vector<braid::testing::HostJob> jobs;
     for (int h = 0; h < 2; ++h)
       jobs.push_back(hosts->start(
           h,
-          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120 BRAID_TUNING=" + g_tuning + "; exec " +
-              braid::testing::braid_bin() + " run -n 1 --nnodes 2 --node-rank " +
+          "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120 BRAID_TUNING=" +
+              g_tuning + "; exec " + braid::testing::braid_bin() + " run -n 1 --nnodes 2 --node-rank " +
               std::to_string(h) + " --master " + hosts->address(0) + ":" + std::to_string(kPort) +
-              " -- " + train + " --json-log " + dir + "/dp_across.jsonl",
+              " -- " + cmd + " --json-log " + dir + "/dp_across.jsonl",
           dir + "/train" + std::to_string(h) + ".out"));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
     int status = 0;
     for (auto& j : jobs) status |= j.wait(deadline);
+    if (status == 0) done(dir + "/dp_across.jsonl", sps, exp);
+    ::unlink((dir + "/dp_across.jsonl").c_str());
+  };
+  std::vector<double> across_sps, across_exposed, b_sps, b_exposed, local_sps, local_exposed;
+  const bool ab = only_dp && more_b != nullptr;
+  for (int r = 0; r < rounds; ++r) {
+    across(train, across_sps, across_exposed);
+    if (ab) {
+      across(train + " " + more_b, b_sps, b_exposed);
+      continue;
+    }
     // On this machine itself, not on a test host: a pinned host has one core.
     const int local = braid::testing::run_command(train + " --dp 2 --json-log " + dir +
                                                   "/dp_local.jsonl").status;
-    auto done = [](const std::string& path, std::vector<double>& sps, std::vector<double>& exp) {
-      std::ifstream in(path);
-      std::string line, last;
-      while (std::getline(in, line))
-        if (!line.empty()) last = line;
-      try {
-        auto j = nlohmann::json::parse(last);
-        sps.push_back(j["samples_per_s"].get<double>());
-        double worst = 0;
-        for (const auto& f : j["exposed_comm_fraction"]) worst = std::max(worst, f.get<double>());
-        exp.push_back(worst);
-      } catch (const std::exception&) {
-      }
-    };
-    if (status == 0) done(dir + "/dp_across.jsonl", across_sps, across_exposed);
     if (local == 0) done(dir + "/dp_local.jsonl", local_sps, local_exposed);
+    ::unlink((dir + "/dp_local.jsonl").c_str());
   }
-  std::printf("train mlp --epochs 1, data parallel: 2 hosts x 1 rank %.0f samples/s, exposed "
-              "communication %.1f%% (the worse rank); one host, 2 ranks: %.0f samples/s, %.1f%% "
-              "(medians of %d)\n",
-              median(across_sps), 100 * median(across_exposed), median(local_sps),
-              100 * median(local_exposed), rounds);
+  if (ab)
+    std::printf("train mlp --epochs 1, data parallel, 2 hosts x 1 rank: %.0f samples/s, exposed "
+                "communication %.1f%%; with %s: %.0f samples/s, %.1f%% (medians of %d)\n",
+                median(across_sps), 100 * median(across_exposed), more_b, median(b_sps),
+                100 * median(b_exposed), rounds);
+  else
+    std::printf("train mlp --epochs 1, data parallel: 2 hosts x 1 rank %.0f samples/s, exposed "
+                "communication %.1f%% (the worse rank); one host, 2 ranks: %.0f samples/s, %.1f%% "
+                "(medians of %d)\n",
+                median(across_sps), 100 * median(across_exposed), median(local_sps),
+                100 * median(local_exposed), rounds);
   std::vector<double> stream;
   for (int r = 0; r < rounds; ++r) stream.push_back(tcp_stream(*hosts, dir));
   std::printf("one TCP stream node0 -> node1 (256 MiB, python3 sockets): %.3f GB/s (median of %d)\n",
               median(stream), rounds);
+  std::vector<double> both;
+  for (int r = 0; r < rounds; ++r) both.push_back(tcp_streams_both_ways(*hosts, dir));
+  std::printf("two TCP streams at once, one each way (256 MiB each): %.3f GB/s each way, the slower "
+              "(median of %d)\n",
+              median(both), rounds);
   return 0;
 }
