@@ -53,7 +53,8 @@ struct DpTail {
 // forward plus backward t_fb per micro-batch (M of them), `blocks` blocks.
 // The gradients' reduction overlaps its last backward; ZeRO-1/2 gather the
 // updated weights after the step; ZeRO-3 gathers each micro-batch's
-// weights twice, overlapping its compute.
+// weights twice and reduce-scatters its gradients, overlapping its forward
+// and backward.
 DpTail dp_tail(Group& dpg, const Device& dev, const Layout& l, double params, double t_b, double t_fb, int M,
                double blocks, double share) {
   DpTail d;
@@ -70,11 +71,19 @@ DpTail dp_tail(Group& dpg, const Device& dev, const Layout& l, double params, do
       d.exposed_s = std::max(0.0, rsd.s - t_b) + agd.s;
       d.bytes = rsd.bytes + agd.bytes;
     } else {
-      d.comm_s = 2 * M * agd.s + rsd.s;
-      // The first block's gather of each pass has nothing to hide behind.
-      const double first = 2 * agd.s / std::max(1.0, blocks);
-      d.exposed_s = M * (std::max(0.0, 2 * agd.s - t_fb) + first) + std::max(0.0, rsd.s - t_b);
-      d.bytes = 2 * M * agd.bytes + rsd.bytes;
+      // Every micro-batch gathers the weights for its forward and again
+      // for its backward, and reduce-scatters its gradients: they are
+      // sharded, so none accumulate whole across micro-batches. The
+      // forward's gathers hide behind the forward alone; in the backward
+      // the gathers and the reduce-scatters share the links, so together
+      // they hide behind the backward. The first block's gather of each
+      // pass and the last block's reduce-scatter have nothing to hide
+      // behind.
+      const double t_f = std::max(0.0, t_fb - t_b), per = 1 / std::max(1.0, blocks);
+      d.comm_s = M * (2 * agd.s + rsd.s);
+      d.exposed_s = M * (std::max(0.0, agd.s - t_f) + std::max(0.0, agd.s + rsd.s - t_b) +
+                         per * (2 * agd.s + rsd.s));
+      d.bytes = M * (2 * agd.bytes + rsd.bytes);
     }
   }
   // A CPU rank's core does its collectives' copies and reductions itself
