@@ -13,6 +13,7 @@
 // their tags must agree, as braid's are.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,26 @@ struct ScheduleReport {
 // why" — for a deadlock, every blocked rank with its action and what it
 // waits for. Cost: O(total actions × ranks).
 ScheduleReport check_schedule(const Schedule& s, const CheckOptions& opt = {});
+
+// A schedule whose lists are proven once and then played under many costs
+// (the planner plays one schedule with every candidate layout's stage
+// times). Each play reports what check_schedule would with the same
+// options (`times` left empty unless `with_times`), and throws as it does
+// on a deadlock or a tag mismatch; the proof of the lists and the pairing
+// of messages are not redone. `s` must outlive the replay. play() may be
+// called from several threads at once.
+class ScheduleReplay {
+ public:
+  explicit ScheduleReplay(const Schedule& s);  // proves its lists, as check_schedule does
+  ~ScheduleReplay();
+  ScheduleReplay(ScheduleReplay&&) noexcept;
+  ScheduleReport play(const CheckOptions& opt, bool with_times = true) const;
+
+  struct Plan;  // the messages' pairing (checker_play.cc)
+
+ private:
+  std::unique_ptr<const Plan> plan_;
+};
 
 // One row per rank over simulated time (a column per forward-chunk cost):
 // "F3", "B3" (with a chunk letter a, b, … when chunks > 1), "." idle; then

@@ -194,11 +194,9 @@ TEST(PipelineSchedule, RejectsASendWithNoReceiveOnThePeer) {
   EXPECT_TRUE(contains(m, "sent twice")) << m;
 }
 
-TEST(PipelineSchedule, RejectsSendsThatDeadlockWhenBlocking) {
-  // 1F1B's steady state with each send split from the receive it was
-  // posted with, sends first: rank 0 sends an activation while rank 1
-  // sends a gradient, and under rendezvous neither is received.
-  Schedule s = one_f_one_b_schedule(2, 4);
+// Every communication action of `s` split into one action per transfer,
+// in the order they were posted together.
+Schedule with_transfers_apart(Schedule s) {
   for (auto& list : s.actions) {
     std::vector<Action> split;
     for (const Action& a : list) {
@@ -210,6 +208,14 @@ TEST(PipelineSchedule, RejectsSendsThatDeadlockWhenBlocking) {
     }
     list = split;
   }
+  return s;
+}
+
+TEST(PipelineSchedule, RejectsSendsThatDeadlockWhenBlocking) {
+  // 1F1B's steady state with each send split from the receive it was
+  // posted with, sends first: rank 0 sends an activation while rank 1
+  // sends a gradient, and under rendezvous neither is received.
+  Schedule s = with_transfers_apart(one_f_one_b_schedule(2, 4));
   const std::string m = rejection(s);
   EXPECT_TRUE(contains(m, "schedule '1f1b' rejected: deadlock under blocking sends")) << m;
   const size_t a0 = find_action(s, 0, "send act m1 s0->s1 to rank 1");
@@ -256,6 +262,58 @@ TEST(PipelineSchedule, RejectsMessagesReceivedOutOfPostingOrder) {
                           " (send act m0 s0->s1 to rank 1): messages between two ranks are "
                           "matched in posting order"))
       << m;
+}
+
+// A schedule proven once and played under many costs (the planner's use)
+// reports what check_schedule does for each, number for number, and
+// refuses what it refuses.
+TEST(PipelineSchedule, AReplayPlaysAsTheCheckerDoesUnderEveryCost) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved"}) {
+    const int chunks = std::string(name) == "interleaved" ? 2 : 1;
+    const Schedule s = make_schedule(name, 4, 8, chunks);
+    const ScheduleReplay replay(s);
+    for (int slots : {0, 1})
+      for (double transfer : {0.0, 0.3})
+        for (const std::vector<double>& w :
+             {std::vector<double>{}, std::vector<double>(size_t(4 * chunks), 1.0),
+              [&] {
+                std::vector<double> v;
+                for (int i = 0; i < 4 * chunks; ++i) v.push_back(1.0 + 0.37 * i);
+                return v;
+              }()}) {
+          CheckOptions o;
+          o.send_slots = slots;
+          o.costs = {1.3, 2.9, transfer, w};
+          const ScheduleReport a = check_schedule(s, o), b = replay.play(o);
+          const std::string what = std::string(name) + " slots " + std::to_string(slots);
+          EXPECT_EQ(a.makespan, b.makespan) << what;
+          EXPECT_EQ(a.bubble, b.bubble) << what;
+          EXPECT_EQ(a.busy, b.busy) << what;
+          EXPECT_EQ(a.peak_live, b.peak_live) << what;
+          ASSERT_EQ(a.times.size(), b.times.size());
+          for (size_t r = 0; r < a.times.size(); ++r)
+            for (size_t i = 0; i < a.times[r].size(); ++i) {
+              EXPECT_EQ(a.times[r][i].start, b.times[r][i].start) << what;
+              EXPECT_EQ(a.times[r][i].end, b.times[r][i].end) << what;
+            }
+          EXPECT_TRUE(replay.play(o, false).times.empty());
+        }
+  }
+  // A list that deadlocks under blocking sends: the replay is built (its
+  // lists are well formed) but refuses to play, naming the deadlock.
+  Schedule s = with_transfers_apart(one_f_one_b_schedule(2, 4));
+  const ScheduleReplay replay(s);
+  try {
+    replay.play({});
+    ADD_FAILURE() << "a deadlocking schedule played";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), rejection(s));
+  }
+  // A list missing its receive is refused when the replay is built.
+  Schedule g = gpipe_schedule(2, 4);
+  auto& l = g.actions[1];
+  l.erase(l.begin() + long(find_action(g, 1, "recv act m1 s0->s1 from rank 0")));
+  EXPECT_THROW(ScheduleReplay{g}, Error);
 }
 
 TEST(PipelineSchedule, TimelineShowsOneRowPerRank) {

@@ -16,21 +16,27 @@ namespace {
 // One play of the checker. The checker weighs a stage's forward and
 // backward alike (ScheduleCosts::stage_weight), so a stage's weight is its
 // forward plus backward and the ratio backward / forward is the mean one.
-// The schedules played so far: one is played with many stage times.
-const parallel::Schedule& schedule_of(const std::string& name, int pp, int m, int chunks) {
+// The schedules played so far, each proven once: one is played with many
+// stage times.
+struct Made {
+  parallel::Schedule schedule;
+  parallel::ScheduleReplay replay;
+  explicit Made(parallel::Schedule s) : schedule(std::move(s)), replay(schedule) {}
+};
+const parallel::ScheduleReplay& schedule_of(const std::string& name, int pp, int m, int chunks) {
   static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<parallel::Schedule>> made;
+  static std::map<std::string, std::unique_ptr<Made>> made;
   const std::string key =
       name + "/" + std::to_string(pp) + "/" + std::to_string(m) + "/" + std::to_string(chunks);
   std::lock_guard<std::mutex> l(mu);
-  std::unique_ptr<parallel::Schedule>& s = made[key];
-  if (!s) s = std::make_unique<parallel::Schedule>(parallel::make_schedule(name, pp, m, chunks));
-  return *s;
+  std::unique_ptr<Made>& s = made[key];
+  if (!s) s = std::make_unique<Made>(parallel::make_schedule(name, pp, m, chunks));
+  return s->replay;
 }
 
 PipelineRun play(const std::string& schedule, int pp, int m, int chunks,
                  const std::vector<double>& fwd, const std::vector<double>& bwd, double transfer) {
-  const parallel::Schedule& s = schedule_of(schedule, pp, m, chunks);
+  const parallel::ScheduleReplay& s = schedule_of(schedule, pp, m, chunks);
   parallel::CheckOptions o;
   const double F = std::accumulate(fwd.begin(), fwd.end(), 0.0);
   const double B = std::accumulate(bwd.begin(), bwd.end(), 0.0);
@@ -38,7 +44,7 @@ PipelineRun play(const std::string& schedule, int pp, int m, int chunks,
   o.costs.backward = B / pp;
   o.costs.transfer = transfer;
   for (size_t v = 0; v < fwd.size(); ++v) o.costs.stage_weight.push_back(fwd[v] + bwd[v]);
-  const parallel::ScheduleReport r = parallel::check_schedule(s, o);
+  const parallel::ScheduleReport r = s.play(o, false);
   PipelineRun out;
   out.makespan = r.makespan;
   out.bubble = r.bubble;
