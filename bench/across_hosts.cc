@@ -5,6 +5,7 @@
 //
 //   build/across_hosts [ROUNDS] [CONFIGS...]      e.g. 3 2x1 2x2 3x2
 //   build/across_hosts ROUNDS dp                  the training part only
+//   ALL=1 build/across_hosts ...                  also every algorithm's medians
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -347,6 +348,21 @@ int main(int argc, char** argv) {
                   best, best_name.c_str(), best > 0 ? a / best : 0, mpi, mpi > 0 ? a / mpi : 0);
     }
     std::printf("\n");
+    if (std::getenv("ALL") != nullptr) {  // ALL=1: every algorithm's median busbw
+      std::printf("| bytes |");
+      for (const std::string& f : runs) std::printf(" %s |", f.c_str());
+      std::printf("\n|---|");
+      for (size_t i = 0; i < runs.size(); ++i) std::printf("---|");
+      std::printf("\n");
+      for (const auto& [bytes, samples] : got["auto"]) {
+        std::printf("| %s |", human(bytes).c_str());
+        for (const std::string& f : runs)
+          std::printf(got[f].count(bytes) ? " %.3f |" : " - |",
+                      got[f].count(bytes) ? median(got[f][bytes]) : 0.0);
+        std::printf("\n");
+      }
+      std::printf("\n");
+    }
     std::fflush(stdout);
   }
   // Data-parallel training, 2 hosts x 1 rank against one host's 2 ranks.

@@ -80,9 +80,9 @@ TEST(LossyLink, TheWireDelaysAndDropsAsAsked) {
   hosts->emulate_link(1, kSlowLossy);
   const double slow = median_rtt_ms(*hosts, 29612);
   std::printf("median round trip: clean wire %.2f ms, 5 ms each way %.2f ms\n", clean, slow);
-  EXPECT_LT(clean, 3.0);
-  EXPECT_GE(slow, 10.0);
-  EXPECT_LT(slow, 20.0);  // not twice the delay each way
+  EXPECT_LT(clean, 5.0);  // a loaded machine's wake-ups, not a delay
+  EXPECT_GE(slow, 10.0);  // the wire holds each frame 5 ms each way
+  EXPECT_LT(slow, 20.0 + clean);  // not twice the delay each way
 
   // Enough frames through the lossy wire to see its loss rate: 4 MiB each
   // way in 64 KiB writes.
