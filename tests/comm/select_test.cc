@@ -74,6 +74,34 @@ TEST(Select, AcrossHostsTheHostLinkCarriesEveryLocalRanksTraffic) {
         << algo;
 }
 
+// Across hosts whose ranks outnumber their cores (2 hosts x 2 ranks, one
+// core each), a step of the ring ends only when both of a host's ranks
+// have had the core: two wake-ups a step. Measured there at 256 KiB, the
+// ring took 396 µs and the hierarchy 145 (docs/PERFORMANCE.md §8); priced
+// with one mean hop a step, the ring had been picked. The link figures are
+// the model's from that day's probe.
+TEST(Select, AcrossOversubscribedHostsEveryStepWaitsForEachLocalRank) {
+  CostParams p;
+  p.tcp = {16.19e-6, 1.0 / 1.74e9};
+  p.shm = {0.35e-6, 1.0 / 5.47e9};
+  p.gamma_s_per_b = 1.0 / 10.02e9;
+  Selector one_core(4, /*any_tcp=*/true, p, /*hosts=*/2, /*max_local=*/2, /*all_shm=*/false,
+                    /*cores=*/1);
+  Selector two_cores(4, true, p, 2, 2, false, /*cores=*/2);
+  const size_t k256K = size_t(256) << 10;
+  // Six steps; each at least two 12 µs wake-ups where the mean hop with a
+  // core a rank is (2 × 16.19 + 2 × 0.35) / 4 = 8.27 µs.
+  EXPECT_GE(one_core.predict(CollOp::kAllReduce, "ring", k256K) -
+                two_cores.predict(CollOp::kAllReduce, "ring", k256K),
+            6 * (24e-6 - 8.27e-6) * 0.999);
+  EXPECT_EQ(one_core.choose(CollOp::kAllReduce, k256K, DType::kF32), "hier");
+  // Doubling's first step stays inside a host; its second has both of a
+  // host's ranks send their whole vector across at once.
+  const size_t k64K = size_t(64) << 10;
+  EXPECT_GT(one_core.predict(CollOp::kAllReduce, "rd", k64K),
+            one_core.predict(CollOp::kAllReduce, "hier", k64K));
+}
+
 TEST(Select, ChainCanBeForcedAndUnknownNamesAreRejected) {
   Selector s(4, false, CostParams{}, 1, 4, true, /*cores=*/2);
   s.set_override("all_reduce", "chain");

@@ -20,7 +20,9 @@
 //   two.
 // Recursive doubling (small messages): for mask = 1 … p/2 exchange the whole
 //   vector with v ^ mask and reduce. Cost: log p·(α + Nβ + 2Nγ) + Nγ
-//   (+ fold), each step's reduction priced at 2Nγ.
+//   (+ fold), each step's reduction priced at 2Nγ (across H hosts of L
+//   ranks, n a power of two: the first log L steps at the host's own α
+//   and β, the other log H with the host's L ranks sharing its link).
 //   IEEE addition is commutative, so both partners compute identical bits.
 #include <cstring>
 
@@ -146,7 +148,8 @@ void add_halving_doubling(Table& t) {
                  const double out = 1.0 - 1.0 / H, in = 1.0 / H - 1.0 / p;
                  const double steps_out = std::log2(H), steps_in = std::log2(p) - steps_out;
                  const double wire = m.hosts > 1
-                                         ? 2 * steps_out * m.a + 2 * steps_in * m.as +
+                                         ? 2 * steps_out * m.step_alpha(m.a) +
+                                               2 * steps_in * m.step_alpha(m.as) +
                                                m.wire_bytes(2 * out, 2 * m.max_local * out) * m.b +
                                                2 * in * m.N * m.bs
                                          : 2 * std::log2(p) * m.a + 2 * (p - 1.0) / p * m.N * m.b;
@@ -157,8 +160,22 @@ void add_halving_doubling(Table& t) {
   t.push_back({CollOp::kAllReduce, AlgoId::kRecursiveDoubling, "rd",
                "recursive doubling, whole vector each step: small buffers", always,
                [](const CostInputs& m) {
-                 return std::log2(m.p) * (m.a + m.N * m.b + 2 * m.N * m.g) + m.N * m.g +
-                        (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
+                 const double each = 2 * m.N * m.g;  // a step's reduction
+                 double steps;
+                 if (m.hosts > 1 && !m.folded && m.max_local > 1) {
+                   // Doubling starts with the nearest partner: across hosts
+                   // (ranks packed by host, a power of two of them) the
+                   // first log L steps stay inside a host, and in each of
+                   // the other log H steps all L ranks of a host send their
+                   // whole vector across at once (wire_bytes).
+                   const double L = std::min(double(m.max_local), double(m.p));
+                   const double in = std::log2(L), out = std::log2(double(m.p)) - in;
+                   steps = in * (m.step_alpha(m.as) + m.N * m.bs + each) +
+                           out * (m.step_alpha(m.a) + m.wire_bytes(1, L) * m.b + each);
+                 } else {
+                   steps = std::log2(m.p) * (m.step_alpha(m.a) + m.N * m.b + each);
+                 }
+                 return steps + m.N * m.g + (m.folded ? 2 * (m.a + m.N * m.b) + m.N * m.g : 0);
                },
                [](Context& c, const Call& k) { all_reduce_rd(c, k.send, k.recv, k.count); }});
 }

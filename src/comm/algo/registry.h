@@ -88,6 +88,18 @@ struct CostInputs {
     const double links = std::max(1, std::min(nics, max_local));
     return hosts > 1 ? std::max(per_rank, per_host / links) * N : per_rank * N;
   }
+  // The α of one step of an algorithm in which every rank sends and
+  // receives at once (ring, rd, hd), across hosts whose ranks outnumber
+  // their cores: the step ends only when each of a host's ranks has had a
+  // core in turn, max_local / cores wake-ups one after another (`as` is
+  // the wake-up's α there). At 2 hosts x 2 ranks on one core each, a
+  // ring's step took 66 µs at 256 KiB where its link moves the segment in
+  // 38 (docs/PERFORMANCE.md §8). On one host the fitted terms and
+  // `shared` price it instead.
+  double step_alpha(double alpha) const {
+    if (hosts <= 1 || !oversubscribed) return alpha;
+    return std::max(alpha, std::ceil(double(max_local) / double(std::max(cores, 1))) * as);
+  }
   // The mean α of a ring's hops in rank order: across hosts (ranks packed
   // by host) `hosts` of its n hops cross a host's link (α) and the rest
   // stay inside (as). Each step of a ring waits for the previous step's
@@ -118,8 +130,8 @@ struct CostInputs {
   double ring_ab(double steps) const {
     const double c = N / n / chunks;
     if (hosts > 1 && hosts < n)
-      return steps * ring_hop_alpha() + (chunks - 1) * a + steps * chunks * c * b;
-    return ring_time(steps, c, chunks, ring_hop_alpha(), ring_hop_beta(), a, b);
+      return steps * step_alpha(ring_hop_alpha()) + (chunks - 1) * a + steps * chunks * c * b;
+    return ring_time(steps, c, chunks, step_alpha(ring_hop_alpha()), ring_hop_beta(), a, b);
   }
   // The same for `steps` steps of `chunks` chunks of c bytes over hops of
   // mean α, β (am, bm) whose slowest link is (a_max, b_max).
