@@ -16,9 +16,20 @@ struct GemmSample {
 
 // Square f32 products, 32 to 1024 (×2), on one thread, through braid's
 // own GEMM (kernels.h: OpenBLAS); the fastest of 3 timed runs each after
-// one warm-up, each run at least 2 ms. About half a second. The thread
-// count is restored afterwards.
-std::vector<GemmSample> probe_gemm();
+// one warm-up, each run at least 2 ms. About a tenth of a second. The
+// thread count is restored afterwards. `core_share`, when given: the
+// thread's CPU time over the wall time it took (well below 1: the core
+// was shared with other work).
+std::vector<GemmSample> probe_gemm(double* core_share = nullptr);
+
+// Where the tuning cache (comm::default_tuning_path) has no GEMM curve
+// yet, measures one and keeps it there, as a job's first communicator
+// probes its links; `braid plan --cluster this-machine` calls it first.
+// Not where the user chose the figures (BRAID_TUNING) or said
+// BRAID_PROBE=0, and not kept when the probe shared its core
+// (comm::kMinCoreShare). Returns a line saying what it did ("" when it did
+// nothing). Throws Error(kIo) when the file cannot be written.
+std::string keep_gemm_probe_if_missing();
 
 // Tuning-file text with "gemm_f32_1thread": [[flops, GFLOP/s], ...] set
 // from `samples`; other entries are kept; text that does not parse is

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "braid/error.h"
@@ -78,6 +80,39 @@ TEST(PlanProbe, WithoutSamplesTheCurveIsGenericAndBadOnesAreRefused) {
   }
   EXPECT_THROW(plan::gemm_probe_from(R"({"gemm_f32_1thread": [["x"]]})", "t.json"), Error);
   EXPECT_TRUE(plan::gemm_probe_from("", "t.json").empty());
+}
+
+// Where the tuning cache has no GEMM curve, `braid plan`'s first use
+// measures one and keeps it (when the probe had its core), and
+// `this-machine` then prices by it; BRAID_PROBE=0 (and a user's own
+// BRAID_TUNING) keep the generic curve and write nothing.
+TEST(PlanProbe, AMissingGemmCurveIsMeasuredAndKept) {
+  ::unsetenv("BRAID_TUNING");
+  const std::string dir = braid::testing::temp_dir("plan_probe_first");
+  ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  const std::string cache = dir + "/braid/tuning.json";
+  ::setenv("BRAID_PROBE", "0", 1);
+  EXPECT_EQ(plan::keep_gemm_probe_if_missing(), "");
+  EXPECT_FALSE(std::ifstream(cache).good());
+  EXPECT_NE(plan::cluster_preset("this-machine").device.source.find("GEMM curve generic"),
+            std::string::npos);
+  ::unsetenv("BRAID_PROBE");
+  const std::string did = plan::keep_gemm_probe_if_missing();
+  EXPECT_EQ(did.rfind("measured one core's GEMM rate", 0), 0u) << did;
+  if (did.find("not kept") != std::string::npos) {
+    std::printf("%s\n", did.c_str());  // the probe shared its core: nothing to read back
+    EXPECT_FALSE(std::ifstream(cache).good());
+    return;
+  }
+  std::ifstream kept(cache);
+  ASSERT_TRUE(kept.good()) << did;
+  std::stringstream text;
+  text << kept.rdbuf();
+  EXPECT_EQ(plan::gemm_probe_from(text.str(), cache).size(), 6u);
+  EXPECT_NE(plan::cluster_preset("this-machine").device.source.find("first use"),
+            std::string::npos);
+  // Kept once: the next call has nothing to do.
+  EXPECT_EQ(plan::keep_gemm_probe_if_missing(), "");
 }
 
 }  // namespace

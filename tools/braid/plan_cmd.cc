@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/error.h"
+#include "braid/plan_probe.h"
 #include "braid/plan_search.h"
 #include "plan_sim_cmd.h"
 #include "sizes.h"
@@ -152,6 +153,12 @@ int plan_main(int argc, char** argv) {
   app.add_option("--trace", sim.trace_path, "write the simulated run's Chrome trace (JSON) here");
   CLI11_PARSE(app, argc, argv);
 
+  // This machine's GEMM curve, measured once and kept, as a job's first
+  // communicator probes its links (stderr: --json stays one object a line).
+  if (cluster_name == "this-machine") {
+    const std::string did = plan::keep_gemm_probe_if_missing();
+    if (!did.empty()) std::fprintf(stderr, "braid plan: this-machine: %s\n", did.c_str());
+  }
   const plan::Cluster cluster = plan::load_cluster(cluster_name);
   if (show_cluster) {
     std::printf("%s\n", plan::cluster_json(cluster).c_str());

@@ -202,9 +202,10 @@ Cluster this_machine() {
   const double hz = cpu_mhz() * 1e6;
   c.device.name = "one core of this machine";
   c.device.peak_flops = {{"f32", hz * 32}};
-  // The GEMM curve `braid bench --probe` measured here, when the tuning
-  // file has one: each size's rate over the peak (raised to the fastest
-  // measured rate where that beats the clock's estimate, e.g. AVX-512).
+  // The GEMM curve measured here (`braid bench --probe`, or `braid plan`'s
+  // first use), when the tuning file has one: each size's rate over the
+  // peak (raised to the fastest measured rate where that beats the clock's
+  // estimate, e.g. AVX-512).
   const std::vector<GemmSample> gemm = gemm_probe_from(comm::read_tuning(), "tuning file");
   const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGESIZE));
   c.device.memory_bytes = pages > 0 && page > 0 ? pages * page / cores : 4 * kGiB;
@@ -225,8 +226,8 @@ Cluster this_machine() {
     for (const GemmSample& g : gemm) c.device.gemm_efficiency.push_back({g.flops, g.flop_s / peak});
     c.device.source =
         "peak = the larger of /proc/cpuinfo 'cpu MHz' x 32 f32 FLOP/cycle and the fastest "
-        "GEMM measured; GEMM curve measured by `braid bench --probe` (one thread, 32-1024 "
-        "square, tuning file gemm_f32_1thread); memory = physical memory / usable cores; 10 "
+        "GEMM measured; GEMM curve measured by `braid bench --probe` or `braid plan`'s first use (one "
+        "thread, 32-1024 square, tuning file gemm_f32_1thread); memory = physical memory / usable cores; 10 "
         "GB/s memory bandwidth per core assumed";
   }
   // Every rank braid runs here is on this host; beyond its cores they

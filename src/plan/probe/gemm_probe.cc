@@ -3,17 +3,31 @@
 // file.
 #include "braid/plan_probe.h"
 
+#include <time.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/kernels.h"
+#include "braid/tuning.h"
 
 namespace braid::plan {
+namespace {
 
-std::vector<GemmSample> probe_gemm() {
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+}  // namespace
+
+std::vector<GemmSample> probe_gemm(double* core_share) {
+  const double wall0 = now_s(), cpu0 = thread_cpu_s();
   const int threads = num_threads();
   set_num_threads(1);
   std::vector<GemmSample> out;
@@ -35,7 +49,27 @@ std::vector<GemmSample> probe_gemm() {
     out.push_back({flops, best});
   }
   set_num_threads(threads);
+  if (core_share != nullptr) *core_share = (thread_cpu_s() - cpu0) / std::max(1e-9, now_s() - wall0);
   return out;
+}
+
+std::string keep_gemm_probe_if_missing() {
+  const std::string text = comm::read_tuning();
+  if (!gemm_probe_from(text, "tuning file").empty() || env_str("BRAID_TUNING") ||
+      env_str("BRAID_PROBE").value_or("1") == "0")
+    return "";
+  const std::string path = comm::default_tuning_path();
+  if (path.empty()) return "";
+  double share = 0;
+  const std::vector<GemmSample> g = probe_gemm(&share);
+  char rate[96];
+  std::snprintf(rate, sizeof rate, "one core's GEMM rate, %.0f-%.0f GFLOP/s (32-1024 square)",
+                g.front().flop_s / 1e9, g.back().flop_s / 1e9);
+  if (share < comm::kMinCoreShare)
+    return std::string("measured ") + rate + " with " + std::to_string(share) +
+           " of a core (other work is running): not kept; the generic curve is used";
+  comm::write_tuning(path, merge_gemm_probe(text, g));
+  return std::string("measured ") + rate + " -> " + path;
 }
 
 std::string merge_gemm_probe(const std::string& text, const std::vector<GemmSample>& samples) {
