@@ -4,7 +4,7 @@
 #                                  and BLAS thread settings of the shell unset
 #   done_field FILE KEY           a field of a JSON log's done record (JSON)
 clean_env=(env -u LD_LIBRARY_PATH -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_PLACES
-           -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
+           -u GOMP_CPU_AFFINITY -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
 done_field() {
   python3 -c "import json,sys
 for l in open(sys.argv[1]):

@@ -40,6 +40,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/braid_env.sh"  # clean_env: braid as a user runs it
 root=$(cd "$here/.." && pwd)
 build=""
 md=""
@@ -177,8 +178,7 @@ run_one() {
               --warmup "$warmup" --json)
   if [[ $tool == braid ]]; then
     # As a user runs it: nothing inherited from the shell's tuning.
-    cmd=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS
-         "$braid" bench -n "$n" "${args[@]}")
+    cmd=("${clean_env[@]}" "$braid" bench -n "$n" "${args[@]}")
     [[ $transport == tcp ]] && cmd+=(--transport tcp)
   else
     cmd=(mpirun -n "$n" --bind-to none)

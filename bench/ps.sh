@@ -37,7 +37,7 @@ keys=${KEYS:-4096}
 eps=${EPS:-0.03}
 out=${OUT:-$(mktemp -d /tmp/braid_ps_XXXXXX)}
 mkdir -p "$out"
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+source "$here/bench/braid_env.sh"  # clean_env: braid as a user runs it
 
 echo "# $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); logs in $out"
 echo

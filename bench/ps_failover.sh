@@ -37,7 +37,7 @@ model=${MODEL:-dlrm}
 steps=${STEPS:-40}
 out=${OUT:-$(mktemp -d /tmp/braid_ps_failover_XXXXXX)}
 mkdir -p "$out"
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OPENBLAS_NUM_THREADS)
+source "$here/bench/braid_env.sh"  # clean_env: braid as a user runs it
 job=("$model" --steps "$steps" --batch 256 --threads 1 --quiet --workers 2 --servers 3
   --replicas 2 --consistency bsp)
 at=$((steps / 2))

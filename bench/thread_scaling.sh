@@ -20,8 +20,7 @@ gpt_steps=${GPT_STEPS:-30}
 tmp=$(mktemp -d /tmp/braid_threads_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-clean_env=(env -u LD_LIBRARY_PATH -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OMP_WAIT_POLICY
-           -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_PLACES -u GOMP_CPU_AFFINITY)
+source "$here/bench/braid_env.sh"  # clean_env: braid as a user runs it
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
