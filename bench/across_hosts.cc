@@ -174,81 +174,77 @@ Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_benc
   return parse_rows(out);
 }
 
-// GB/s of one TCP stream node0 -> node1.
-double tcp_stream(const TestHosts& hosts, const std::string& dir) {
-  const std::string recv =
-      "import socket,time\n"
-      "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-      "s.bind(('0.0.0.0',29800));s.listen(1);c,_=s.accept()\n"
-      "n=0;b=bytearray(1<<22);v=memoryview(b)\n"
-      "t=time.time()\n"
-      "while True:\n"
-      "  k=c.recv_into(v)\n"
-      "  if not k: break\n"
-      "  n+=k\n"
-      "print(n/(time.time()-t)/1e9)\n";
-  const std::string send =
-      "import socket,time\n"
-      "for i in range(100):\n"
-      "  try:\n"
-      "    s=socket.create_connection(('" + hosts.address(1) + "',29800));break\n"
-      "  except OSError: time.sleep(0.05)\n"
-      "b=bytes(1<<22)\n"
-      "for i in range(64): s.sendall(b)\n"
-      "s.close()\n";
-  std::ofstream(dir + "/recv.py") << recv;
-  std::ofstream(dir + "/send.py") << send;
-  auto rx = hosts.start(1, "exec python3 " + dir + "/recv.py", dir + "/recv.out");
-  std::string out;
-  hosts.run(0, "python3 " + dir + "/send.py", &out);
-  rx.wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+// python3 streams over the test hosts' wire. `stream.py recv PORT` takes
+// one connection and prints the GB/s it received, from its first byte;
+// `stream.py send HOST PORT` connects (retrying while the receiver starts)
+// and sends 256 MiB; `stream.py both PEER PORT` does both at once, sending
+// once its own receiver has its connection.
+const char* kStreamPy =
+    "import socket,sys,threading,time\n"
+    "def recv(l, up=None):\n"
+    "  c,_=l.accept()\n"
+    "  if up: up.set()\n"
+    "  n=0;b=bytearray(1<<22);v=memoryview(b);t=None\n"
+    "  while True:\n"
+    "    k=c.recv_into(v)\n"
+    "    if not k: break\n"
+    "    if t is None: t=time.time()\n"
+    "    n+=k\n"
+    "  return n/(time.time()-t)/1e9\n"
+    "def listen(port):\n"
+    "  l=socket.socket();l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+    "  l.bind(('0.0.0.0',port));l.listen(1);return l\n"
+    "def send(host, port, up=None):\n"
+    "  for i in range(200):\n"
+    "    try:\n"
+    "      s=socket.create_connection((host,port));break\n"
+    "    except OSError: time.sleep(0.05)\n"
+    "  if up: up.wait(30)\n"
+    "  b=bytes(1<<22)\n"
+    "  for i in range(64): s.sendall(b)\n"
+    "  s.close()\n"
+    "mode=sys.argv[1]\n"
+    "if mode=='recv': print(recv(listen(int(sys.argv[2]))))\n"
+    "elif mode=='send': send(sys.argv[2],int(sys.argv[3]))\n"
+    "else:\n"
+    "  l=listen(int(sys.argv[3]));up=threading.Event();got=[]\n"
+    "  th=threading.Thread(target=lambda: got.append(recv(l,up)));th.start()\n"
+    "  send(sys.argv[2],int(sys.argv[3]),up);th.join();print(got[0])\n";
+
+// The GB/s a stream job printed, 0 when it printed none.
+double rate_of(const braid::testing::HostJob& job) {
   try {
-    return std::stod(rx.output());
+    return std::stod(job.output());
   } catch (const std::exception&) {
     return 0;
   }
 }
 
+// GB/s of one TCP stream node0 -> node1.
+double tcp_stream(const TestHosts& hosts, const std::string& dir) {
+  std::ofstream(dir + "/stream.py") << kStreamPy;
+  auto rx = hosts.start(1, "exec python3 " + dir + "/stream.py recv 29800", dir + "/recv.out");
+  std::string out;
+  hosts.run(0, "python3 " + dir + "/stream.py send " + hosts.address(1) + " 29800", &out);
+  rx.wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  return rate_of(rx);
+}
+
 // GB/s each way of two TCP streams at once, node0 -> node1 and node1 ->
 // node0 (the slower direction): what a 2-rank all_reduce's traffic is, each
-// host's one core both sending and receiving. Each host accepts its peer's
-// stream and connects its own; both send once both connections are up.
+// host's one core both sending and receiving.
 double tcp_streams_both_ways(const TestHosts& hosts, const std::string& dir) {
-  const std::string both =
-      "import socket,sys,threading,time\n"
-      "peer=sys.argv[1]\n"
-      "l=socket.socket();l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-      "l.bind(('0.0.0.0',29801));l.listen(1)\n"
-      "got={};up=threading.Event()\n"
-      "def rx():\n"
-      "  c,_=l.accept();up.set();n=0;b=bytearray(1<<22);v=memoryview(b);t=None\n"
-      "  while True:\n"
-      "    k=c.recv_into(v)\n"
-      "    if not k: break\n"
-      "    if t is None: t=time.time()\n"
-      "    n+=k\n"
-      "  got['r']=n/(time.time()-t)/1e9\n"
-      "th=threading.Thread(target=rx);th.start()\n"
-      "for i in range(200):\n"
-      "  try:\n"
-      "    s=socket.create_connection((peer,29801));break\n"
-      "  except OSError: time.sleep(0.05)\n"
-      "up.wait(30)\n"
-      "b=bytes(1<<22)\n"
-      "for i in range(64): s.sendall(b)\n"
-      "s.close();th.join();print(got['r'])\n";
-  std::ofstream(dir + "/both.py") << both;
-  auto a = hosts.start(0, "exec python3 " + dir + "/both.py " + hosts.address(1), dir + "/both0.out");
-  auto b = hosts.start(1, "exec python3 " + dir + "/both.py " + hosts.address(0), dir + "/both1.out");
+  std::ofstream(dir + "/stream.py") << kStreamPy;
+  auto a = hosts.start(0, "exec python3 " + dir + "/stream.py both " + hosts.address(1) + " 29801",
+                       dir + "/both0.out");
+  auto b = hosts.start(1, "exec python3 " + dir + "/stream.py both " + hosts.address(0) + " 29801",
+                       dir + "/both1.out");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   a.wait(deadline);
   b.wait(deadline);
-  try {
-    std::fprintf(stderr, "  each way: %.3f %.3f GB/s\n", std::stod(a.output()), std::stod(b.output()));
-    return std::min(std::stod(a.output()), std::stod(b.output()));
-  } catch (const std::exception&) {
-    return 0;
-  }
+  const double ab = rate_of(a), ba = rate_of(b);
+  std::fprintf(stderr, "  each way: %.3f %.3f GB/s\n", ab, ba);
+  return std::min(ab, ba);
 }
 
 double median(std::vector<double> v) {

@@ -19,6 +19,10 @@ if [[ ${1:-} == --list ]]; then list=1; shift; fi
 # openmpi-bin: the tests that launch braid's ranks and servers with mpirun.
 # slurmctld, slurmd, slurm-client: the tests that start a Slurm cluster on
 # namespaced test hosts and run srun and sbatch on it.
+# iproute2 (ip), util-linux (unshare, nsenter, taskset): the test hosts
+# (tests/support/test_hosts.h); both are in Debian's base system, named
+# here because the tests need them. No test runs `tc`: the kernel has no
+# netem, and tests/support/emulated_wire.h emulates delay and loss.
 # Every program a test runs must come from this list or the base system: CI
 # runs `make test` with scripts/fresh_path.sh's PATH, which holds nothing else.
 want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-dev
@@ -26,7 +30,7 @@ want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev dataset-fashion-mnist python3
       python3-torch libtorch-dev pybind11-dev python3-dev python3-pip
-      openmpi-bin slurmctld slurmd slurm-client)
+      openmpi-bin slurmctld slurmd slurm-client iproute2 util-linux)
 if [[ "${1:-build}" == bench ]]; then
   want+=(libopenmpi-dev libopenblas0-openmp)
 fi

@@ -126,5 +126,10 @@ std::string merge_probe(const std::string& text, const std::string& kind, const 
 // Writes `text` to `path` atomically (a temporary file, then rename),
 // creating the directory.
 void write_tuning(const std::string& path, const std::string& text);
+// Whether braid may measure this machine and keep what it saw in the
+// tuning cache by itself: not when BRAID_TUNING names a file (the user
+// chose the figures) or BRAID_PROBE=0. A job's first communicator (its
+// links) and `braid plan`'s first this-machine plan (its GEMMs) ask.
+bool may_probe();
 
 }  // namespace braid::comm

@@ -116,36 +116,40 @@ void EmulatedWire::carry() {
   };
   std::deque<Frame> held[2];  // held[d]: frames read from fd_[d], for fd_[1 - d]
   std::vector<unsigned char> buf(65536);
+  // Reads what end d sent (a bounded batch, then the other way's turn) and
+  // holds each frame the loss draw keeps and the queue has room for.
+  auto take = [&](int d, Clock::time_point arrived) {
+    for (int k = 0; k < 256; ++k) {
+      const ssize_t n = ::read(fd_[d], buf.data(), buf.size());
+      if (n <= 0) return;
+      frames_.fetch_add(1, std::memory_order_relaxed);
+      const double draw = double(splitmix(rng_) >> 11) * 0x1.0p-53;
+      if (draw < faults_.loss)
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+      else if (held[d].size() >= faults_.queue_frames)
+        overflow_.fetch_add(1, std::memory_order_relaxed);
+      else
+        held[d].push_back(Frame{arrived + faults_.delay, {buf.data(), buf.data() + n}});
+    }
+  };
   for (;;) {
-    // Sleep until a frame arrives, a held one is due, or the wire stops.
-    timespec wait{1, 0};
-    const auto now = Clock::now();
+    // Sleep until a frame arrives, a held one is due (at most 1 s), or the
+    // wire stops.
+    auto next = Clock::now() + std::chrono::seconds(1);
     for (const auto& q : held)
-      if (!q.empty()) {
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(q.front().due - now);
-        const long long left = std::max<long long>(0, ns.count());
-        if (left < wait.tv_sec * 1000000000ll + wait.tv_nsec)
-          wait = timespec{time_t(left / 1000000000), long(left % 1000000000)};
-      }
+      if (!q.empty()) next = std::min(next, q.front().due);
+    const long long left = std::max<long long>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(next - Clock::now()).count());
+    const timespec wait{time_t(left / 1000000000), long(left % 1000000000)};
     pollfd p[3] = {{fd_[0], POLLIN, 0}, {fd_[1], POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     if (::ppoll(p, 3, &wait, nullptr) < 0 && errno != EINTR) return;
     if (p[2].revents) return;
-    for (int d = 0; d < 2; ++d) {
-      if (!(p[d].revents & POLLIN)) continue;
-      for (int k = 0; k < 256; ++k) {  // a bounded batch, then the other way's turn
-        const ssize_t n = ::read(fd_[d], buf.data(), buf.size());
-        if (n <= 0) break;
-        frames_.fetch_add(1, std::memory_order_relaxed);
-        std::lock_guard<std::mutex> lock(mu_);
-        const double draw = double(splitmix(rng_) >> 11) * 0x1.0p-53;
-        if (draw < faults_.loss) {
-          dropped_.fetch_add(1, std::memory_order_relaxed);
-        } else if (held[d].size() >= faults_.queue_frames) {
-          overflow_.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          held[d].push_back(Frame{Clock::now() + faults_.delay, {buf.data(), buf.data() + n}});
-        }
-      }
+    // The frames of this wake-up arrived now, under the faults of now.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto arrived = Clock::now();
+      for (int d = 0; d < 2; ++d)
+        if (p[d].revents & POLLIN) take(d, arrived);
     }
     // Deliver what is due, in order; a write into a device that is down (a
     // cut link) fails, and the frame is lost as on a real cut wire.

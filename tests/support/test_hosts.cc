@@ -118,26 +118,31 @@ std::unique_ptr<TestHosts> TestHosts::make(int n, std::string* why) {
   std::unique_ptr<TestHosts> h(new TestHosts());
   h->tag_ = std::to_string(::getpid());
   h->wires_.resize(size_t(n));
-  const std::string br = "br" + h->tag_;
+  const std::string br = h->bridge_name();
   h->switch_ = h->spawn_holder("hostname switch && ip link set lo up && ip link add " + br +
                                " type bridge && ip link set " + br + " up");
   for (int i = 0; i < n; ++i) {
     h->hosts_.push_back(h->spawn_holder(
         "hostname " + h->name(i) +
         " && mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm && ip link set lo up"));
-    const std::string sw = "nsenter -t " + std::to_string(h->switch_.pid) + " -n -- ";
-    const std::string port = h->port_name(i);
-    for (const std::string& cmd :
-         {sw + "ip link add " + port + " type veth peer name eth0 netns " +
-              std::to_string(h->hosts_[size_t(i)].pid),
-          sw + "ip link set " + port + " master " + br + " up",
-          h->enter(i) + " sh -c " +
-              quote("ip addr add " + h->address(i) + "/24 dev eth0 && ip link set eth0 up")}) {
-      CommandResult r = run_command(cmd);
-      if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
-    }
+    h->on_switch("ip link add " + h->port_name(i) + " type veth peer name eth0 netns " +
+                 std::to_string(h->hosts_[size_t(i)].pid));
+    h->plug_in(i);
   }
   return h;
+}
+
+void TestHosts::on_switch(const std::string& cmd) const {
+  const std::string full = "nsenter -t " + std::to_string(switch_.pid) + " -n -- " + cmd;
+  CommandResult r = run_command(full);
+  if (r.status != 0) throw std::runtime_error("test hosts: `" + full + "` failed: " + r.out);
+}
+
+void TestHosts::plug_in(int i) const {
+  on_switch("ip link set " + port_name(i) + " master " + bridge_name() + " up");
+  std::string out;
+  if (run(i, "ip addr add " + address(i) + "/24 dev eth0 && ip link set eth0 up", &out) != 0)
+    throw std::runtime_error("test hosts: addressing eth0 on " + name(i) + " failed: " + out);
 }
 
 TestHosts::Holder TestHosts::spawn_holder(const std::string& script) {
@@ -158,7 +163,7 @@ TestHosts::Holder TestHosts::spawn_holder(const std::string& script) {
                "sh", "-c", script + " && echo ready && exec sleep 3600 >/dev/null"});
   }
   ::close(fds[1]);
-  Holder h{pid, ""};
+  Holder h{pid, "", ""};
   // Its "ready" within 10 s, or it failed.
   std::string got;
   const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -229,10 +234,7 @@ uint64_t TestHosts::rx_bytes(int i) const {
 }
 
 void TestHosts::set_link(int i, bool up) const {
-  const std::string cmd = "nsenter -t " + std::to_string(switch_.pid) + " -n -- ip link set " +
-                          port_name(i) + (up ? " up" : " down");
-  CommandResult r = run_command(cmd);
-  if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
+  on_switch("ip link set " + port_name(i) + (up ? " up" : " down"));
 }
 
 void TestHosts::emulate_link(int i, const WireFaults& faults) {
@@ -243,18 +245,10 @@ void TestHosts::emulate_link(int i, const WireFaults& faults) {
   }
   // Deleting the switch's end of the veth pair deletes host i's eth0 too;
   // the wire's two TAP devices take their names, then their places.
-  const std::string sw = "nsenter -t " + std::to_string(switch_.pid) + " -n -- ";
-  const std::string port = port_name(i);
-  CommandResult del = run_command(sw + "ip link del " + port);
-  if (del.status != 0) throw std::runtime_error("test hosts: `ip link del " + port + "` failed: " + del.out);
-  wire = std::make_unique<EmulatedWire>(hosts_.at(size_t(i)).pid, "eth0", switch_.pid, port, faults);
-  for (const std::string& cmd :
-       {sw + "ip link set " + port + " master br" + tag_ + " up",
-        "nsenter -t " + std::to_string(hosts_[size_t(i)].pid) + " -n -- sh -c " +
-            quote("ip addr add " + address(i) + "/24 dev eth0 && ip link set eth0 up")}) {
-    CommandResult r = run_command(cmd);
-    if (r.status != 0) throw std::runtime_error("test hosts: `" + cmd + "` failed: " + r.out);
-  }
+  on_switch("ip link del " + port_name(i));
+  wire = std::make_unique<EmulatedWire>(hosts_.at(size_t(i)).pid, "eth0", switch_.pid, port_name(i),
+                                        faults);
+  plug_in(i);
 }
 
 WireStats TestHosts::wire_stats(int i) const {

@@ -105,6 +105,11 @@ class TestHosts {
   };
   Holder spawn_holder(const std::string& script);
   std::string port_name(int i) const;
+  std::string bridge_name() const { return "br" + tag_; }
+  // Runs `cmd` in the switch's network namespace; throws when it fails.
+  void on_switch(const std::string& cmd) const;
+  // Puts host i's switch port on the bridge and up, and addresses its eth0.
+  void plug_in(int i) const;
   void teardown();
 
   Holder switch_;

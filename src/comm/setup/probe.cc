@@ -214,10 +214,14 @@ void write_tuning(const std::string& path, const std::string& text) {
   }
 }
 
+bool may_probe() {
+  return !env_str("BRAID_TUNING") && env_str("BRAID_PROBE").value_or("1") != "0";
+}
+
 std::vector<ProbeLink> probe_plan(const std::string& text,
                                   const std::vector<ProbeLink>& peer_of_kind, int size,
                                   int max_local, int cores) {
-  if (env_str("BRAID_TUNING") || env_str("BRAID_PROBE").value_or("1") == "0") return {};
+  if (!may_probe()) return {};
   if (size < 2 || max_local > cores) return {};
   const auto j = tuning_object(text);
   if (!j) return {};  // the parser has already rejected it

@@ -268,7 +268,6 @@ ScheduleReport ScheduleReplay::play(const CheckOptions& opt, bool with_times) co
 }
 
 ScheduleReport check_schedule(const Schedule& s, const CheckOptions& opt) {
-  check_options(s, opt);
   return ScheduleReplay(s).play(opt);
 }
 

@@ -13,9 +13,6 @@
 namespace braid::plan {
 namespace {
 
-// One play of the checker. The checker weighs a stage's forward and
-// backward alike (ScheduleCosts::stage_weight), so a stage's weight is its
-// forward plus backward and the ratio backward / forward is the mean one.
 // The schedules played so far, each proven once: one is played with many
 // stage times.
 struct Made {
@@ -34,6 +31,9 @@ const parallel::ScheduleReplay& schedule_of(const std::string& name, int pp, int
   return s->replay;
 }
 
+// One play of the checker. The checker weighs a stage's forward and
+// backward alike (ScheduleCosts::stage_weight), so a stage's weight is its
+// forward plus backward and the ratio backward / forward is the mean one.
 PipelineRun play(const std::string& schedule, int pp, int m, int chunks,
                  const std::vector<double>& fwd, const std::vector<double>& bwd, double transfer) {
   const parallel::ScheduleReplay& s = schedule_of(schedule, pp, m, chunks);

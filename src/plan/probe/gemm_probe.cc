@@ -54,10 +54,9 @@ std::vector<GemmSample> probe_gemm(double* core_share) {
 }
 
 std::string keep_gemm_probe_if_missing() {
+  if (!comm::may_probe()) return "";
   const std::string text = comm::read_tuning();
-  if (!gemm_probe_from(text, "tuning file").empty() || env_str("BRAID_TUNING") ||
-      env_str("BRAID_PROBE").value_or("1") == "0")
-    return "";
+  if (!gemm_probe_from(text, "tuning file").empty()) return "";
   const std::string path = comm::default_tuning_path();
   if (path.empty()) return "";
   double share = 0;
