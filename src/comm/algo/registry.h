@@ -120,16 +120,19 @@ struct CostInputs {
   // of many chunks is bound by busy; across hosts a ring of small segments
   // pays the mean hop, not the host link's β, on every step.
   //
-  // A ring whose hops differ (some inside a host, some between hosts) is
-  // priced as before instead: every step at the host link's β (the fill's
-  // α too, the steps' α the hops' mean). The simulator's ideal ring pays
-  // the hops' mean β (docs/PLAN.md: 0.73 of this on dgx-h100), but braid's
-  // rings across namespaced hosts run slower than even this: at 2 hosts x
-  // 2 ranks and 256 KiB–1 MiB the ring moved 0.35–0.77 of what hier did
-  // (PERFORMANCE §8), and the mean-hop price had the selector pick it.
+  // A ring whose hops differ (some inside a host, some between hosts) on
+  // hosts whose ranks outnumber their cores is priced at the host link's β
+  // on every step instead (the fill's α too, the steps' α the hops'
+  // mean): there one core carries each of its host's hops in turn, the
+  // link's and the in-host one's, so no step of it overlaps another. At 2
+  // hosts x 2 ranks on one core each, 256 KiB–1 MiB, such rings moved
+  // 0.35–0.77 of what hier did (docs/PERFORMANCE.md §8) where the
+  // mean-hop price had the selector pick them. Ranks with cores (or
+  // devices) of their own pay the mean hop, as the simulator's ring does
+  // (docs/PLAN.md).
   double ring_ab(double steps) const {
     const double c = N / n / chunks;
-    if (hosts > 1 && hosts < n)
+    if (hosts > 1 && hosts < n && oversubscribed)
       return steps * step_alpha(ring_hop_alpha()) + (chunks - 1) * a + steps * chunks * c * b;
     return ring_time(steps, c, chunks, step_alpha(ring_hop_alpha()), ring_hop_beta(), a, b);
   }

@@ -20,8 +20,9 @@
 // kind of link with one chunk a step this is (2(n−1))α + 2(n−1)/n·Nβ +
 // (n−1)/n·Nγ; with many chunks the link's load decides (the α of each
 // step is latency, hidden behind the chunks in flight). A ring whose hops
-// differ (several hosts, several ranks on one) is priced at the host
-// link's β on every step instead (CostInputs::ring_ab says why).
+// differ (several hosts, several ranks on one) on hosts with more ranks
+// than cores is priced at the host link's β on every step instead
+// (CostInputs::ring_ab says why).
 // Bandwidth-optimal: the choice for large messages.
 // Latency grows linearly with n, so small messages go to recursive
 // doubling instead.
