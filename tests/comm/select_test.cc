@@ -100,6 +100,18 @@ TEST(Select, AcrossOversubscribedHostsEveryStepWaitsForEachLocalRank) {
   const size_t k64K = size_t(64) << 10;
   EXPECT_GT(one_core.predict(CollOp::kAllReduce, "rd", k64K),
             one_core.predict(CollOp::kAllReduce, "hier", k64K));
+  // The host's ranks take turns on its core, so their in-host copies run
+  // one at a time, at the probe's one-copy rate (31 GB/s on the reference
+  // VM where the fitted β has 9): 3.44× the fitted rate, with one core,
+  // and the fitted rate with a core a rank.
+  EXPECT_NEAR(p.shm.beta_s_per_b / one_core.inputs(k64K).bs, 31.0 / 9.0, 1e-9);
+  EXPECT_EQ(two_cores.inputs(k64K).bs, p.shm.beta_s_per_b);
+  // There, hier was the fastest from 64 KiB to 64 MiB (within 2% of the
+  // ring at 16 MiB): its tree and chain inside a host took about 240 µs at
+  // 1 MiB, where the fitted β had priced them at 500.
+  for (size_t bytes = k64K; bytes <= (size_t(64) << 20); bytes *= 4)
+    EXPECT_EQ(one_core.choose(CollOp::kAllReduce, bytes, DType::kF32), "hier") << bytes;
+  EXPECT_EQ(one_core.choose(CollOp::kAllReduce, 16 << 10, DType::kF32), "rd");
 }
 
 TEST(Select, ChainCanBeForcedAndUnknownNamesAreRejected) {

@@ -13,6 +13,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "braid/log.h"
+#include "comm/setup/probe.h"
 
 namespace braid::comm {
 namespace {
@@ -171,6 +172,17 @@ algo::CostInputs Selector::inputs(size_t bytes) const {
   m.aw = 2 * m.a;
   m.as = shm_.alpha_s;
   m.bs = shm_.beta_s_per_b;
+  // Across hosts whose ranks outnumber their cores, an algorithm's steps
+  // inside a host run one copy at a time: the host's ranks take turns on
+  // its cores. The shared-memory β is fitted on one host's all_reduce, two
+  // ranks on two cores copying at once through the memory bus; one copy
+  // alone moves as the probe's reference sample does, 31 GB/s where the
+  // fit has 9 (probe.cc), so those steps are priced at that rate. At 2
+  // hosts x 2 ranks on one core each, hier's tree and chain inside a host
+  // took about 240 µs at 1 MiB where the fitted β priced them at 500
+  // (docs/PERFORMANCE.md §8), and the selector passed hier over.
+  if (hosts_ > 1 && oversubscribed())
+    m.bs /= reference_probe("shm").gbps * 1e9 * CostParams{}.shm.beta_s_per_b;
   while (m.p * 2 <= n_) m.p *= 2;
   m.folded = m.p != n_;
   m.chunk = double(kChunk);
