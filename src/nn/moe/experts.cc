@@ -41,9 +41,12 @@ ExpertSet::View ExpertSet::view(int64_t i) {
     return {w1_.data.f32() + i * H * C, b1_.data.f32() + i * H, w2_.data.f32() + i * C * H,
             b2_.data.f32() + i * C,     w1_.grad.f32() + i * H * C, b1_.grad.f32() + i * H,
             w2_.grad.f32() + i * C * H, b2_.grad.f32() + i * C};
-  // A shadow, packed [fc.weight | fc.bias | proj.weight | proj.bias].
+  // A shadow, packed [fc.weight | fc.bias | proj.weight | proj.bias]. Its
+  // gradients exist from the backward on; the forward's view has none.
   const int64_t P = packed_size(), j = i - count_;
   float* w = shadow_w_.f32() + j * P;
+  if (shadow_g_.numel() == 0)
+    return {w, w + H * C, w + H * C + H, w + 2 * H * C + H, nullptr, nullptr, nullptr, nullptr};
   float* g = shadow_g_.f32() + j * P;
   return {w, w + H * C, w + H * C + H, w + 2 * H * C + H,
           g, g + H * C, g + H * C + H, g + 2 * H * C + H};
