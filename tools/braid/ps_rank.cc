@@ -144,7 +144,7 @@ int run_ps_rank(const Job& job, PsFlags f) {
       if (auto why = launch::posted_failure(*job.store)) {
         // Its waiting workers learn why, not only that it stops.
         srv->fail("a worker failed (" + *why + ")");
-        throw Error(Errc::kPeerDied, "braid ps: parameter server " + std::to_string(server) +
+        throw Error(Errc::kPeerDied, "parameter server " + std::to_string(server) +
                                          " stops: a worker failed (" + *why + ")");
       }
     }
