@@ -6,6 +6,7 @@
 //   build/across_hosts [ROUNDS] [CONFIGS...]      e.g. 3 2x1 2x2 3x2
 //   build/across_hosts ROUNDS dp                  the training part only
 //   ALL=1 build/across_hosts ...                  also every algorithm's medians
+//   ALGOS="hier mpi" build/across_hosts ...       auto and only those beside it
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -316,6 +317,12 @@ int main(int argc, char** argv) {
     for (const std::string& a : kForced)
       if (a != "hier" || c.per_host > 1) runs.push_back(a);
     runs.push_back("mpi");
+    if (const char* only = std::getenv("ALGOS")) {  // e.g. ALGOS="hier mpi": auto and those
+      const std::string keep = std::string(" ") + only + " ";
+      std::erase_if(runs, [&](const std::string& a) {
+        return a != "auto" && keep.find(" " + a + " ") == std::string::npos;
+      });
+    }
     for (int r = 0; r < rounds; ++r) {
       std::vector<std::string> order = runs;
       if (r % 2) std::reverse(order.begin(), order.end());
