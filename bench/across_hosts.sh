@@ -11,4 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$(cd "$here/.." && pwd)/build}
 cmake --build "$build" --target across_hosts braid_tool -j "$(nproc)" >/dev/null
 read -ra configs <<<"${CONFIGS:-2x1 2x2 3x2}"
-exec "$build/across_hosts" "${ROUNDS:-3}" "${configs[@]}"
+# braid (and everything the bench starts) runs as a user runs it: none of the
+# caller's library path or OpenMP settings (braid_env.sh).
+source "$here/braid_env.sh"
+exec "${clean_env[@]}" "$build/across_hosts" "${ROUNDS:-3}" "${configs[@]}"

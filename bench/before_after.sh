@@ -11,9 +11,12 @@
 set -uo pipefail
 before=${1:?usage: before_after.sh BEFORE_BRAID AFTER_BRAID} after=${2:?usage: before_after.sh BEFORE_BRAID AFTER_BRAID}
 out=${OUT:-$(mktemp -d /tmp/braid-before-after.XXXXXX)}; mkdir -p "$out"
+# Both builds as a user runs them: none of the caller's library path or
+# OpenMP settings (braid_env.sh).
+source "$(dirname "$0")/braid_env.sh"
 for round in 1 2 3; do
   for who in before after; do
-    if [ $who = before ]; then B=$before; else B=$after; fi
+    if [ $who = before ]; then B="${clean_env[*]} $before"; else B="${clean_env[*]} $after"; fi
     $B bench -n 2 --op all_reduce -b 8 -e 64M -f 8 --json > $out/$who.ar2.$round.json 2>/dev/null
     $B bench -n 4 --op all_reduce -b 8 -e 64M -f 8 --json > $out/$who.ar4.$round.json 2>/dev/null
     $B train mlp --dp 2 --epochs 1 --json-log $out/$who.mlp.$round.jsonl > /dev/null 2>&1

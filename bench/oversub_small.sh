@@ -14,9 +14,10 @@ shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 mpi=${MPI_BENCH:-$root/build/bench-mpi/mpi_bench}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$root/bench/braid_env.sh"  # clean_env: braid as a user runs it
 for b in "$@"; do
   printf 'n=%s %s: ' "$n" "$b"
-  "$b" bench -n "$n" --op all_reduce -b 64 -e 64K -f 4 --iters 2000 -w 2000 |
+  "${clean_env[@]}" "$b" bench -n "$n" --op all_reduce -b 64 -e 64K -f 4 --iters 2000 -w 2000 |
     awk '!/^#/ && NR > 2 {printf "%s/%s ", $4, $8} END {print ""}'
 done
 if [ -x "$mpi" ]; then
