@@ -34,11 +34,13 @@ want=(build-essential cmake pkg-config libssl-dev zlib1g-dev libopenblas-openmp-
 if [[ "${1:-build}" == bench ]]; then
   want+=(libopenmpi-dev libopenblas0-openmp)
 fi
-# fuzz (`make fuzz`): clang and its runtimes (libFuzzer, ASan, UBSan). The
-# build tier needs neither: `make test` replays the fuzz inputs through the
-# targets built by the ordinary compiler (tests/fuzz/replay_test.cc).
+# fuzz (`make fuzz`): clang and its runtimes (libFuzzer, ASan, UBSan), and
+# clang's OpenMP (libomp: the build finds OpenMP for clang there). The build
+# tier needs none of them: `make test` replays the fuzz inputs through the
+# targets built by the ordinary compiler (tests/fuzz/replay_test.cc), and
+# -fsanitize=fuzzer is used only by BRAID_FUZZ=ON builds.
 if [[ "${1:-build}" == fuzz ]]; then
-  want+=(clang libclang-rt-14-dev)
+  want+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
 if ((list)); then
   printf '%s\n' "${want[@]}"
