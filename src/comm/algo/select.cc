@@ -96,6 +96,17 @@ Selector::Selector(int size, bool any_tcp, CostParams p, int hosts, int max_loca
     link_.alpha_s = std::max(link_.alpha_s, kWakeAlpha);
     shm_.alpha_s = std::max(shm_.alpha_s, kWakeAlpha);
   }
+  // Across such hosts, an algorithm's steps inside a host run one copy at
+  // a time: the host's ranks take turns on its cores. The shared-memory β
+  // is fitted on one host's all_reduce, two ranks on two cores copying at
+  // once through the memory bus; one copy alone moves as the probe's
+  // reference sample does, 31 GB/s where the fit has 9 (probe.cc), so
+  // those steps are priced at that rate. At 2 hosts x 2 ranks on one core
+  // each, hier's tree and chain inside a host took about 240 µs at 1 MiB
+  // where the fitted β priced them at 500 (docs/PERFORMANCE.md §8), and
+  // the selector passed hier over.
+  if (oversubscribed() && hosts_ > 1)
+    shm_.beta_s_per_b /= reference_probe("shm").gbps * 1e9 * CostParams{}.shm.beta_s_per_b;
 }
 
 void Selector::set_override(const std::string& collective, const std::string& algo) {
@@ -172,17 +183,6 @@ algo::CostInputs Selector::inputs(size_t bytes) const {
   m.aw = 2 * m.a;
   m.as = shm_.alpha_s;
   m.bs = shm_.beta_s_per_b;
-  // Across hosts whose ranks outnumber their cores, an algorithm's steps
-  // inside a host run one copy at a time: the host's ranks take turns on
-  // its cores. The shared-memory β is fitted on one host's all_reduce, two
-  // ranks on two cores copying at once through the memory bus; one copy
-  // alone moves as the probe's reference sample does, 31 GB/s where the
-  // fit has 9 (probe.cc), so those steps are priced at that rate. At 2
-  // hosts x 2 ranks on one core each, hier's tree and chain inside a host
-  // took about 240 µs at 1 MiB where the fitted β priced them at 500
-  // (docs/PERFORMANCE.md §8), and the selector passed hier over.
-  if (hosts_ > 1 && oversubscribed())
-    m.bs /= reference_probe("shm").gbps * 1e9 * CostParams{}.shm.beta_s_per_b;
   while (m.p * 2 <= n_) m.p *= 2;
   m.folded = m.p != n_;
   m.chunk = double(kChunk);
