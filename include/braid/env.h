@@ -42,6 +42,25 @@ int cores_per_rank(int ranks_sharing);
 // kernel does not say. Cheap enough to call often: the file stays open per
 // thread (one pread a call).
 int64_t thread_run_delay_ns();
+// CPU seconds the calling thread has run.
+double thread_cpu_s();
+
+// The share of a core the calling thread had since construction: 1 −
+// (time it waited for a core) / (wall time). Unlike CPU time / wall time it
+// does not count a wait that sleeps (a TCP link whose round trip outlasts
+// the spin) as lost, only time another task held the core this thread
+// wanted. Falls back to CPU time / wall time without schedstat. The
+// probes of links and GEMMs judge by it whether what they measured is
+// the machine's (comm::kMinCoreShare).
+class CoreShare {
+ public:
+  CoreShare();
+  double get() const;
+
+ private:
+  int64_t delay0_;
+  double cpu0_, wall0_;
+};
 
 // Peak resident set size of this process, in bytes (from getrusage).
 uint64_t peak_rss_bytes();

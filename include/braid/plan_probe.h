@@ -18,8 +18,8 @@ struct GemmSample {
 // own GEMM (kernels.h: OpenBLAS); the fastest of 3 timed runs each after
 // one warm-up, each run at least 2 ms. About a tenth of a second. The
 // thread count is restored afterwards. `core_share`, when given: the
-// thread's CPU time over the wall time it took (well below 1: the core
-// was shared with other work).
+// share of a core the thread had meanwhile (braid::CoreShare; well below
+// 1: the core was shared with other work).
 std::vector<GemmSample> probe_gemm(double* core_share = nullptr);
 
 // Where the tuning cache (comm::default_tuning_path) has no GEMM curve

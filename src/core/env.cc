@@ -96,6 +96,21 @@ int cores_per_rank(int ranks_sharing) {
   return std::max(1, usable_cores() / std::max(1, ranks_sharing));
 }
 
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+CoreShare::CoreShare() : delay0_(thread_run_delay_ns()), cpu0_(thread_cpu_s()), wall0_(now_s()) {}
+
+double CoreShare::get() const {
+  const double wall = std::max(now_s() - wall0_, 1e-9);
+  const int64_t delay = thread_run_delay_ns();
+  if (delay0_ >= 0 && delay >= 0) return std::max(0.0, 1 - double(delay - delay0_) * 1e-9 / wall);
+  return (thread_cpu_s() - cpu0_) / wall;
+}
+
 int64_t thread_run_delay_ns() {
   // Opened by the thread it describes: /proc/thread-self resolves at open,
   // so a child of fork() (same thread_local, another thread) opens its own.

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -25,32 +24,6 @@ namespace {
 
 constexpr size_t kBigBytes = 16 << 20;
 constexpr size_t kHugePage = 2 << 20;
-
-double thread_cpu_s() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-// The share of a core this thread had over an interval: 1 − (time it waited
-// for a core) / (wall time). Unlike CPU time / wall time it does not count
-// a wait that sleeps (a TCP link whose round trip outlasts the spin) as
-// lost, only time another task held the core this thread wanted. Falls
-// back to CPU time / wall time without schedstat.
-class CoreShare {
- public:
-  CoreShare() : delay0_(thread_run_delay_ns()), cpu0_(thread_cpu_s()), wall0_(now_s()) {}
-  double get() const {
-    const double wall = std::max(now_s() - wall0_, 1e-9);
-    const int64_t delay = thread_run_delay_ns();
-    if (delay0_ >= 0 && delay >= 0) return std::max(0.0, 1 - double(delay - delay0_) * 1e-9 / wall);
-    return (thread_cpu_s() - cpu0_) / wall;
-  }
-
- private:
-  int64_t delay0_;
-  double cpu0_, wall0_;
-};
 
 // Minimum over `trials` of `once()`: the least disturbed run, so a probe
 // taken beside other work still measures the link.

@@ -3,8 +3,6 @@
 // file.
 #include "braid/plan_probe.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -16,18 +14,8 @@
 #include "braid/tuning.h"
 
 namespace braid::plan {
-namespace {
-
-double thread_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-}  // namespace
-
 std::vector<GemmSample> probe_gemm(double* core_share) {
-  const double wall0 = now_s(), cpu0 = thread_cpu_s();
+  const CoreShare share;
   const int threads = num_threads();
   set_num_threads(1);
   std::vector<GemmSample> out;
@@ -49,7 +37,7 @@ std::vector<GemmSample> probe_gemm(double* core_share) {
     out.push_back({flops, best});
   }
   set_num_threads(threads);
-  if (core_share != nullptr) *core_share = (thread_cpu_s() - cpu0) / std::max(1e-9, now_s() - wall0);
+  if (core_share != nullptr) *core_share = share.get();
   return out;
 }
 
