@@ -5,8 +5,11 @@
 //
 //   build/across_hosts [ROUNDS] [CONFIGS...]      e.g. 3 2x1 2x2 3x2
 //   build/across_hosts ROUNDS dp                  the training part only
+//   build/across_hosts ROUNDS wire                the TCP streams only
 //   ALL=1 build/across_hosts ...                  also every algorithm's medians
 //   ALGOS="hier mpi" build/across_hosts ...       auto and only those beside it
+//   BUSY=1 build/across_hosts ...                 how busy each core was, per run
+//   BYTES=16M ITERS=100 build/across_hosts ...    one size, more iterations
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -22,8 +25,9 @@
 //     tcp,self,vader on eth0; yielding when idle where a core has more
 //     than one rank), built with
 //     mpicc into BUILD/bench-mpi;
-//   * one TCP stream from node0 to node1 (python3 sockets, 256 MiB), the
-//     wire's own figure;
+//   * one TCP stream node0 -> node1 and two at once, one each way (C++
+//     sockets, 1 GiB each), with how busy each host's core was: the
+//     wire's own figures;
 //   * `braid train mlp` data parallel at 2 hosts x 1 rank, one epoch: its
 //     samples/s and exposed communication (the done record's), beside the
 //     same job on this machine (--dp 2, shared memory, both cores).
@@ -31,18 +35,24 @@
 // the best forced algorithm and auto / best, Open MPI and braid / MPI; then
 // the stream. Needs root (namespaces), mpicc and mpirun (scripts/deps.sh
 // bench). Measure on a quiet machine.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/multiproc.h"
@@ -109,6 +119,12 @@ void probe_between_hosts(const TestHosts& hosts, const std::string& dir) {
               "its figures are the loopback TCP ones\n\n");
 }
 
+// BYTES=16M: that size alone (4 KiB to 64 MiB otherwise); ITERS: timed
+// iterations a size (10).
+std::string min_bytes() { return std::getenv("BYTES") ? std::getenv("BYTES") : "4K"; }
+std::string max_bytes() { return std::getenv("BYTES") ? std::getenv("BYTES") : "64M"; }
+std::string iters() { return std::getenv("ITERS") ? std::getenv("ITERS") : "10"; }
+
 Row parse_rows(const std::string& out, bool record_algo = false) {
   Row r;
   std::istringstream in(out);
@@ -131,8 +147,8 @@ Row parse_rows(const std::string& out, bool record_algo = false) {
 // braid bench across the hosts, `algo` forced unless "auto".
 Row run_braid(const TestHosts& hosts, const Config& c, const std::string& algo,
               const std::string& dir) {
-  const std::string bench = braid::testing::braid_bin() +
-                            " bench --op all_reduce -b 4K -e 64M -f 4 --iters 10 --warmup 3 --json";
+  const std::string bench = braid::testing::braid_bin() + " bench --op all_reduce -b " + min_bytes() +
+                            " -e " + max_bytes() + " -f 4 --iters " + iters() + " --warmup 3 --json";
   std::vector<braid::testing::HostJob> jobs;
   for (int r = 0; r < c.hosts; ++r) {
     std::string cmd = "export BRAID_SECRET=across-hosts BRAID_PROBE=0 BRAID_TIMEOUT=120 "
@@ -165,8 +181,8 @@ Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_benc
       "timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -H " + list +
       " -np " + std::to_string(c.hosts * c.per_host) + " --mca plm_rsh_agent " + dir +
       "/agent --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include "
-      "eth0 " + yield + mpi_bench + " --op all_reduce --min-bytes 4K --max-bytes 64M --iters 10 "
-      "--warmup 3";
+      "eth0 " + yield + mpi_bench + " --op all_reduce --min-bytes " + min_bytes() +
+      " --max-bytes " + max_bytes() + " --iters " + iters() + " --warmup 3";
   std::string out;
   if (hosts.run(0, cmd, &out) != 0) {
     std::fprintf(stderr, "mpirun failed:\n%s\n", out.c_str());
@@ -175,42 +191,108 @@ Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_benc
   return parse_rows(out);
 }
 
-// python3 streams over the test hosts' wire. `stream.py recv PORT` takes
-// one connection and prints the GB/s it received, from its first byte;
-// `stream.py send HOST PORT` connects (retrying while the receiver starts)
-// and sends 256 MiB; `stream.py both PEER PORT` does both at once, sending
-// once its own receiver has its connection.
-const char* kStreamPy =
-    "import socket,sys,threading,time\n"
-    "def recv(l, up=None):\n"
-    "  c,_=l.accept()\n"
-    "  if up: up.set()\n"
-    "  n=0;b=bytearray(1<<22);v=memoryview(b);t=None\n"
-    "  while True:\n"
-    "    k=c.recv_into(v)\n"
-    "    if not k: break\n"
-    "    if t is None: t=time.time()\n"
-    "    n+=k\n"
-    "  return n/(time.time()-t)/1e9\n"
-    "def listen(port):\n"
-    "  l=socket.socket();l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-    "  l.bind(('0.0.0.0',port));l.listen(1);return l\n"
-    "def send(host, port, up=None):\n"
-    "  for i in range(200):\n"
-    "    try:\n"
-    "      s=socket.create_connection((host,port));break\n"
-    "    except OSError: time.sleep(0.05)\n"
-    "  if up: up.wait(30)\n"
-    "  b=bytes(1<<22)\n"
-    "  for i in range(64): s.sendall(b)\n"
-    "  s.close()\n"
-    "mode=sys.argv[1]\n"
-    "if mode=='recv': print(recv(listen(int(sys.argv[2]))))\n"
-    "elif mode=='send': send(sys.argv[2],int(sys.argv[3]))\n"
-    "else:\n"
-    "  l=listen(int(sys.argv[3]));up=threading.Event();got=[]\n"
-    "  th=threading.Thread(target=lambda: got.append(recv(l,up)));th.start()\n"
-    "  send(sys.argv[2],int(sys.argv[3]),up);th.join();print(got[0])\n";
+// The same streams in C++ (`across_hosts --stream both|recv|send ...`, run
+// inside a host): 4 MiB send() and recv() calls on a blocking socket with the
+// kernel's own buffer tuning, so the figure is the kernel's TCP over veth
+// and not python's. `both PEER PORT` receives on one thread and sends on
+// another; `recv PORT` only receives; `send HOST PORT` only sends. Each
+// sends 1 GiB and the receiver prints its GB/s from its first byte.
+constexpr size_t kStreamChunk = size_t(4) << 20;
+constexpr size_t kStreamBytes = size_t(1) << 30;
+
+int stream_listen(int port) {
+  int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0) return -1;
+  return l;
+}
+
+double stream_recv(int l) {
+  int c = ::accept(l, nullptr, nullptr);
+  if (c < 0) return 0;
+  std::vector<char> buf(kStreamChunk);
+  size_t n = 0;
+  std::chrono::steady_clock::time_point t0;
+  for (;;) {
+    ssize_t k = ::recv(c, buf.data(), buf.size(), 0);
+    if (k <= 0) break;
+    if (n == 0) t0 = std::chrono::steady_clock::now();
+    n += size_t(k);
+  }
+  ::close(c);
+  return double(n) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9;
+}
+
+bool stream_send(const std::string& host, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  int s = -1;
+  for (int i = 0; i < 200 && s < 0; ++i) {  // the receiver may still be starting
+    s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(s);
+      s = -1;
+      ::usleep(50000);
+    }
+  }
+  if (s < 0) return false;
+  std::vector<char> buf(kStreamChunk, 1);
+  for (size_t sent = 0; sent < kStreamBytes;) {
+    ssize_t k = ::send(s, buf.data(), std::min(buf.size(), kStreamBytes - sent), MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    sent += size_t(k);
+  }
+  ::close(s);
+  return true;
+}
+
+int stream_main(int argc, char** argv) {
+  const std::string mode = argc > 2 ? argv[2] : "";
+  if (mode == "send" && argc == 5) return stream_send(argv[3], std::atoi(argv[4])) ? 0 : 1;
+  if (mode == "recv" && argc == 4) {
+    int l = stream_listen(std::atoi(argv[3]));
+    std::printf("%.4f\n", l < 0 ? 0.0 : stream_recv(l));
+    return 0;
+  }
+  if (mode == "both" && argc == 5) {
+    int l = stream_listen(std::atoi(argv[4]));
+    if (l < 0) return 1;
+    double got = 0;
+    std::thread rx([&] { got = stream_recv(l); });
+    const bool ok = stream_send(argv[3], std::atoi(argv[4]));
+    rx.join();
+    std::printf("%.4f\n", got);
+    return ok ? 0 : 1;
+  }
+  std::fprintf(stderr, "across_hosts --stream both PEER PORT | recv PORT | send HOST PORT\n");
+  return 2;
+}
+
+// Busy and total jiffies of each CPU (/proc/stat; busy is all but idle and
+// iowait, so it counts the softirq time where the kernel moves packets).
+std::vector<std::pair<double, double>> cpu_jiffies() {
+  std::vector<std::pair<double, double>> v;
+  std::ifstream in("/proc/stat");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !std::isdigit(static_cast<unsigned char>(line[3])))
+      continue;
+    std::istringstream f(line.substr(line.find(' ')));
+    double x, total = 0, idle = 0;
+    for (int i = 0; f >> x; ++i) {
+      if (i < 8) total += x;  // user nice system idle iowait irq softirq steal
+      if (i == 3 || i == 4) idle += x;
+    }
+    v.push_back({total - idle, total});
+  }
+  return v;
+}
 
 // The GB/s a stream job printed, 0 when it printed none.
 double rate_of(const braid::testing::HostJob& job) {
@@ -219,33 +301,6 @@ double rate_of(const braid::testing::HostJob& job) {
   } catch (const std::exception&) {
     return 0;
   }
-}
-
-// GB/s of one TCP stream node0 -> node1.
-double tcp_stream(const TestHosts& hosts, const std::string& dir) {
-  std::ofstream(dir + "/stream.py") << kStreamPy;
-  auto rx = hosts.start(1, "exec python3 " + dir + "/stream.py recv 29800", dir + "/recv.out");
-  std::string out;
-  hosts.run(0, "python3 " + dir + "/stream.py send " + hosts.address(1) + " 29800", &out);
-  rx.wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
-  return rate_of(rx);
-}
-
-// GB/s each way of two TCP streams at once, node0 -> node1 and node1 ->
-// node0 (the slower direction): what a 2-rank all_reduce's traffic is, each
-// host's one core both sending and receiving.
-double tcp_streams_both_ways(const TestHosts& hosts, const std::string& dir) {
-  std::ofstream(dir + "/stream.py") << kStreamPy;
-  auto a = hosts.start(0, "exec python3 " + dir + "/stream.py both " + hosts.address(1) + " 29801",
-                       dir + "/both0.out");
-  auto b = hosts.start(1, "exec python3 " + dir + "/stream.py both " + hosts.address(0) + " 29801",
-                       dir + "/both1.out");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  a.wait(deadline);
-  b.wait(deadline);
-  const double ab = rate_of(a), ba = rate_of(b);
-  std::fprintf(stderr, "  each way: %.3f %.3f GB/s\n", ab, ba);
-  return std::min(ab, ba);
 }
 
 double median(std::vector<double> v) {
@@ -259,9 +314,70 @@ std::string human(int64_t b) {
   return std::to_string(b >> 10) + " KiB";
 }
 
+// One stream run: GB/s (the receiver's; both ways: the slower) and the
+// busy fraction of hosts 0's and 1's cores over the run.
+struct StreamRun {
+  double gbps = 0, busy0 = 0, busy1 = 0;
+};
+
+// `both`: node0 <-> node1 at once (a 2-rank all_reduce's traffic, each
+// host's one core sending and receiving); else node0 -> node1.
+StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const int cpu0 = 0, cpu1 = 1 % int(::sysconf(_SC_NPROCESSORS_ONLN));
+  const auto before = cpu_jiffies();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<braid::testing::HostJob> jobs;
+  if (both) {
+    for (int h = 0; h < 2; ++h)
+      jobs.push_back(hosts.start(h, "exec " + self + " --stream both " + hosts.address(1 - h) + " 29801",
+                                 dir + "/both" + std::to_string(h) + ".out"));
+  } else {
+    jobs.push_back(hosts.start(1, "exec " + self + " --stream recv 29800", dir + "/recv.out"));
+    jobs.push_back(hosts.start(0, "exec " + self + " --stream send " + hosts.address(1) + " 29800",
+                               dir + "/send.out"));
+  }
+  const auto deadline = t0 + std::chrono::seconds(60);
+  for (auto& j : jobs) j.wait(deadline);
+  const auto after = cpu_jiffies();
+  auto busy = [&](int cpu) {
+    if (size_t(cpu) >= after.size() || size_t(cpu) >= before.size()) return 0.0;
+    const double dt = after[size_t(cpu)].second - before[size_t(cpu)].second;
+    return dt > 0 ? (after[size_t(cpu)].first - before[size_t(cpu)].first) / dt : 0.0;
+  };
+  StreamRun r;
+  r.gbps = both ? std::min(rate_of(jobs[0]), rate_of(jobs[1])) : rate_of(jobs[0]);
+  r.busy0 = busy(cpu0);
+  r.busy1 = busy(cpu1);
+  return r;
+}
+
+// Medians over ROUNDS of each kind of stream, printed with the cores'
+// busy fractions: where both are near 1 the kernel's TCP over veth is
+// bound by the cores, and the GB/s is what a core can send and receive.
+void print_streams(const TestHosts& hosts, const std::string& dir, int rounds) {
+  for (bool both : {false, true}) {
+    std::vector<double> gbps, b0, b1;
+    for (int r = 0; r < rounds; ++r) {
+      const StreamRun s = tcp_stream(hosts, dir, both);
+      gbps.push_back(s.gbps);
+      b0.push_back(s.busy0);
+      b1.push_back(s.busy1);
+    }
+    std::printf("%s (1 GiB, C++ sockets, 4 MiB calls): %.3f GB/s%s (median of %d; %.3f-%.3f); "
+                "busy: host 0's core %.0f%%, host 1's core %.0f%%\n",
+                both ? "two TCP streams at once, one each way" : "one TCP stream node0 -> node1",
+                median(gbps), both ? " each way, the slower" : "", rounds,
+                *std::min_element(gbps.begin(), gbps.end()), *std::max_element(gbps.begin(), gbps.end()),
+                100 * median(b0), 100 * median(b1));
+  }
+}
+
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--stream") return stream_main(argc, argv);
   int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
   std::vector<Config> configs;
   for (int i = 2; i < argc; ++i) {
@@ -270,8 +386,10 @@ int main(int argc, char** argv) {
   }
   // "dp" alone: only the data-parallel training part (on 2 hosts).
   const bool only_dp = argc == 3 && std::string(argv[2]) == "dp";
+  // "wire" alone: only the TCP streams between two hosts.
+  const bool only_wire = argc == 3 && std::string(argv[2]) == "wire";
   if (configs.empty()) configs = {{2, 1}, {2, 2}, {3, 2}};
-  if (only_dp) configs = {{2, 1}};
+  if (only_dp || only_wire) configs = {{2, 1}};
   int most = 0;
   for (const Config& c : configs) most = std::max(most, c.hosts);
 
@@ -307,6 +425,10 @@ int main(int argc, char** argv) {
   std::printf("# all_reduce across %d namespaced hosts (veth + bridge), busbw GB/s, medians of %d "
               "rounds; %s\n\n", most, rounds,
               pin ? "host i pinned to CPU i mod the machine's cores" : "hosts unpinned");
+  if (only_wire) {
+    print_streams(*hosts, dir, rounds);
+    return 0;
+  }
   probe_between_hosts(*hosts, dir);
   for (const Config& c : configs) {
     if (only_dp) break;
@@ -327,8 +449,17 @@ int main(int argc, char** argv) {
       std::vector<std::string> order = runs;
       if (r % 2) std::reverse(order.begin(), order.end());
       for (const std::string& run : order) {
+        const auto before = cpu_jiffies();
         const Row row = run == "mpi" ? run_mpi(*hosts, c, mpi_bench, dir)
                                      : run_braid(*hosts, c, run, dir);
+        if (std::getenv("BUSY") != nullptr) {  // BUSY=1: how busy each core was over the run
+          const auto after = cpu_jiffies();
+          std::fprintf(stderr, "%s %s round %d: cores busy", c.name().c_str(), run.c_str(), r + 1);
+          for (size_t i = 0; i < after.size() && i < before.size(); ++i)
+            std::fprintf(stderr, " %.0f%%", 100 * (after[i].first - before[i].first) /
+                                                std::max(1.0, after[i].second - before[i].second));
+          std::fprintf(stderr, "\n");
+        }
         for (const auto& [bytes, bw] : row) got[run][bytes].push_back(bw);
       }
     }
@@ -432,14 +563,6 @@ int main(int argc, char** argv) {
                 "(medians of %d)\n",
                 median(across_sps), 100 * median(across_exposed), median(local_sps),
                 100 * median(local_exposed), rounds);
-  std::vector<double> stream;
-  for (int r = 0; r < rounds; ++r) stream.push_back(tcp_stream(*hosts, dir));
-  std::printf("one TCP stream node0 -> node1 (256 MiB, python3 sockets): %.3f GB/s (median of %d)\n",
-              median(stream), rounds);
-  std::vector<double> both;
-  for (int r = 0; r < rounds; ++r) both.push_back(tcp_streams_both_ways(*hosts, dir));
-  std::printf("two TCP streams at once, one each way (256 MiB each): %.3f GB/s each way, the slower "
-              "(median of %d)\n",
-              median(both), rounds);
+  print_streams(*hosts, dir, rounds);
   return 0;
 }
