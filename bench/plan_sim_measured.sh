@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The simulator and the closed form against braid's own all_reduce here:
 # `braid plan --simulate-collective all_reduce --cluster this-machine`
-# (its probed α, β, γ; one host; ranks beyond the cores take turns) beside
-# `braid bench --op all_reduce --algo A` for the same ranks, algorithm and
-# size. ROUNDS rounds, each timing every case once; the median is printed
-# with the spread. Needs a quiet machine.
+# (one host; ranks beyond the cores take turns; copies and reductions at
+# the rates of the memory probe, plan::HostMemory) beside `braid bench
+# --op all_reduce --algo A` for the same ranks, algorithm and size. First
+# `braid bench -n 2 --probe` into a file of the run's own (the user's
+# tuning cache is left alone), so that the simulator prices this moment's
+# machine. ROUNDS rounds, each timing every case once; the median is
+# printed with the spread. Needs a quiet machine.
 #   bench/plan_sim_measured.sh [BUILD]
 #   ROUNDS=3 RANKS="2 4 8" ALGOS="ring hd" SIZES="1M 4M 16M" ITERS=10
 set -euo pipefail
@@ -15,6 +18,7 @@ source bench/braid_env.sh
 rounds=${ROUNDS:-3} iters=${ITERS:-10}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+"${clean_env[@]}" "$braid" bench -n 2 --probe --probe-out "$tmp/tuning.json" | grep -E '^(probe|model|memory) shm|^memory'
 for r in $(seq "$rounds"); do
   for n in ${RANKS:-2 4 8}; do
     for a in ${ALGOS:-ring hd}; do
@@ -23,7 +27,7 @@ for r in $(seq "$rounds"); do
     done
   done
 done
-python3 - "$braid" "$tmp/measured" "${SIZES:-1M 4M 16M}" <<'PY'
+BRAID_TUNING=$tmp/tuning.json python3 - "$braid" "$tmp/measured" "${SIZES:-1M 4M 16M}" <<'PY'
 import json, statistics, subprocess, sys
 braid, path, sizes = sys.argv[1], sys.argv[2], sys.argv[3].split()
 unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -70,6 +70,33 @@ struct LinkClass {
   std::string source;
 };
 
+// How a host's CPU ranks copy and reduce through memory (braid-cpu devices
+// over braid's shared-memory wire), for the simulator: the wire's one-way
+// rate with the ranks' buffers in the last-level cache and far beyond it,
+// and a cached reduction's rate (plan::probe_memory measures them here).
+// A call's working set W is the buffers of its ranks on the host; the
+// share beyond the cache is f = max(0, 1 − llc / W). A byte beyond it
+// costs Δ more than a cached one: Δ = (t_beyond − t_cached) / f_b from the
+// beyond measurement (f_b at its working set). Each copy into or
+// out of a slot then costs t_cached + f·Δ a byte (one user buffer
+// touched), and a reduction or a local copy γ_cached + 2·f·Δ (two).
+// All zero: not modelled (the link's β and the cluster's γ are used).
+struct HostMemory {
+  double llc_bytes = 0;
+  double copy_cached_s_per_b = 0;
+  double copy_beyond_s_per_b = 0;
+  double beyond_ws_bytes = 0;  // the working set of the beyond measurement
+  double reduce_cached_s_per_b = 0;
+  std::string source;
+
+  bool modelled() const { return llc_bytes > 0; }
+  // The share of a working set of `ws` bytes beyond the cache.
+  double beyond_share(double ws) const;
+  // Per byte: a copy into or out of a slot; a reduction or a local copy.
+  double copy_s_per_b(double ws) const;
+  double reduce_s_per_b(double ws) const;
+};
+
 struct Cluster {
   std::string name;
   Device device;
@@ -83,6 +110,7 @@ struct Cluster {
   int nics_per_host = 1;  // flows leaving a host share these
   double gamma_s_per_b = 0;  // reduction time per byte (0: 3 bytes per element / memory_bw)
   int cores_per_host = 1 << 20;  // CPU clusters: ranks beyond them time-share
+  HostMemory memory;             // CPU clusters: the simulator's copies (see HostMemory)
 };
 
 // The link classes braid knows by name ("nvlink3", "nvlink4",

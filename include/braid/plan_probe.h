@@ -4,6 +4,9 @@
 // reads in place of the generic curve.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,5 +42,40 @@ std::string merge_gemm_probe(const std::string& text, const std::vector<GemmSamp
 // The samples in a tuning file's text (empty when it has none). Throws
 // Error(kInvalidArgument) naming `from` for a malformed entry.
 std::vector<GemmSample> gemm_probe_from(const std::string& text, const std::string& from);
+
+// The memory a host's CPU ranks copy through, as braid's shared-memory
+// wire uses it: what the simulator prices those ranks' copies and
+// reductions with on `this-machine` (docs/PLAN.md, "The simulator"). A
+// message between two ranks of a host is the sender's copy into a slot and
+// the receiver's copy out, on their two cores at once; how fast depends on
+// whether the ranks' buffers fit in the last-level cache.
+struct MemorySample {
+  double cached_gbps = 0;      // one way, 1 MiB messages: both ranks' buffers in the cache
+  double beyond_gbps = 0;      // one way, 64 MiB messages: the buffers far beyond it
+  double beyond_ws_bytes = 0;  // both ranks' buffers in the latter (2 × 64 MiB)
+  double reduce_gbps = 0;      // f32 a += b in the last-level cache (2 × 4 MiB), one core
+  double llc_bytes = 0;        // the last-level cache (last_level_cache_bytes)
+};
+
+// The largest cache of CPU 0 in sysfs (the last level), in bytes; 0 when
+// sysfs does not say.
+double last_level_cache_bytes();
+
+// Runs on both ranks of a shared-memory pair, as comm::probe_link does
+// (the leader times, the other echoes; `send` and `recv` block): the
+// one-way rate of round trips of 1 MiB (the best of 5 runs of 20) and of
+// 64 MiB (the best of 3), in a 64 MiB buffer on huge pages where the
+// kernel allows them, and the leader's reduction rate. About 0.1 s. The
+// other rank returns zeros.
+MemorySample probe_memory(bool leader, const std::function<void(const void*, size_t)>& send,
+                          const std::function<void(void*, size_t)>& recv);
+
+// Tuning-file text with "shm_memory": {...} set from `s`; other entries
+// are kept; text that does not parse is replaced.
+std::string merge_memory_probe(const std::string& text, const MemorySample& s);
+
+// The sample in a tuning file's text (nullopt when it has none). Throws
+// Error(kInvalidArgument) naming `from` and the field for a malformed one.
+std::optional<MemorySample> memory_probe_from(const std::string& text, const std::string& from);
 
 }  // namespace braid::plan

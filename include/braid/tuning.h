@@ -107,6 +107,12 @@ struct ProbeSample {
 // Below this core share a probe is not used (see ProbeSample::core_share).
 constexpr double kMinCoreShare = 0.8;
 
+// `iters` round trips of `bytes` from `buf` (the leader sends first, the
+// other echoes into the same buffer): seconds one way, on either rank.
+double round_trip_s(bool leader, const std::function<void(const void*, size_t)>& send,
+                    const std::function<void(void*, size_t)>& recv, void* buf, size_t bytes,
+                    int iters);
+
 // Runs on both ranks of one link. The leader times; the other echoes.
 // send / recv move `bytes` to / from the other rank. Returns the sample on
 // the leader (zeros on the other). About 20 ms over shared memory.

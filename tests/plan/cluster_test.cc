@@ -101,3 +101,49 @@ TEST(PlanCluster, OneTerabyteOver200GbpsTakesAtLeast40Seconds) {
 }
 
 }  // namespace
+
+TEST(PlanCluster, HostMemoryPricesCopiesByTheirWorkingSet) {
+  // 32 MiB cache; copies at 20 GB/s cached and 12.5 GB/s with 128 MiB of
+  // buffers (a quarter in the cache); reductions at 60 GB/s cached.
+  plan::HostMemory m;
+  EXPECT_FALSE(m.modelled());
+  EXPECT_EQ(m.beyond_share(1e12), 0);
+  m.llc_bytes = 32 << 20;
+  m.copy_cached_s_per_b = 1 / 20e9;
+  m.copy_beyond_s_per_b = 1 / 12.5e9;
+  m.beyond_ws_bytes = 128 << 20;
+  m.reduce_cached_s_per_b = 1 / 60e9;
+  ASSERT_TRUE(m.modelled());
+  // Within the cache: the cached rates.
+  EXPECT_DOUBLE_EQ(m.copy_s_per_b(4 << 20), 1 / 20e9);
+  EXPECT_DOUBLE_EQ(m.reduce_s_per_b(32 << 20), 1 / 60e9);
+  // At the measurement's own working set: its rate.
+  EXPECT_NEAR(m.copy_s_per_b(128 << 20) * 12.5e9, 1, 1e-12);
+  // Half beyond the cache (64 MiB): a copy pays half of the extra, a
+  // reduction (two buffers of the user's) all of it.
+  const double extra = (1 / 12.5e9 - 1 / 20e9) / 0.75;
+  EXPECT_NEAR(m.copy_s_per_b(64 << 20), 1 / 20e9 + 0.5 * extra, 1e-20);
+  EXPECT_NEAR(m.reduce_s_per_b(64 << 20), 1 / 60e9 + extra, 1e-20);
+  // Through the file schema and back; bad figures named.
+  plan::Cluster c = plan::cluster_preset("eth-cpu");
+  c.memory = m;
+  const plan::Cluster back = plan::parse_cluster(plan::cluster_json(c), "c.json");
+  EXPECT_NEAR(back.memory.copy_s_per_b(64 << 20) / m.copy_s_per_b(64 << 20), 1, 1e-12);
+  EXPECT_NEAR(back.memory.reduce_s_per_b(256 << 20) / m.reduce_s_per_b(256 << 20), 1, 1e-12);
+  nlohmann::json j = nlohmann::json::parse(plan::cluster_json(c));
+  auto bad = [&](auto edit) {
+    nlohmann::json k = j;
+    edit(k);
+    return error_of(k.dump());
+  };
+  EXPECT_NE(bad([](auto& k) { k["host_memory"].erase("llc_mib"); }).find("host_memory.llc_mib: missing"),
+            std::string::npos);
+  EXPECT_NE(bad([](auto& k) { k["host_memory"]["beyond_working_set_mib"] = 16; })
+                .find("host_memory.beyond_working_set_mib: must be larger than llc_mib"),
+            std::string::npos);
+  EXPECT_NE(bad([](auto& k) { k["host_memory"]["copy_gbytes_per_s_beyond"] = 40; })
+                .find("host_memory.copy_gbytes_per_s_beyond: must be at most"),
+            std::string::npos);
+  EXPECT_NE(bad([](auto& k) { k["host_memory"]["l3"] = 1; }).find("host_memory.l3: unknown field"),
+            std::string::npos);
+}

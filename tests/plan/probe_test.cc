@@ -3,14 +3,18 @@
 // the links' entries; the this-machine preset then prices GEMMs by it
 // (each size's efficiency is its measured rate over the device's peak),
 // and without it keeps the generic curve; a malformed entry is refused by
-// name.
+// name. The same for the memory probe behind the simulator's copies.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "braid/error.h"
 #include "braid/plan_cluster.h"
@@ -113,6 +117,75 @@ TEST(PlanProbe, AMissingGemmCurveIsMeasuredAndKept) {
             std::string::npos);
   // Kept once: the next call has nothing to do.
   EXPECT_EQ(plan::keep_gemm_probe_if_missing(), "");
+}
+
+// The memory probe over a real pair of blocking endpoints (a socket pair,
+// one thread a side, as the two ranks of `braid bench --probe` over shared
+// memory): positive rates at the working sets it names, the cache from
+// sysfs. Kept in the tuning file, this-machine's simulator reads it back;
+// a malformed entry is refused by name.
+TEST(PlanProbe, MemoryIsMeasuredKeptAndReadBack) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto endpoint = [](int fd) {
+    auto send = [fd](const void* b, size_t n) {
+      for (size_t off = 0; off < n;) {
+        const ssize_t k = ::write(fd, static_cast<const char*>(b) + off, n - off);
+        if (k <= 0) throw std::runtime_error("write");
+        off += size_t(k);
+      }
+    };
+    auto recv = [fd](void* b, size_t n) {
+      for (size_t off = 0; off < n;) {
+        const ssize_t k = ::read(fd, static_cast<char*>(b) + off, n - off);
+        if (k <= 0) throw std::runtime_error("read");
+        off += size_t(k);
+      }
+    };
+    return std::make_pair(std::function<void(const void*, size_t)>(send),
+                          std::function<void(void*, size_t)>(recv));
+  };
+  auto [s1, r1] = endpoint(sv[1]);
+  std::thread other([&] { plan::probe_memory(false, s1, r1); });
+  auto [s0, r0] = endpoint(sv[0]);
+  const plan::MemorySample m = plan::probe_memory(true, s0, r0);
+  other.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
+  EXPECT_GT(m.cached_gbps, 0);
+  EXPECT_GT(m.beyond_gbps, 0);
+  EXPECT_GT(m.reduce_gbps, 0);
+  EXPECT_EQ(m.beyond_ws_bytes, double(128 << 20));
+  EXPECT_EQ(m.llc_bytes, plan::last_level_cache_bytes());
+  if (!(m.llc_bytes > 0)) {  // no cache size in sysfs: nothing is kept
+    EXPECT_EQ(plan::merge_memory_probe("{}", m).find("shm_memory"), std::string::npos);
+    return;
+  }
+  const std::string text = plan::merge_memory_probe(R"({"shm": {"alpha_us": 1.5, "gbps": 8}})", m);
+  const auto back = plan::memory_probe_from(text, "t.json");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_DOUBLE_EQ(back->cached_gbps, m.cached_gbps);
+  EXPECT_DOUBLE_EQ(back->llc_bytes, m.llc_bytes);
+  EXPECT_NE(text.find("\"shm\""), std::string::npos);  // the links' entry is kept
+  const std::string dir = braid::testing::temp_dir("plan_probe_memory");
+  std::ofstream(dir + "/tuning.json") << text;
+  {
+    TuningFile tf(dir + "/tuning.json");
+    const plan::Cluster c = plan::cluster_preset("this-machine");
+    ASSERT_TRUE(c.memory.modelled());
+    EXPECT_DOUBLE_EQ(c.memory.copy_s_per_b(1 << 20), 1 / (m.cached_gbps * 1e9));
+    EXPECT_DOUBLE_EQ(c.memory.llc_bytes, m.llc_bytes);
+  }
+  EXPECT_FALSE(plan::memory_probe_from(R"({"shm": {}})", "t.json").has_value());
+  try {
+    plan::memory_probe_from(R"({"shm_memory": {"cached_gbps": -1, "beyond_gbps": 1,
+        "beyond_ws_bytes": 1, "reduce_gbps": 1, "llc_bytes": 1}})", "t.json");
+    ADD_FAILURE() << "a negative rate was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.json: shm_memory.cached_gbps"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(plan::memory_probe_from(R"({"shm_memory": {"cached_gbps": 1}})", "t.json"), Error);
 }
 
 }  // namespace

@@ -193,6 +193,7 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   // out (B·β/2) or its reduction from the slot (B·γ). The ring's 2(n−1)
   // steps each move N/n a rank: n−1 of them reduce, n−1 copy.
   plan::Cluster c = plan::cluster_preset("this-machine");
+  c.memory = {};  // the link's β and the cluster's γ (the memory model: below)
   c.devices_per_host = 8;
   c.cores_per_host = 8;
   const int n = 8;
@@ -209,6 +210,34 @@ TEST(PlanSim, RanksBeyondTheCoresTakeTurns) {
   // after the other, even with a core of its own.
   EXPECT_GE(own, work / n * (1 - 1e-9));
   EXPECT_GT(shared, 1.25 * own) << "work " << work << " s";
+}
+
+TEST(PlanSim, CpuCopiesRunAtTheRateOfTheirWorkingSet) {
+  // Two CPU ranks on two cores with the memory modelled (HostMemory): each
+  // rank's core copies what it sends into slots, and copies out or reduces
+  // what it receives, at the rates of the call's buffers (input and output
+  // of both ranks: 4 N). The ring's two steps of N/2 are three copies and a
+  // reduction a rank, so the call takes at least that work, and the
+  // pipeline keeps both cores nearly busy: at most 15% more.
+  plan::Cluster c = plan::cluster_preset("this-machine");
+  c.devices_per_host = 2;
+  c.cores_per_host = 2;
+  c.memory.llc_bytes = 32 << 20;
+  c.memory.copy_cached_s_per_b = 1 / 20e9;
+  c.memory.copy_beyond_s_per_b = 1 / 12.5e9;
+  c.memory.beyond_ws_bytes = 128 << 20;
+  c.memory.reduce_cached_s_per_b = 1 / 60e9;
+  for (size_t mib : {1, 4, 16, 64}) {
+    const double bytes = double(mib << 20), ws = 4 * bytes;
+    const double work = bytes / 2 * (3 * c.memory.copy_s_per_b(ws) + c.memory.reduce_s_per_b(ws));
+    const double t = plan::simulate_collective(c, "all_reduce", "ring", size_t(bytes), 2).seconds;
+    EXPECT_GE(t, work * (1 - 1e-9)) << mib << " MiB";
+    EXPECT_LE(t, 1.15 * work) << mib << " MiB";
+  }
+  // Beyond the cache a byte costs more: 64 MiB takes more than 16 × 4 MiB.
+  const double t4 = plan::simulate_collective(c, "all_reduce", "ring", 4 << 20, 2).seconds;
+  const double t64 = plan::simulate_collective(c, "all_reduce", "ring", 64 << 20, 2).seconds;
+  EXPECT_GT(t64, 1.3 * 16 * t4);
 }
 
 TEST(PlanSim, GroupsRunAtOnceWhereTheLayoutPutsThem) {

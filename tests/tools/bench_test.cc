@@ -16,6 +16,7 @@
 #include <string>
 
 #include "braid/env.h"
+#include "braid/plan_probe.h"
 #include "comm/algo/registry.h"
 #include "comm/algo/select.h"
 #include "support/multiproc.h"
@@ -174,4 +175,11 @@ TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
   EXPECT_TRUE(gbps >= 9.0 / 4 && gbps <= 9.0 * 4) << text;
   EXPECT_GT(j["probed"]["shm"]["gbps"].get<double>(), 0) << text;
   EXPECT_NE(out.find("model shm"), std::string::npos) << out;
+  // And the memory the simulator's this-machine copies through, where
+  // sysfs names the last-level cache (braid/plan_probe.h).
+  if (braid::plan::last_level_cache_bytes() > 0) {
+    ASSERT_TRUE(j.contains("shm_memory")) << text;
+    EXPECT_GT(j["shm_memory"]["beyond_gbps"].get<double>(), 0) << text;
+    EXPECT_NE(out.find("memory over shm"), std::string::npos) << out;
+  }
 }

@@ -1,5 +1,6 @@
 // braid bench --probe: the link measurement behind the cost model's cache.
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ namespace braid::tool {
 int bench_probe(Communicator& comm, const std::string& probe_out) {
   if (comm.size() < 2) throw Error(Errc::kInvalidArgument, "--probe needs at least 2 ranks");
   const std::vector<ClassProbe> probes = probe_each_class(comm);
+  // And, over shared memory, the memory the ranks copy through (the
+  // simulator's this-machine copies; braid/plan_probe.h).
+  const std::optional<plan::MemorySample> memory = probe_shm_memory(comm, probes);
   if (comm.rank() != 0) return 0;
   std::string path = probe_out.empty() ? comm::default_tuning_path() : probe_out;
   if (path.empty()) throw Error(Errc::kInvalidArgument, "--probe: no HOME; pass --probe-out FILE");
@@ -36,7 +40,9 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   // And the device: one core's GEMM rate by size, for the planner's
   // this-machine preset (braid/plan_probe.h), while the other ranks wait.
   const std::vector<plan::GemmSample> gemm = plan::probe_gemm();
-  comm::write_tuning(path, plan::merge_gemm_probe(text, gemm));
+  text = plan::merge_gemm_probe(text, gemm);
+  if (memory) text = plan::merge_memory_probe(text, *memory);
+  comm::write_tuning(path, text);
   for (const auto& [kind, peer, s] : probes) {
     const comm::LinkCost l = comm::calibrate_link(kind, s);
     std::printf("probe %s: alpha %.2f us, bandwidth %.2f GB/s, reduce %.2f GB/s, core share %.2f\n"
@@ -45,6 +51,11 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
                 l.alpha_s * 1e6, 1 / l.beta_s_per_b / 1e9, comm::calibrate_reduce_gbps(kind, s),
                 path.c_str());
   }
+  if (memory)
+    std::printf("memory over shm: one way %.2f GB/s with the buffers in the %.0f MiB cache, %.2f GB/s "
+                "beyond it (%.0f MiB); reduce %.2f GB/s cached -> %s\n",
+                memory->cached_gbps, memory->llc_bytes / (1 << 20), memory->beyond_gbps,
+                memory->beyond_ws_bytes / (1 << 20), memory->reduce_gbps, path.c_str());
   std::printf("gemm f32, one thread:");
   for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
   std::printf(" (32 to 1024 square) -> %s\n", path.c_str());

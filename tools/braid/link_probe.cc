@@ -26,4 +26,24 @@ std::vector<ClassProbe> probe_each_class(Communicator& comm) {
   return out;
 }
 
+std::optional<plan::MemorySample> probe_shm_memory(Communicator& comm,
+                                                   const std::vector<ClassProbe>& probes) {
+  const int r = comm.rank();
+  int peer = -1;
+  for (const ClassProbe& p : probes)
+    if (p.kind == "shm") peer = p.peer;
+  if (peer < 0) return std::nullopt;
+  comm.barrier();
+  std::optional<plan::MemorySample> out;
+  if (r == 0 || r == peer) {
+    const int other = r == 0 ? peer : 0;
+    const plan::MemorySample s = plan::probe_memory(
+        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
+        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
+    if (r == 0) out = s;
+  }
+  comm.barrier();
+  return out;
+}
+
 }  // namespace braid::tool

@@ -5,10 +5,12 @@
 // inside a job (which compares them with the cached ones).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "braid/comm.h"
+#include "braid/plan_probe.h"
 #include "braid/tuning.h"
 
 namespace braid::tool {
@@ -23,5 +25,12 @@ struct ClassProbe {
 // measure their link in turn while the others wait. Every rank gets the
 // classes and peers; only rank 0 the samples.
 std::vector<ClassProbe> probe_each_class(Communicator& comm);
+
+// Collective over `comm`: where rank 0 has a shared-memory peer (`probes`'
+// "shm"), the two run plan::probe_memory while the others wait. Rank 0
+// gets the sample; the other ranks, and jobs without such a pair, get
+// nullopt.
+std::optional<plan::MemorySample> probe_shm_memory(Communicator& comm,
+                                                   const std::vector<ClassProbe>& probes);
 
 }  // namespace braid::tool

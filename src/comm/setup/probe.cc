@@ -58,6 +58,22 @@ ProbeSample reference_probe(const std::string& kind) {
   return ProbeSample{0.37e-6, 31.0, 46.0, 1};
 }
 
+double round_trip_s(bool leader, const std::function<void(const void*, size_t)>& send,
+                    const std::function<void(void*, size_t)>& recv, void* buf, size_t bytes,
+                    int iters) {
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) {
+    if (leader) {
+      send(buf, bytes);
+      recv(buf, bytes);
+    } else {
+      recv(buf, bytes);
+      send(buf, bytes);
+    }
+  }
+  return (now_s() - t0) / iters / 2;
+}
+
 ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
                        const std::function<void(void*, size_t)>& recv) {
   // Huge pages where the kernel allows them: 8 faults instead of 4096, which
@@ -67,19 +83,8 @@ ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t
   if (!mem) throw Error(Errc::kIo, "probe: cannot allocate 16 MiB");
   ::madvise(mem.get(), kBigBytes, MADV_HUGEPAGE);
   uint8_t* const buf = mem.get();
-  // One round trip of `bytes`, seconds one way.
   auto round_trip = [&](size_t bytes, int iters) {
-    const double t0 = now_s();
-    for (int i = 0; i < iters; ++i) {
-      if (leader) {
-        send(buf, bytes);
-        recv(buf, bytes);
-      } else {
-        recv(buf, bytes);
-        send(buf, bytes);
-      }
-    }
-    return (now_s() - t0) / iters / 2;
+    return round_trip_s(leader, send, recv, buf, bytes, iters);
   };
   ProbeSample s;
   round_trip(8, 100);  // warm-up: both ranks running, paths set up

@@ -131,7 +131,47 @@ json link_json(const LinkClass& l) {
           {"source", l.source}};
 }
 
+HostMemory parse_memory(const json& j, const std::string& from) {
+  const std::string w = "host_memory.";
+  const json& m = j["host_memory"];
+  if (!m.is_object()) bad(from, "host_memory", "must be an object");
+  only_keys(m, {"llc_mib", "copy_gbytes_per_s_cached", "copy_gbytes_per_s_beyond",
+                "beyond_working_set_mib", "reduce_gbytes_per_s_cached", "source"},
+            from, w);
+  HostMemory h;
+  h.llc_bytes = positive(m, "llc_mib", from, w) * (1 << 20);
+  h.copy_cached_s_per_b = 1.0 / (positive(m, "copy_gbytes_per_s_cached", from, w) * 1e9);
+  h.copy_beyond_s_per_b = 1.0 / (positive(m, "copy_gbytes_per_s_beyond", from, w) * 1e9);
+  h.beyond_ws_bytes = positive(m, "beyond_working_set_mib", from, w) * (1 << 20);
+  h.reduce_cached_s_per_b = 1.0 / (positive(m, "reduce_gbytes_per_s_cached", from, w) * 1e9);
+  if (!(h.beyond_ws_bytes > h.llc_bytes))
+    bad(from, w + "beyond_working_set_mib", "must be larger than llc_mib");
+  if (h.copy_beyond_s_per_b < h.copy_cached_s_per_b)
+    bad(from, w + "copy_gbytes_per_s_beyond", "must be at most copy_gbytes_per_s_cached");
+  h.source = text_or(m, "source", "", from, w);
+  return h;
+}
+
 }  // namespace
+
+double HostMemory::beyond_share(double ws) const {
+  return modelled() && ws > llc_bytes ? 1.0 - llc_bytes / ws : 0.0;
+}
+
+// What a byte beyond the cache costs more than a cached one, from the
+// beyond measurement (top comment in braid/plan_cluster.h).
+static double beyond_extra(const HostMemory& h) {
+  const double fb = h.beyond_share(h.beyond_ws_bytes);
+  return fb > 0 ? std::max(0.0, (h.copy_beyond_s_per_b - h.copy_cached_s_per_b) / fb) : 0.0;
+}
+
+double HostMemory::copy_s_per_b(double ws) const {
+  return copy_cached_s_per_b + beyond_share(ws) * beyond_extra(*this);
+}
+
+double HostMemory::reduce_s_per_b(double ws) const {
+  return reduce_cached_s_per_b + 2 * beyond_share(ws) * beyond_extra(*this);
+}
 
 double Device::peak(const std::string& dtype) const {
   auto it = peak_flops.find(dtype);
@@ -163,7 +203,7 @@ Cluster parse_cluster(const std::string& text, const std::string& from) {
   if (!j.is_object()) throw Error(Errc::kInvalidArgument, from + ": must be a JSON object");
   only_keys(j, {"name", "device", "devices_per_host", "hosts_per_rack", "spine_oversubscription",
                 "intra_host", "inter_host", "nics_per_host", "reduce_gbytes_per_s",
-                "cores_per_host"},
+                "cores_per_host", "host_memory"},
             from, "");
   Cluster c;
   c.name = text_or(j, "name", from, from, "");
@@ -179,6 +219,7 @@ Cluster parse_cluster(const std::string& text, const std::string& from) {
   if (j.contains("reduce_gbytes_per_s"))
     c.gamma_s_per_b = 1.0 / (positive(j, "reduce_gbytes_per_s", from, "") * 1e9);
   if (j.contains("cores_per_host")) c.cores_per_host = positive_int(j, "cores_per_host", from);
+  if (j.contains("host_memory")) c.memory = parse_memory(j, from);
   return c;
 }
 
@@ -221,6 +262,13 @@ std::string cluster_json(const Cluster& c) {
   if (c.gamma_s_per_b > 0) j["reduce_gbytes_per_s"] = 1.0 / c.gamma_s_per_b / 1e9;
   if (c.cores_per_host != (1 << 20)) j["cores_per_host"] = c.cores_per_host;
   if (c.device.cores > 0) j["device"]["cores"] = c.device.cores;
+  if (c.memory.modelled())
+    j["host_memory"] = {{"llc_mib", c.memory.llc_bytes / (1 << 20)},
+                        {"copy_gbytes_per_s_cached", 1.0 / c.memory.copy_cached_s_per_b / 1e9},
+                        {"copy_gbytes_per_s_beyond", 1.0 / c.memory.copy_beyond_s_per_b / 1e9},
+                        {"beyond_working_set_mib", c.memory.beyond_ws_bytes / (1 << 20)},
+                        {"reduce_gbytes_per_s_cached", 1.0 / c.memory.reduce_cached_s_per_b / 1e9},
+                        {"source", c.memory.source}};
   return j.dump(2);
 }
 

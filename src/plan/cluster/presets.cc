@@ -242,6 +242,18 @@ Cluster this_machine() {
   c.gamma_s_per_b = comm::parse_cost_params(comm::read_tuning(), "tuning file").gamma_s_per_b;
   c.nics_per_host = 1;
   c.cores_per_host = cores;
+  // The memory the ranks copy through, for the simulator, when the tuning
+  // file has the probe's sample (`braid bench -n 2 --probe`).
+  if (const auto m = memory_probe_from(comm::read_tuning(), "tuning file")) {
+    c.memory.llc_bytes = m->llc_bytes;
+    c.memory.copy_cached_s_per_b = 1.0 / (m->cached_gbps * 1e9);
+    c.memory.copy_beyond_s_per_b = 1.0 / (m->beyond_gbps * 1e9);
+    c.memory.beyond_ws_bytes = m->beyond_ws_bytes;
+    c.memory.reduce_cached_s_per_b = 1.0 / (m->reduce_gbps * 1e9);
+    c.memory.source =
+        "braid bench -n 2 --probe (tuning file shm_memory): braid's shared-memory wire one way "
+        "with 1 MiB and 64 MiB messages, a cached f32 reduction, the last-level cache from sysfs";
+  }
   return c;
 }
 

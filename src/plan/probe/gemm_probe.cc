@@ -12,6 +12,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/tuning.h"
+#include "plan/probe/tuning_json.h"
 
 namespace braid::plan {
 std::vector<GemmSample> probe_gemm(double* core_share) {
@@ -60,15 +61,7 @@ std::string keep_gemm_probe_if_missing() {
 }
 
 std::string merge_gemm_probe(const std::string& text, const std::vector<GemmSample>& samples) {
-  nlohmann::json j = nlohmann::json::object();
-  if (!text.empty()) {
-    try {
-      j = nlohmann::json::parse(text);
-      if (!j.is_object()) j = nlohmann::json::object();
-    } catch (const nlohmann::json::exception&) {
-      j = nlohmann::json::object();
-    }
-  }
+  nlohmann::json j = tuning_json(text);
   nlohmann::json rows = nlohmann::json::array();
   for (const GemmSample& s : samples) rows.push_back({s.flops, s.flop_s / 1e9});
   j["gemm_f32_1thread"] = rows;

@@ -105,7 +105,20 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
     throw Error(Errc::kInvalidArgument, "simulator: stride, groups and group_stride must be >= 1");
   const bool hier = a->id == algo::AlgoId::kHier;
   const int devices = (ranks - 1) * o.stride + (o.groups - 1) * o.group_stride + 1;
-  sim::Network net(c, devices);
+  // braid's CPU ranks over shared memory, where the cluster says how they
+  // copy through memory (plan::HostMemory): each copy into or out of a
+  // slot, each reduction and local copy, at the rate of the call's working
+  // set, the buffers of the host's ranks (out of place: input and output).
+  Cluster sized = c;
+  double gamma = place_group(c, ranks, o.stride).links.gamma_s_per_b;
+  if (c.memory.modelled() && c.device.runtime == Runtime::kBraidCpu) {
+    const Shape whole = shape_of(op, bytes / 4, ranks);
+    const double on_host = std::min(devices, std::max(1, c.devices_per_host));
+    const double ws = on_host * 4.0 * double(whole.send_elems + whole.recv_elems);
+    sized.intra_host.cost.beta_s_per_b = 2 * c.memory.copy_s_per_b(ws);  // two copies a message
+    gamma = c.memory.reduce_s_per_b(ws);
+  }
+  sim::Network net(sized, devices);
   const int D = net.devices_per_host();
   // Group g's member i is device g·group_stride + i·stride; its hosts, and for "hier"
   // its members on each host and the first member of each host.
@@ -174,7 +187,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
 
   sim::Trace trace(o.trace_limit);
   sim::EngineConfig cfg;
-  cfg.gamma_s_per_b = place_group(c, ranks, o.stride).links.gamma_s_per_b;
+  cfg.gamma_s_per_b = gamma;
   cfg.carry_data = o.carry_data;
   cfg.byte_scale = scale;
   cfg.trace = o.trace ? &trace : nullptr;

@@ -76,6 +76,11 @@ void Engine::run() {
 
 void Engine::block(int self) {
   RankState& st = ranks_[size_t(self)];
+  if (!st.met.empty()) {  // receives met while it ran, after its sends
+    std::vector<RankState::Met> met;
+    met.swap(st.met);
+    for (RankState::Met& x : met) meet(x.src, self, chan(x.src, self), x.p, x.m, nullptr);
+  }
   st.waiting = true;
   st.fiber->yield();
 }
@@ -178,7 +183,7 @@ void Engine::post(int self, Request* r) {
   if (!ch.msgs.empty()) {
     Msg m = std::move(ch.msgs.front());
     ch.msgs.pop_front();
-    meet(peer, self, ch, p, m, nullptr);
+    ranks_[size_t(self)].met.push_back({peer, p, std::move(m)});
     return;
   }
   ch.recvs.push_back(p);

@@ -12,8 +12,10 @@
 // completes at max(arrival, posted, the channel's previous completion),
 // plus B·γ on the receiving rank's processor for a receive-reduce (a rank
 // reduces one message at a time, on a core of its host's pool when the
-// host's ranks outnumber its cores). Local copies inside an algorithm take no
-// virtual time. With carry_data the payloads move and reduce for real
+// host's ranks outnumber its cores; a receive met with a message already
+// there is placed once its rank waits, after the sends it posted
+// meanwhile). An algorithm's local copies take γ a byte on its processor
+// (Context::copy). With carry_data the payloads move and reduce for real
 // (braid/reduce.h); without, only sizes travel, and every message's bytes
 // are multiplied by byte_scale (the algorithm ran on 1/byte_scale of the
 // elements, so that thousands of ranks fit in memory).
@@ -97,6 +99,16 @@ class Engine {
     bool waiting = false;
     double cpu_free = 0;
     double finished = -1;
+    // Receives this rank met, while it ran, with messages already there:
+    // their copy out or reduction is placed when it next waits, after the
+    // sends it posts meanwhile (braid's progress moves a rank's sends and
+    // receives in turn, not each receive before the sends posted with it).
+    struct Met {
+      int src;
+      Pending p;
+      Msg m;
+    };
+    std::vector<Met> met;
   };
   struct Event {
     double t;
