@@ -229,8 +229,12 @@ TEST(Slurm, ParameterServerFailsOverUnderSrunThatLetsATaskDie) {
   EXPECT_FALSE(diffs.empty());
   for (const auto& [name, diff] : diffs) EXPECT_EQ(diff, 0) << name;
   // Slurm ending the step at the death: the job fails, naming no success.
+  // Long enough after the death (300 steps, about 2 s) that Slurm's kill
+  // lands first: 12 steps once finished before it did (0.1 s), under load.
+  std::string longer = ps;
+  longer.replace(longer.find("--steps 12"), 10, "--steps 300");
   const int st = cluster.run("export BRAID_SECRET=slurm-ps-test; timeout 120 srun -N2 -n5 "
-                             "--overcommit --kill-on-bad-exit=1 " + ps + " --kill-server 1:7" +
+                             "--overcommit --kill-on-bad-exit=1 " + longer + " --kill-server 1:7" +
                                  files("k1"),
                              &out);
   EXPECT_NE(st, 0) << out;
