@@ -55,6 +55,10 @@ struct MemorySample {
   double beyond_ws_bytes = 0;  // both ranks' buffers in the latter (2 × 64 MiB)
   double reduce_gbps = 0;      // f32 a += b in the last-level cache (2 × 4 MiB), one core
   double llc_bytes = 0;        // the last-level cache (last_level_cache_bytes)
+  // The smaller of the two ranks' shares of a core meanwhile (as
+  // comm::ProbeSample's): below comm::kMinCoreShare the rates describe
+  // other work's load, and `braid bench --probe` does not keep them.
+  double core_share = 0;
 };
 
 // The largest cache of CPU 0 in sysfs (the last level), in bytes; 0 when

@@ -155,6 +155,8 @@ TEST(PlanProbe, MemoryIsMeasuredKeptAndReadBack) {
   EXPECT_GT(m.cached_gbps, 0);
   EXPECT_GT(m.beyond_gbps, 0);
   EXPECT_GT(m.reduce_gbps, 0);
+  EXPECT_GT(m.core_share, 0);
+  EXPECT_LE(m.core_share, 1.0 + 1e-9);
   EXPECT_EQ(m.beyond_ws_bytes, double(128 << 20));
   EXPECT_EQ(m.llc_bytes, plan::last_level_cache_bytes());
   if (!(m.llc_bytes > 0)) {  // no cache size in sysfs: nothing is kept

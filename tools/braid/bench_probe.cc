@@ -41,7 +41,8 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   // this-machine preset (braid/plan_probe.h), while the other ranks wait.
   const std::vector<plan::GemmSample> gemm = plan::probe_gemm();
   text = plan::merge_gemm_probe(text, gemm);
-  if (memory) text = plan::merge_memory_probe(text, *memory);
+  const bool keep_memory = memory && memory->core_share >= comm::kMinCoreShare;
+  if (keep_memory) text = plan::merge_memory_probe(text, *memory);
   comm::write_tuning(path, text);
   for (const auto& [kind, peer, s] : probes) {
     const comm::LinkCost l = comm::calibrate_link(kind, s);
@@ -53,9 +54,10 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   }
   if (memory)
     std::printf("memory over shm: one way %.2f GB/s with the buffers in the %.0f MiB cache, %.2f GB/s "
-                "beyond it (%.0f MiB); reduce %.2f GB/s cached -> %s\n",
+                "beyond it (%.0f MiB); reduce %.2f GB/s cached; core share %.2f -> %s\n",
                 memory->cached_gbps, memory->llc_bytes / (1 << 20), memory->beyond_gbps,
-                memory->beyond_ws_bytes / (1 << 20), memory->reduce_gbps, path.c_str());
+                memory->beyond_ws_bytes / (1 << 20), memory->reduce_gbps, memory->core_share,
+                keep_memory ? path.c_str() : "not kept (other work shared the cores)");
   std::printf("gemm f32, one thread:");
   for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
   std::printf(" (32 to 1024 square) -> %s\n", path.c_str());

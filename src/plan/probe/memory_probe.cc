@@ -64,12 +64,21 @@ MemorySample probe_memory(bool leader, const std::function<void(const void*, siz
     for (int i = 0; i < trials; ++i) t = std::min(t, round_trip(bytes, iters));
     return t;
   };
+  const CoreShare core_share;
   round_trip(kCachedBytes, 5);  // warm-up: the rings and the cache
   const double t_cached = best_of(5, kCachedBytes, 20);
   round_trip(kBeyondBytes, 1);
   const double t_beyond = best_of(3, kBeyondBytes, 1);
-  if (!leader) return MemorySample{};
+  // The smaller of the two ranks' shares of a core meanwhile.
+  double share = core_share.get();
+  if (!leader) {
+    send(&share, sizeof share);
+    return MemorySample{};
+  }
+  double theirs = 0;
+  recv(&theirs, sizeof theirs);
   MemorySample s;
+  s.core_share = std::min(share, theirs);
   s.cached_gbps = double(kCachedBytes) / t_cached / 1e9;
   s.beyond_gbps = double(kBeyondBytes) / t_beyond / 1e9;
   s.beyond_ws_bytes = 2.0 * double(kBeyondBytes);
@@ -78,6 +87,7 @@ MemorySample probe_memory(bool leader, const std::function<void(const void*, siz
   const size_t n = (4 << 20) / sizeof(float);
   float* a = reinterpret_cast<float*>(buf);
   const float* b = a + n;
+  std::fill(a, a + 2 * n, 1.0f);
   double t_red = 1e30;
   for (int i = 0; i < 8; ++i) {
     const double t0 = wall_s();

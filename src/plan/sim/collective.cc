@@ -113,7 +113,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
   double gamma = place_group(c, ranks, o.stride).links.gamma_s_per_b;
   if (c.memory.modelled() && c.device.runtime == Runtime::kBraidCpu) {
     const Shape whole = shape_of(op, bytes / 4, ranks);
-    const double on_host = std::min(devices, std::max(1, c.devices_per_host));
+    const double on_host = std::min(ranks * o.groups, std::max(1, c.devices_per_host));
     const double ws = on_host * 4.0 * double(whole.send_elems + whole.recv_elems);
     sized.intra_host.cost.beta_s_per_b = 2 * c.memory.copy_s_per_b(ws);  // two copies a message
     gamma = c.memory.reduce_s_per_b(ws);
