@@ -191,10 +191,11 @@ Row run_mpi(const TestHosts& hosts, const Config& c, const std::string& mpi_benc
   return parse_rows(out);
 }
 
-// The same streams in C++ (`across_hosts --stream both|recv|send ...`, run
-// inside a host): 4 MiB send() and recv() calls on a blocking socket with the
-// kernel's own buffer tuning, so the figure is the kernel's TCP over veth
-// and not python's. `both PEER PORT` receives on one thread and sends on
+// TCP streams between the test hosts (`across_hosts --stream both|recv|
+// send ...`, run inside a host): 4 MiB send() and recv() calls on a
+// blocking socket with the kernel's own buffer tuning, so that the figure
+// is the kernel's TCP over veth and little else (python's, used before,
+// was slower). `both PEER PORT` receives on one thread and sends on
 // another; `recv PORT` only receives; `send HOST PORT` only sends. Each
 // sends 1 GiB and the receiver prints its GB/s from its first byte.
 constexpr size_t kStreamChunk = size_t(4) << 20;
