@@ -10,6 +10,7 @@
 //   ALGOS="hier mpi" build/across_hosts ...       auto and only those beside it
 //   BUSY=1 build/across_hosts ...                 how busy each core was, per run
 //   BYTES=16M ITERS=100 build/across_hosts ...    one size, more iterations
+//   EPOCHS=4 build/across_hosts ROUNDS dp         longer training runs
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -506,7 +507,9 @@ int main(int argc, char** argv) {
   // first (in "dp" mode), for an A/B under the same conditions.
   const char* more = std::getenv("TRAIN_FLAGS");
   const char* more_b = std::getenv("TRAIN_FLAGS_B");
-  std::string train = braid::testing::braid_bin() + " train mlp --epochs 1 --quiet";
+  // EPOCHS: more than one, so that start-up is a small part of BUSY's figure.
+  std::string train = braid::testing::braid_bin() + " train mlp --epochs " +
+                      (std::getenv("EPOCHS") ? std::getenv("EPOCHS") : "1") + " --quiet";
   if (more) train.append(" ").append(more);
   // samples/s and the worse rank's exposed communication of a run's done record.
   auto done = [](const std::string& path, std::vector<double>& sps, std::vector<double>& exp) {
@@ -533,11 +536,21 @@ int main(int argc, char** argv) {
               std::to_string(h) + " --master " + hosts->address(0) + ":" + std::to_string(kPort) +
               " -- " + cmd + " --json-log " + dir + "/dp_across.jsonl",
           dir + "/train" + std::to_string(h) + ".out"));
+    const auto before = cpu_jiffies();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
     int status = 0;
     for (auto& j : jobs) status |= j.wait(deadline);
     if (status == 0) done(dir + "/dp_across.jsonl", sps, exp);
     ::unlink((dir + "/dp_across.jsonl").c_str());
+    if (std::getenv("BUSY") != nullptr) {  // how busy each host's core was over the run
+      const auto after = cpu_jiffies();
+      std::fprintf(stderr, "train across 2 hosts: cores busy");
+      for (size_t i = 0; i < after.size() && i < before.size(); ++i)
+        std::fprintf(stderr, " %.0f%%",
+                     100 * (after[i].first - before[i].first) /
+                         std::max(1.0, after[i].second - before[i].second));
+      std::fprintf(stderr, "\n");
+    }
   };
   std::vector<double> across_sps, across_exposed, b_sps, b_exposed, local_sps, local_exposed;
   const bool ab = only_dp && more_b != nullptr;
@@ -554,16 +567,18 @@ int main(int argc, char** argv) {
     ::unlink((dir + "/dp_local.jsonl").c_str());
   }
   if (ab)
-    std::printf("train mlp --epochs 1, data parallel, 2 hosts x 1 rank: %.0f samples/s, exposed "
-                "communication %.1f%%; with %s: %.0f samples/s, %.1f%% (medians of %d)\n",
-                median(across_sps), 100 * median(across_exposed), more_b, median(b_sps),
-                100 * median(b_exposed), rounds);
+    std::printf(
+        "%s, data parallel, 2 hosts x 1 rank: %.0f samples/s, exposed "
+        "communication %.1f%%; with %s: %.0f samples/s, %.1f%% (medians of %d)\n",
+        train.substr(train.find("train mlp")).c_str(), median(across_sps),
+        100 * median(across_exposed), more_b, median(b_sps), 100 * median(b_exposed), rounds);
   else
-    std::printf("train mlp --epochs 1, data parallel: 2 hosts x 1 rank %.0f samples/s, exposed "
-                "communication %.1f%% (the worse rank); one host, 2 ranks: %.0f samples/s, %.1f%% "
-                "(medians of %d)\n",
-                median(across_sps), 100 * median(across_exposed), median(local_sps),
-                100 * median(local_exposed), rounds);
+    std::printf(
+        "%s, data parallel: 2 hosts x 1 rank %.0f samples/s, exposed "
+        "communication %.1f%% (the worse rank); one host, 2 ranks: %.0f samples/s, %.1f%% "
+        "(medians of %d)\n",
+        train.substr(train.find("train mlp")).c_str(), median(across_sps),
+        100 * median(across_exposed), median(local_sps), 100 * median(local_exposed), rounds);
   print_streams(*hosts, dir, rounds);
   return 0;
 }
