@@ -11,6 +11,7 @@
 //   BUSY=1 build/across_hosts ...                 how busy each core was, per run
 //   BYTES=16M ITERS=100 build/across_hosts ...    one size, more iterations
 //   EPOCHS=4 build/across_hosts ROUNDS dp         longer training runs
+//   CONNS=4 build/across_hosts ROUNDS wire        also the two-way streams over 4 connections
 //
 // For each HOSTSxRANKS configuration and round (the order of the runs
 // reversed every other round), 4 KiB to 64 MiB (x4):
@@ -324,16 +325,21 @@ struct StreamRun {
 
 // `both`: node0 <-> node1 at once (a 2-rank all_reduce's traffic, each
 // host's one core sending and receiving); else node0 -> node1.
-StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both) {
+// `conns` > 1: that many connections each way at once, each its own
+// process (ports 29801 + i), their rates added.
+StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both, int conns = 1) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const int cpu0 = 0, cpu1 = 1 % int(::sysconf(_SC_NPROCESSORS_ONLN));
   const auto before = cpu_jiffies();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<braid::testing::HostJob> jobs;
   if (both) {
-    for (int h = 0; h < 2; ++h)
-      jobs.push_back(hosts.start(h, "exec " + self + " --stream both " + hosts.address(1 - h) + " 29801",
-                                 dir + "/both" + std::to_string(h) + ".out"));
+    for (int i = 0; i < conns; ++i)
+      for (int h = 0; h < 2; ++h)
+        jobs.push_back(hosts.start(h,
+                                   "exec " + self + " --stream both " + hosts.address(1 - h) + " " +
+                                       std::to_string(29801 + i),
+                                   dir + "/both" + std::to_string(h) + "_" + std::to_string(i) + ".out"));
   } else {
     jobs.push_back(hosts.start(1, "exec " + self + " --stream recv 29800", dir + "/recv.out"));
     jobs.push_back(hosts.start(0, "exec " + self + " --stream send " + hosts.address(1) + " 29800",
@@ -348,7 +354,13 @@ StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both) 
     return dt > 0 ? (after[size_t(cpu)].first - before[size_t(cpu)].first) / dt : 0.0;
   };
   StreamRun r;
-  r.gbps = both ? std::min(rate_of(jobs[0]), rate_of(jobs[1])) : rate_of(jobs[0]);
+  if (both) {
+    double into[2] = {0, 0};  // what each host received, over its connections
+    for (size_t j = 0; j < jobs.size(); ++j) into[j % 2] += rate_of(jobs[j]);
+    r.gbps = std::min(into[0], into[1]);
+  } else {
+    r.gbps = rate_of(jobs[0]);
+  }
   r.busy0 = busy(cpu0);
   r.busy1 = busy(cpu1);
   return r;
@@ -358,17 +370,23 @@ StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both) 
 // busy fractions: where both are near 1 the kernel's TCP over veth is
 // bound by the cores, and the GB/s is what a core can send and receive.
 void print_streams(const TestHosts& hosts, const std::string& dir, int rounds) {
-  for (bool both : {false, true}) {
+  // CONNS=2: the two-way streams over that many connections each way too.
+  const int conns = std::getenv("CONNS") ? std::max(1, std::atoi(std::getenv("CONNS"))) : 1;
+  for (int kind = 0; kind < (conns > 1 ? 3 : 2); ++kind) {
+    const bool both = kind > 0;
+    const int k = kind == 2 ? conns : 1;
     std::vector<double> gbps, b0, b1;
     for (int r = 0; r < rounds; ++r) {
-      const StreamRun s = tcp_stream(hosts, dir, both);
+      const StreamRun s = tcp_stream(hosts, dir, both, k);
       gbps.push_back(s.gbps);
       b0.push_back(s.busy0);
       b1.push_back(s.busy1);
     }
     std::printf("%s (1 GiB, C++ sockets, 4 MiB calls): %.3f GB/s%s (median of %d; %.3f-%.3f); "
                 "busy: host 0's core %.0f%%, host 1's core %.0f%%\n",
-                both ? "two TCP streams at once, one each way" : "one TCP stream node0 -> node1",
+                !both  ? "one TCP stream node0 -> node1"
+                : k == 1 ? "two TCP streams at once, one each way"
+                         : ("TCP streams at once over " + std::to_string(k) + " connections each way").c_str(),
                 median(gbps), both ? " each way, the slower" : "", rounds,
                 *std::min_element(gbps.begin(), gbps.end()), *std::max_element(gbps.begin(), gbps.end()),
                 100 * median(b0), 100 * median(b1));
