@@ -113,7 +113,7 @@ constexpr Setting kSettings[] = {
     {"BRAID_TCP_RXBUF_BYTES", K::kUser, "256 KiB",
      "staging buffer a TCP connection reads small messages and reductions through",
      "src/comm/transport/tcp/tcp_wire_setup.cc"},
-    {"BRAID_TCP_STREAMS", K::kUser, "1 inside a host, 2 in a job that spans hosts",
+    {"BRAID_TCP_STREAMS", K::kUser, "1",
      "TCP connections per pair of ranks; messages of 256 KiB and up are striped over them (at "
      "most 16; the same on every rank)",
      "src/comm/transport/tcp/tcp_wire_setup.cc"},

@@ -10,9 +10,8 @@
 // Data: non-blocking sockets with TCP_NODELAY, epoll (edge triggered).
 // A message is its 40-byte MsgSig followed by sig.bytes payload bytes, sent
 // with one sendmsg (header + payload iovecs). A pair may open several
-// connections (BRAID_TCP_STREAMS, default 1 inside a host and 2 in a job
-// that spans hosts, at most 16; every rank must use the same value,
-// checked at set-up): messages of 256 KiB and up are then
+// connections (BRAID_TCP_STREAMS, default 1, at most 16; every rank must use
+// the same value, checked at set-up): messages of 256 KiB and up are then
 // cut into one stripe per connection (boundaries on 64-byte multiples, so
 // stripes hold whole elements), each stripe behind its own copy of the
 // header; smaller messages go whole on connection 0, which therefore sees

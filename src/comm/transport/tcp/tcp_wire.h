@@ -24,14 +24,7 @@ constexpr size_t kDirectRecvMin = 64 << 10;  // kRecv reads at least this straig
 // connection of the pair (BRAID_TCP_STREAMS); smaller ones go whole on
 // connection 0.
 constexpr uint64_t kStripeMin = 256 << 10;
-// Connections per pair by default: one inside a host (loopback, where more
-// were a wash), two in a job that spans hosts. Between namespaced hosts of
-// one core each, two moved 1.87-1.99 GB/s busbw at 16 MiB where one moved
-// 1.70-1.81 (all_reduce ring, 2 hosts x 1 rank; 1.71-1.93 against
-// 1.48-1.56 at 64 MiB): one connection each way leaves the core a quarter
-// idle (docs/PERFORMANCE.md §8).
 constexpr int kDefaultStreams = 1;
-constexpr int kDefaultStreamsAcrossHosts = 2;
 // How a peer whose connection ended went (an abort shuts the sockets down).
 inline constexpr const char* kClosedHow = "closed the connection (it exited, or its communicator failed)";
 inline constexpr const char* kResetHow = "reset the connection (it exited, or its communicator failed)";

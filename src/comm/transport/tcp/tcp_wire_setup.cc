@@ -21,14 +21,9 @@ namespace tcp {
 TcpWire::TcpWire(const WireContext& ctx, const std::vector<int>& peers) : Wire(ctx) {
   const int buf_bytes = int(std::clamp<int64_t>(env_int("BRAID_TCP_BUF_BYTES", 0), 0, 1 << 30));
   rx_cap_ = size_t(std::clamp<int64_t>(env_int("BRAID_TCP_RXBUF_BYTES", 256 << 10), 4096, int64_t(64) << 20));
+  streams_ = int(std::clamp<int64_t>(env_int("BRAID_TCP_STREAMS", kDefaultStreams), 1, 16));
   int local = 0;  // ranks on this host, whatever wire reaches them
-  bool spans_hosts = false;  // the same answer on every rank: the count must agree
-  for (const PeerInfo& pi : ctx.peers) {
-    local += pi.host_id == ctx.peers[size_t(ctx.rank)].host_id;
-    spans_hosts |= pi.host_id != ctx.peers[0].host_id;
-  }
-  streams_ = int(std::clamp<int64_t>(
-      env_int("BRAID_TCP_STREAMS", spans_hosts ? kDefaultStreamsAcrossHosts : kDefaultStreams), 1, 16));
+  for (const PeerInfo& pi : ctx.peers) local += pi.host_id == ctx.peers[size_t(ctx.rank)].host_id;
   spin_ns_ = spin_ns_for(local, ctx.host_cores);
   index_.assign(size_t(ctx.size), -1);
   conns_.resize(peers.size());
