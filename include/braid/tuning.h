@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace braid::comm {
@@ -106,6 +108,12 @@ struct ProbeSample {
 
 // Below this core share a probe is not used (see ProbeSample::core_share).
 constexpr double kMinCoreShare = 0.8;
+
+// A probe's message buffer of `bytes` (a multiple of 2 MiB), on huge pages
+// where the kernel allows them: 8 faults for 16 MiB instead of 4096, which
+// on a VM cost more than the whole measurement. Error(kIo) if it cannot be
+// had.
+std::unique_ptr<uint8_t, void (*)(void*)> probe_buffer(size_t bytes);
 
 // `iters` round trips of `bytes` from `buf` (the leader sends first, the
 // other echoes into the same buffer): seconds one way, on either rank.

@@ -58,6 +58,15 @@ ProbeSample reference_probe(const std::string& kind) {
   return ProbeSample{0.37e-6, 31.0, 46.0, 1};
 }
 
+std::unique_ptr<uint8_t, void (*)(void*)> probe_buffer(size_t bytes) {
+  std::unique_ptr<uint8_t, void (*)(void*)> mem(
+      static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes)), &std::free);
+  if (!mem)
+    throw Error(Errc::kIo, "probe: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
+  ::madvise(mem.get(), bytes, MADV_HUGEPAGE);
+  return mem;
+}
+
 double round_trip_s(bool leader, const std::function<void(const void*, size_t)>& send,
                     const std::function<void(void*, size_t)>& recv, void* buf, size_t bytes,
                     int iters) {
@@ -76,12 +85,7 @@ double round_trip_s(bool leader, const std::function<void(const void*, size_t)>&
 
 ProbeSample probe_link(bool leader, const std::function<void(const void*, size_t)>& send,
                        const std::function<void(void*, size_t)>& recv) {
-  // Huge pages where the kernel allows them: 8 faults instead of 4096, which
-  // on a VM cost more than the whole measurement.
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
-      static_cast<uint8_t*>(std::aligned_alloc(kHugePage, kBigBytes)), &std::free);
-  if (!mem) throw Error(Errc::kIo, "probe: cannot allocate 16 MiB");
-  ::madvise(mem.get(), kBigBytes, MADV_HUGEPAGE);
+  const auto mem = probe_buffer(kBigBytes);
   uint8_t* const buf = mem.get();
   auto round_trip = [&](size_t bytes, int iters) {
     return round_trip_s(leader, send, recv, buf, bytes, iters);

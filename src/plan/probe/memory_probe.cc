@@ -1,8 +1,6 @@
 // The memory probe behind `this-machine`'s simulated copies
 // (braid/plan_probe.h): braid's shared-memory wire between two ranks with
 // their buffers in the last-level cache and far beyond it.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -21,7 +19,6 @@ namespace {
 
 constexpr size_t kCachedBytes = size_t(1) << 20;
 constexpr size_t kBeyondBytes = size_t(64) << 20;
-constexpr size_t kHugePage = size_t(2) << 20;
 
 // "32768K", "2M", "1024" -> bytes; 0 for anything else.
 double cache_size(const std::string& text) {
@@ -50,10 +47,7 @@ double last_level_cache_bytes() {
 
 MemorySample probe_memory(bool leader, const std::function<void(const void*, size_t)>& send,
                           const std::function<void(void*, size_t)>& recv) {
-  std::unique_ptr<uint8_t, decltype(&std::free)> mem(
-      static_cast<uint8_t*>(std::aligned_alloc(kHugePage, kBeyondBytes)), &std::free);
-  if (!mem) throw Error(Errc::kIo, "memory probe: cannot allocate 64 MiB");
-  ::madvise(mem.get(), kBeyondBytes, MADV_HUGEPAGE);
+  const auto mem = comm::probe_buffer(kBeyondBytes);
   uint8_t* const buf = mem.get();
   std::fill(buf, buf + kBeyondBytes, uint8_t(1));  // mapped before any timing
   auto round_trip = [&](size_t bytes, int iters) {
