@@ -206,7 +206,8 @@ Cluster this_machine() {
   // first use), when the tuning file has one: each size's rate over the
   // peak (raised to the fastest measured rate where that beats the clock's
   // estimate, e.g. AVX-512).
-  const std::vector<GemmSample> gemm = gemm_probe_from(comm::read_tuning(), "tuning file");
+  const std::string tuning = comm::read_tuning();  // read once: GEMMs, γ, memory
+  const std::vector<GemmSample> gemm = gemm_probe_from(tuning, "tuning file");
   const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGESIZE));
   c.device.memory_bytes = pages > 0 && page > 0 ? pages * page / cores : 4 * kGiB;
   c.device.memory_bw = 10e9;
@@ -239,12 +240,12 @@ Cluster this_machine() {
   c.inter_host = link_class("tcp-loopback");
   // Reductions at the rate the probe measured, as the runtime selector
   // prices them (not 3 bytes an element at the assumed memory bandwidth).
-  c.gamma_s_per_b = comm::parse_cost_params(comm::read_tuning(), "tuning file").gamma_s_per_b;
+  c.gamma_s_per_b = comm::parse_cost_params(tuning, "tuning file").gamma_s_per_b;
   c.nics_per_host = 1;
   c.cores_per_host = cores;
   // The memory the ranks copy through, for the simulator, when the tuning
   // file has the probe's sample (`braid bench -n 2 --probe`).
-  if (const auto m = memory_probe_from(comm::read_tuning(), "tuning file")) {
+  if (const auto m = memory_probe_from(tuning, "tuning file")) {
     c.memory.llc_bytes = m->llc_bytes;
     c.memory.copy_cached_s_per_b = 1.0 / (m->cached_gbps * 1e9);
     c.memory.copy_beyond_s_per_b = 1.0 / (m->beyond_gbps * 1e9);
