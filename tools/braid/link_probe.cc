@@ -1,6 +1,21 @@
 #include "link_probe.h"
 
+#include <functional>
+
 namespace braid::tool {
+namespace {
+
+// The blocking send and receive a probe runs over, to `other`.
+struct PairIo {
+  std::function<void(const void*, size_t)> send;
+  std::function<void(void*, size_t)> recv;
+};
+PairIo pair_io(Communicator& comm, int other) {
+  return {[&comm, other](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
+          [&comm, other](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); }};
+}
+
+}  // namespace
 
 std::vector<ClassProbe> probe_each_class(Communicator& comm) {
   const int r = comm.rank();
@@ -17,10 +32,8 @@ std::vector<ClassProbe> probe_each_class(Communicator& comm) {
     out.push_back({kClasses[c], peers[c], {}});
     comm.barrier();
     if (r != 0 && r != peers[c]) continue;
-    const int other = r == 0 ? peers[c] : 0;
-    out.back().sample = comm::probe_link(
-        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
-        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
+    const PairIo io = pair_io(comm, r == 0 ? peers[c] : 0);
+    out.back().sample = comm::probe_link(r == 0, io.send, io.recv);
   }
   comm.barrier();
   return out;
@@ -36,10 +49,8 @@ std::optional<plan::MemorySample> probe_shm_memory(Communicator& comm,
   comm.barrier();
   std::optional<plan::MemorySample> out;
   if (r == 0 || r == peer) {
-    const int other = r == 0 ? peer : 0;
-    const plan::MemorySample s = plan::probe_memory(
-        r == 0, [&](const void* b, size_t n) { comm.send(b, n, DType::kU8, other); },
-        [&](void* b, size_t n) { comm.recv(b, n, DType::kU8, other); });
+    const PairIo io = pair_io(comm, r == 0 ? peer : 0);
+    const plan::MemorySample s = plan::probe_memory(r == 0, io.send, io.recv);
     if (r == 0) out = s;
   }
   comm.barrier();
