@@ -279,6 +279,31 @@ int stream_main(int argc, char** argv) {
 
 // Busy and total jiffies of each CPU (/proc/stat; busy is all but idle and
 // iowait, so it counts the softirq time where the kernel moves packets).
+std::vector<std::pair<double, double>> cpu_jiffies();
+
+// How busy each CPU was since construction: shares() in [0, 1] by CPU;
+// text() as " 95% 95%".
+class BusyMeter {
+ public:
+  BusyMeter() : before_(cpu_jiffies()) {}
+  std::vector<double> shares() const {
+    const auto after = cpu_jiffies();
+    std::vector<double> v;
+    for (size_t i = 0; i < after.size() && i < before_.size(); ++i)
+      v.push_back((after[i].first - before_[i].first) /
+                  std::max(1.0, after[i].second - before_[i].second));
+    return v;
+  }
+  std::string text() const {
+    std::string t;
+    for (double x : shares()) t += " " + std::to_string(int(100 * x + 0.5)) + "%";
+    return t;
+  }
+
+ private:
+  std::vector<std::pair<double, double>> before_;
+};
+
 std::vector<std::pair<double, double>> cpu_jiffies() {
   std::vector<std::pair<double, double>> v;
   std::ifstream in("/proc/stat");
@@ -330,7 +355,7 @@ struct StreamRun {
 StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both, int conns = 1) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const int cpu0 = 0, cpu1 = 1 % int(::sysconf(_SC_NPROCESSORS_ONLN));
-  const auto before = cpu_jiffies();
+  const BusyMeter meter;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<braid::testing::HostJob> jobs;
   if (both) {
@@ -347,12 +372,7 @@ StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both, 
   }
   const auto deadline = t0 + std::chrono::seconds(60);
   for (auto& j : jobs) j.wait(deadline);
-  const auto after = cpu_jiffies();
-  auto busy = [&](int cpu) {
-    if (size_t(cpu) >= after.size() || size_t(cpu) >= before.size()) return 0.0;
-    const double dt = after[size_t(cpu)].second - before[size_t(cpu)].second;
-    return dt > 0 ? (after[size_t(cpu)].first - before[size_t(cpu)].first) / dt : 0.0;
-  };
+  const std::vector<double> busy = meter.shares();
   StreamRun r;
   if (both) {
     double into[2] = {0, 0};  // what each host received, over its connections
@@ -361,8 +381,8 @@ StreamRun tcp_stream(const TestHosts& hosts, const std::string& dir, bool both, 
   } else {
     r.gbps = rate_of(jobs[0]);
   }
-  r.busy0 = busy(cpu0);
-  r.busy1 = busy(cpu1);
+  r.busy0 = size_t(cpu0) < busy.size() ? busy[size_t(cpu0)] : 0;
+  r.busy1 = size_t(cpu1) < busy.size() ? busy[size_t(cpu1)] : 0;
   return r;
 }
 
@@ -469,17 +489,12 @@ int main(int argc, char** argv) {
       std::vector<std::string> order = runs;
       if (r % 2) std::reverse(order.begin(), order.end());
       for (const std::string& run : order) {
-        const auto before = cpu_jiffies();
+        const BusyMeter meter;
         const Row row = run == "mpi" ? run_mpi(*hosts, c, mpi_bench, dir)
                                      : run_braid(*hosts, c, run, dir);
-        if (std::getenv("BUSY") != nullptr) {  // BUSY=1: how busy each core was over the run
-          const auto after = cpu_jiffies();
-          std::fprintf(stderr, "%s %s round %d: cores busy", c.name().c_str(), run.c_str(), r + 1);
-          for (size_t i = 0; i < after.size() && i < before.size(); ++i)
-            std::fprintf(stderr, " %.0f%%", 100 * (after[i].first - before[i].first) /
-                                                std::max(1.0, after[i].second - before[i].second));
-          std::fprintf(stderr, "\n");
-        }
+        if (std::getenv("BUSY") != nullptr)  // BUSY=1: how busy each core was over the run
+          std::fprintf(stderr, "%s %s round %d: cores busy%s\n", c.name().c_str(), run.c_str(),
+                       r + 1, meter.text().c_str());
         for (const auto& [bytes, bw] : row) got[run][bytes].push_back(bw);
       }
     }
@@ -554,21 +569,14 @@ int main(int argc, char** argv) {
               std::to_string(h) + " --master " + hosts->address(0) + ":" + std::to_string(kPort) +
               " -- " + cmd + " --json-log " + dir + "/dp_across.jsonl",
           dir + "/train" + std::to_string(h) + ".out"));
-    const auto before = cpu_jiffies();
+    const BusyMeter meter;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
     int status = 0;
     for (auto& j : jobs) status |= j.wait(deadline);
     if (status == 0) done(dir + "/dp_across.jsonl", sps, exp);
     ::unlink((dir + "/dp_across.jsonl").c_str());
-    if (std::getenv("BUSY") != nullptr) {  // how busy each host's core was over the run
-      const auto after = cpu_jiffies();
-      std::fprintf(stderr, "train across 2 hosts: cores busy");
-      for (size_t i = 0; i < after.size() && i < before.size(); ++i)
-        std::fprintf(stderr, " %.0f%%",
-                     100 * (after[i].first - before[i].first) /
-                         std::max(1.0, after[i].second - before[i].second));
-      std::fprintf(stderr, "\n");
-    }
+    if (std::getenv("BUSY") != nullptr)  // how busy each host's core was over the run
+      std::fprintf(stderr, "train across 2 hosts: cores busy%s\n", meter.text().c_str());
   };
   std::vector<double> across_sps, across_exposed, b_sps, b_exposed, local_sps, local_exposed;
   const bool ab = only_dp && more_b != nullptr;
