@@ -72,8 +72,8 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 . "$here/bench/blas_kernels.sh"
 
 gpt_args=(--layers 4 --d-model 256 --heads 4 --context 128 --batch 16)
-$braid train mlp --steps 1 --save-init "$tmp/mlp.ckpt" -q >/dev/null
-$braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev/null
+"${clean_env[@]}" $braid train mlp --steps 1 --save-init "$tmp/mlp.ckpt" -q >/dev/null
+"${clean_env[@]}" $braid train gpt --steps 1 --save-init "$tmp/gpt.ckpt" -q "${gpt_args[@]}" >/dev/null
 
 echo "braid: $braid   torch: $($py -c 'import torch; print(torch.__version__)')   reps: $reps (median)   $(nproc --all) cores   load at start: $(load)"
 

@@ -48,7 +48,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 run_pair() {  # model threads steps extra-args...
   local model=$1 t=$2 steps=$3; shift 3
   local init=$tmp/init_$model.ckpt
-  $braid train $model --steps 1 --save-init "$init" -q "$@" >/dev/null
+  "${clean_env[@]}" $braid train $model --steps 1 --save-init "$init" -q "$@" >/dev/null
   local bt=() tt=() br=() tr=() key losses
   key=$([[ $model == mlp ]] && echo samples_per_s || echo tokens_per_s)
   local run_braid=("${benv[@]}" $braid train $model --steps "$steps" --threads "$t" --init-from "$init"
