@@ -51,7 +51,18 @@ struct Device {
   // it tells when a host's ranks outnumber its cores and time-share them.
   int cores = 0;
   std::vector<EfficiencyPoint> gemm_efficiency;  // ascending flops
-  std::string source;                            // where the figures come from
+  // Measured rates of the memory-bound passes by kind, bytes/s in the
+  // planner's count of each (docs/PLAN.md, "The cost model"); 0: the kind
+  // runs at memory_bw. In a cluster file: "elementwise_gbytes_per_s":
+  // {"norm", "gelu", "softmax", "optimizer"}, any of them; `this-machine`
+  // takes them from `braid bench --probe` (braid/plan_probe.h).
+  struct PassRates {
+    double norm = 0;       // residual add + layer norm
+    double gelu = 0;       // bias + GELU
+    double softmax = 0;    // the attention's causal softmax
+    double optimizer = 0;  // AdamW's update
+  } pass_bw;
+  std::string source;  // where the figures come from
 
   // Peak FLOP/s of `dtype`; Error(kInvalidArgument) naming the device if
   // it has none.
@@ -59,6 +70,11 @@ struct Device {
   // The curve at a GEMM of `flops`, linear in log(flops) between points,
   // flat beyond the ends.
   double efficiency(double flops) const;
+  // The rate of one kind of pass (e.g. &PassRates::gelu): measured, else
+  // memory_bw.
+  double pass_rate(double PassRates::*kind) const {
+    return pass_bw.*kind > 0 ? pass_bw.*kind : memory_bw;
+  }
   // Bytes a parameter, activation or gradient element takes in `dtype`.
   double element_bytes() const { return dtype == "f32" ? 4 : 2; }
 };

@@ -25,14 +25,15 @@ struct GemmSample {
 // 1: the core was shared with other work).
 std::vector<GemmSample> probe_gemm(double* core_share = nullptr);
 
-// Where the tuning cache (comm::default_tuning_path) has no GEMM curve
-// yet, measures one and keeps it there, as a job's first communicator
+// Where the tuning cache (comm::default_tuning_path) lacks the GEMM curve
+// or the element-wise rates (probe_elementwise, below), measures both and
+// keeps them there, as a job's first communicator
 // probes its links; `braid plan --cluster this-machine` calls it first.
 // Not where the user chose the figures (BRAID_TUNING) or said
 // BRAID_PROBE=0, and not kept when the probe shared its core
 // (comm::kMinCoreShare). Returns a line saying what it did ("" when it did
 // nothing). Throws Error(kIo) when the file cannot be written.
-std::string keep_gemm_probe_if_missing();
+std::string keep_device_probe_if_missing();
 
 // Tuning-file text with "gemm_f32_1thread": [[flops, GFLOP/s], ...] set
 // from `samples`; other entries are kept; text that does not parse is
@@ -42,6 +43,44 @@ std::string merge_gemm_probe(const std::string& text, const std::vector<GemmSamp
 // The samples in a tuning file's text (empty when it has none). Throws
 // Error(kInvalidArgument) naming `from` for a malformed entry.
 std::vector<GemmSample> gemm_probe_from(const std::string& text, const std::string& from);
+
+// One core's rates for the memory-bound passes of braid's GPT block and
+// its optimizer, each timed through the kernels the layers run and given
+// in the bytes the planner counts for that pass (docs/PLAN.md, "The cost
+// model": a pass's forward moves its count, its backward twice that):
+// what `this-machine` prices element-wise work with in place of an
+// assumed memory bandwidth.
+struct ElementwiseSample {
+  // Fused residual add + layer norm (LayerNorm::forward_add and
+  // backward_add): 5 elements a token and channel forward.
+  double norm_gbps = 0;
+  // The MLP's bias + GELU (fused into its first Linear): 2 elements of
+  // the [tokens, 4·d] product forward.
+  double gelu_gbps = 0;
+  // The attention's causal softmax: 3 elements a score forward.
+  double softmax_gbps = 0;
+  // AdamW's update: 28 bytes a parameter (w, g, m, v read; w, m, v
+  // written); a step, no backward.
+  double optimizer_gbps = 0;
+  double core_share = 0;  // as GemmSample's probe reports it
+};
+
+// At the default GPT's shapes (2048 tokens, d_model 256, 4 heads, context
+// 128; AdamW over 2^20 parameters), one thread, each pass over 8 copies of
+// its buffers in turn (about 80 MiB: beyond the last-level cache, as a
+// step's activations are); the best of 3 timed runs after a warm-up. About
+// half a second, most of it the buffers' first touch. The thread count is
+// restored afterwards.
+ElementwiseSample probe_elementwise();
+
+// Tuning-file text with "elementwise_f32_1thread": {...} set from `s`
+// (GB/s); other entries are kept; text that does not parse is replaced.
+std::string merge_elementwise_probe(const std::string& text, const ElementwiseSample& s);
+
+// The sample in a tuning file's text (nullopt when it has none). Throws
+// Error(kInvalidArgument) naming `from` and the field for a malformed one.
+std::optional<ElementwiseSample> elementwise_probe_from(const std::string& text,
+                                                        const std::string& from);
 
 // The memory a host's CPU ranks copy through, as braid's shared-memory
 // wire uses it: what the simulator prices those ranks' copies and

@@ -132,6 +132,14 @@ void check_kept(const Tensor& t, const char* what) {
 }
 }  // namespace
 
+void softmax_causal_matrices(float* s, int64_t n, int64_t T) {
+  for (int64_t i = 0; i < n; ++i) softmax_causal(s + i * T * T, T);
+}
+
+void softmax_bwd_causal_matrices(const float* p, float* d, int64_t n, int64_t T) {
+  for (int64_t i = 0; i < n; ++i) softmax_bwd_causal(p + i * T * T, d + i * T * T, T);
+}
+
 void causal_attention_forward(const Tensor& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
                               Tensor& att, Tensor& o, const AttentionDropout& drop) {
   const int64_t D = C / H;

@@ -48,4 +48,11 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& att, const Tenso
                                int64_t T, int64_t C, int64_t H, Tensor& dqkv, Tensor& datt,
                                const AttentionDropout& drop = {});
 
+// The core's softmax passes alone, over n [T, T] score matrices in a row,
+// one thread (the planner's element-wise probe times them,
+// braid/plan_probe.h): forward in place (softmax over j ≤ t, zeros after),
+// and dP → dS in place in d given the probabilities p.
+void softmax_causal_matrices(float* s, int64_t n, int64_t T);
+void softmax_bwd_causal_matrices(const float* p, float* d, int64_t n, int64_t T);
+
 }  // namespace braid::nn

@@ -209,6 +209,55 @@ TEST(PlanCost, RefusesLayoutsThatCannotRun) {
 }  // namespace
 
 namespace {
+// Each kind of memory-bound pass runs at its own rate when the device has
+// one (this-machine's probe of braid's kernels), else at the memory
+// bandwidth: rates equal to the bandwidth change nothing, a GELU at half
+// of it adds exactly the GELU's bytes once more (forward once, backward
+// twice, every block), and AdamW at half of it doubles the optimizer step.
+TEST(PlanCost, ElementwisePassesRunAtTheRateOfTheirKind) {
+  const plan::Cluster c0 = plan::cluster_preset("eth-cpu");
+  const double bw = c0.device.memory_bw;
+  ASSERT_GT(bw, 0);
+  const plan::ModelDesc m = plan::parse_model("gpt:layers=4,hidden=256,heads=4,seq=128,vocab=256");
+  plan::Layout one;
+  one.mbs = 16;
+  const plan::Estimate e0 = plan::estimate(m, c0, one, 16);
+  plan::Cluster c1 = c0;
+  c1.device.pass_bw = {bw, bw, bw, bw};
+  const plan::Estimate e1 = plan::estimate(m, c1, one, 16);
+  EXPECT_NEAR(e1.step_s / e0.step_s, 1, 1e-12);
+  plan::Cluster c2 = c1;
+  c2.device.pass_bw.gelu = bw / 2;
+  const double eb = c0.device.element_bytes(), tokens = 16 * 128, gelu_bytes = eb * tokens * 2 * 4 * 256;
+  const double extra = 4 * 3 * gelu_bytes / bw;  // 4 blocks, forward + backward
+  EXPECT_NEAR(plan::estimate(m, c2, one, 16).compute_s - e0.compute_s, extra, 1e-9 * extra);
+  plan::Cluster c3 = c1;
+  c3.device.pass_bw.optimizer = bw / 2;
+  ASSERT_GT(e0.optimizer_s, 0);
+  EXPECT_NEAR(plan::estimate(m, c3, one, 16).optimizer_s / e0.optimizer_s, 2, 1e-9);
+  // Through the file schema and back; a bad entry named.
+  c3.device.pass_bw.softmax = 0;  // not given: stays at the bandwidth
+  const plan::Cluster back = plan::parse_cluster(plan::cluster_json(c3), "c.json");
+  EXPECT_DOUBLE_EQ(back.device.pass_bw.optimizer, bw / 2);
+  EXPECT_DOUBLE_EQ(back.device.pass_bw.gelu, bw);
+  EXPECT_EQ(back.device.pass_bw.softmax, 0);
+  EXPECT_DOUBLE_EQ(back.device.pass_rate(&plan::Device::PassRates::softmax), bw);
+  for (const auto& [edit, says] :
+       {std::pair{R"("softmax": -1)", "device.elementwise_gbytes_per_s.softmax"},
+        {R"("relu": 1)", "device.elementwise_gbytes_per_s.relu: unknown field"}}) {
+    std::string text = plan::cluster_json(c3);
+    const size_t at = text.find("\"elementwise_gbytes_per_s\": {");
+    ASSERT_NE(at, std::string::npos);
+    text.insert(text.find('{', at) + 1, std::string(edit) + ",");
+    try {
+      plan::parse_cluster(text, "c.json");
+      ADD_FAILURE() << edit << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Ranks beyond a CPU host's cores time-share them: on two one-core
 // devices' worth of cores, eight data-parallel ranks take about as long
 // per step as two (the same work on the same two cores), not a quarter.

@@ -96,12 +96,12 @@ TEST(PlanProbe, AMissingGemmCurveIsMeasuredAndKept) {
   ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
   const std::string cache = dir + "/braid/tuning.json";
   ::setenv("BRAID_PROBE", "0", 1);
-  EXPECT_EQ(plan::keep_gemm_probe_if_missing(), "");
+  EXPECT_EQ(plan::keep_device_probe_if_missing(), "");
   EXPECT_FALSE(std::ifstream(cache).good());
   EXPECT_NE(plan::cluster_preset("this-machine").device.source.find("GEMM curve generic"),
             std::string::npos);
   ::unsetenv("BRAID_PROBE");
-  const std::string did = plan::keep_gemm_probe_if_missing();
+  const std::string did = plan::keep_device_probe_if_missing();
   EXPECT_EQ(did.rfind("measured one core's GEMM rate", 0), 0u) << did;
   if (did.find("not kept") != std::string::npos) {
     std::printf("%s\n", did.c_str());  // the probe shared its core: nothing to read back
@@ -113,10 +113,47 @@ TEST(PlanProbe, AMissingGemmCurveIsMeasuredAndKept) {
   std::stringstream text;
   text << kept.rdbuf();
   EXPECT_EQ(plan::gemm_probe_from(text.str(), cache).size(), 6u);
+  EXPECT_TRUE(plan::elementwise_probe_from(text.str(), cache).has_value());
   EXPECT_NE(plan::cluster_preset("this-machine").device.source.find("first use"),
             std::string::npos);
   // Kept once: the next call has nothing to do.
-  EXPECT_EQ(plan::keep_gemm_probe_if_missing(), "");
+  EXPECT_EQ(plan::keep_device_probe_if_missing(), "");
+}
+
+// The element-wise probe: braid's own kernels at positive rates on one
+// core; kept in the tuning file beside the links, read back as written,
+// and this-machine prices those passes by them; a malformed entry is
+// refused by name.
+TEST(PlanProbe, ElementwisePassesAreMeasuredKeptAndPricedBy) {
+  const plan::ElementwiseSample e = plan::probe_elementwise();
+  for (double r : {e.norm_gbps, e.gelu_gbps, e.softmax_gbps, e.optimizer_gbps})
+    EXPECT_GT(r, 0.1);  // any core streams 0.1 GB/s
+  EXPECT_GT(e.core_share, 0);
+  EXPECT_LE(e.core_share, 1.0 + 1e-9);
+  const std::string text = plan::merge_elementwise_probe(R"({"shm": {"alpha_us": 1.5, "gbps": 8}})", e);
+  EXPECT_NE(text.find("\"shm\""), std::string::npos);
+  const auto back = plan::elementwise_probe_from(text, "t.json");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_DOUBLE_EQ(back->gelu_gbps, e.gelu_gbps);
+  EXPECT_DOUBLE_EQ(back->optimizer_gbps, e.optimizer_gbps);
+  const std::string dir = braid::testing::temp_dir("plan_probe_elementwise");
+  std::ofstream(dir + "/tuning.json") << text;
+  {
+    TuningFile tf(dir + "/tuning.json");
+    const plan::Device d = plan::cluster_preset("this-machine").device;
+    EXPECT_DOUBLE_EQ(d.pass_rate(&plan::Device::PassRates::norm), e.norm_gbps * 1e9);
+    EXPECT_DOUBLE_EQ(d.pass_rate(&plan::Device::PassRates::softmax), e.softmax_gbps * 1e9);
+    EXPECT_NE(d.source.find("elementwise_f32_1thread"), std::string::npos);
+  }
+  EXPECT_FALSE(plan::elementwise_probe_from(R"({"shm": {}})", "t.json").has_value());
+  try {
+    plan::elementwise_probe_from(R"({"elementwise_f32_1thread": {"norm_gbps": 1, "gelu_gbps": 0,
+        "softmax_gbps": 1, "optimizer_gbps": 1}})", "t.json");
+    ADD_FAILURE() << "a zero rate was accepted";
+  } catch (const Error& x) {
+    EXPECT_NE(std::string(x.what()).find("t.json: elementwise_f32_1thread.gelu_gbps"), std::string::npos)
+        << x.what();
+  }
 }
 
 // The memory probe over a real pair of blocking endpoints (a socket pair,

@@ -175,16 +175,33 @@ TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
   EXPECT_TRUE(gbps >= 9.0 / 4 && gbps <= 9.0 * 4) << text;
   EXPECT_GT(j["probed"]["shm"]["gbps"].get<double>(), 0) << text;
   EXPECT_NE(out.find("model shm"), std::string::npos) << out;
+  // The line of `out` that starts with `head` ("" if none).
+  auto line = [&out](const std::string& head) {
+    const size_t at = out.find(head);
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
   // And the memory the simulator's this-machine copies through, where
   // sysfs names the last-level cache (braid/plan_probe.h).
   // It is not kept when the ranks shared their cores meanwhile.
   if (braid::plan::last_level_cache_bytes() > 0) {
-    EXPECT_NE(out.find("memory over shm"), std::string::npos) << out;
-    if (out.find("not kept") == std::string::npos) {
+    const std::string memory = line("memory over shm");
+    EXPECT_FALSE(memory.empty()) << out;
+    if (memory.find("not kept") == std::string::npos) {
       ASSERT_TRUE(j.contains("shm_memory")) << text;
       EXPECT_GT(j["shm_memory"]["beyond_gbps"].get<double>(), 0) << text;
     } else {
       EXPECT_FALSE(j.contains("shm_memory")) << text;
     }
+  }
+  // And the device: the GEMM curve, and the element-wise passes' rates
+  // unless their core was shared.
+  EXPECT_EQ(j["gemm_f32_1thread"].size(), 6u) << text;
+  const std::string passes = line("element-wise f32");
+  EXPECT_FALSE(passes.empty()) << out;
+  if (passes.find("not kept") == std::string::npos) {
+    ASSERT_TRUE(j.contains("elementwise_f32_1thread")) << text;
+    EXPECT_GT(j["elementwise_f32_1thread"]["gelu_gbps"].get<double>(), 0) << text;
+  } else {
+    EXPECT_FALSE(j.contains("elementwise_f32_1thread")) << text;
   }
 }

@@ -41,6 +41,9 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   // this-machine preset (braid/plan_probe.h), while the other ranks wait.
   const std::vector<plan::GemmSample> gemm = plan::probe_gemm();
   text = plan::merge_gemm_probe(text, gemm);
+  const plan::ElementwiseSample passes = plan::probe_elementwise();
+  const bool keep_passes = passes.core_share >= comm::kMinCoreShare;
+  if (keep_passes) text = plan::merge_elementwise_probe(text, passes);
   const bool keep_memory = memory && memory->core_share >= comm::kMinCoreShare;
   if (keep_memory) text = plan::merge_memory_probe(text, *memory);
   comm::write_tuning(path, text);
@@ -61,6 +64,10 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   std::printf("gemm f32, one thread:");
   for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
   std::printf(" (32 to 1024 square) -> %s\n", path.c_str());
+  std::printf("element-wise f32, one thread: residual + layer norm %.1f GB/s, bias + GELU %.1f GB/s, "
+              "causal softmax %.1f GB/s, AdamW %.1f GB/s; core share %.2f -> %s\n",
+              passes.norm_gbps, passes.gelu_gbps, passes.softmax_gbps, passes.optimizer_gbps,
+              passes.core_share, keep_passes ? path.c_str() : "not kept (other work shared the core)");
   return 0;
 }
 

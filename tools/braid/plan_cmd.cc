@@ -156,7 +156,7 @@ int plan_main(int argc, char** argv) {
   // This machine's GEMM curve, measured once and kept, as a job's first
   // communicator probes its links (stderr: --json stays one object a line).
   if (cluster_name == "this-machine") {
-    const std::string did = plan::keep_gemm_probe_if_missing();
+    const std::string did = plan::keep_device_probe_if_missing();
     if (!did.empty()) std::fprintf(stderr, "braid plan: this-machine: %s\n", did.c_str());
   }
   const plan::Cluster cluster = plan::load_cluster(cluster_name);

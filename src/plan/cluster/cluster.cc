@@ -82,7 +82,7 @@ Device parse_device(const json& j, const std::string& from) {
   const json& d = j["device"];
   const std::string w = "device.";
   only_keys(d, {"name", "peak_tflops", "memory_gib", "memory_bw_gbytes_per_s", "dtype",
-                "runtime", "cores", "gemm_efficiency", "source"},
+                "runtime", "cores", "gemm_efficiency", "elementwise_gbytes_per_s", "source"},
             from, w);
   Device dev;
   dev.name = text_or(d, "name", "device", from, w);
@@ -118,6 +118,15 @@ Device parse_device(const json& j, const std::string& from) {
     if (!(e > 0 && e <= 1)) bad(from, at, "efficiency must be in (0, 1]");
     dev.gemm_efficiency.push_back({f, e});
     last = f;
+  }
+  if (d.contains("elementwise_gbytes_per_s")) {
+    const json& e = d["elementwise_gbytes_per_s"];
+    const std::string at = w + "elementwise_gbytes_per_s";
+    if (!e.is_object()) bad(from, at, "must be an object of pass: GB/s");
+    only_keys(e, {"norm", "gelu", "softmax", "optimizer"}, from, at + ".");
+    for (auto [key, rate] : {std::pair{"norm", &dev.pass_bw.norm}, {"gelu", &dev.pass_bw.gelu},
+                             {"softmax", &dev.pass_bw.softmax}, {"optimizer", &dev.pass_bw.optimizer}})
+      if (e.contains(key)) *rate = positive(e, key, from, at + ".") * 1e9;
   }
   dev.source = text_or(d, "source", "", from, w);
   return dev;
@@ -262,6 +271,12 @@ std::string cluster_json(const Cluster& c) {
   if (c.gamma_s_per_b > 0) j["reduce_gbytes_per_s"] = 1.0 / c.gamma_s_per_b / 1e9;
   if (c.cores_per_host != (1 << 20)) j["cores_per_host"] = c.cores_per_host;
   if (c.device.cores > 0) j["device"]["cores"] = c.device.cores;
+  json passes = json::object();
+  const Device::PassRates& r = c.device.pass_bw;
+  for (auto [key, rate] : {std::pair{"norm", r.norm}, {"gelu", r.gelu}, {"softmax", r.softmax},
+                           {"optimizer", r.optimizer}})
+    if (rate > 0) passes[key] = rate / 1e9;
+  if (!passes.empty()) j["device"]["elementwise_gbytes_per_s"] = passes;
   if (c.memory.modelled())
     j["host_memory"] = {{"llc_mib", c.memory.llc_bytes / (1 << 20)},
                         {"copy_gbytes_per_s_cached", 1.0 / c.memory.copy_cached_s_per_b / 1e9},

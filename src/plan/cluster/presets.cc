@@ -231,6 +231,18 @@ Cluster this_machine() {
         "thread, 32-1024 square, tuning file gemm_f32_1thread); memory = physical memory / usable cores; 10 "
         "GB/s memory bandwidth per core assumed";
   }
+  // The block's memory-bound passes and the optimizer at the rates braid's
+  // own kernels reach here, when the tuning file has them (the probe);
+  // what is left (embedding gathers, the attention's bias and reshapes)
+  // stays at the assumed memory bandwidth.
+  if (const auto e = elementwise_probe_from(tuning, "tuning file")) {
+    c.device.pass_bw = {e->norm_gbps * 1e9, e->gelu_gbps * 1e9, e->softmax_gbps * 1e9,
+                        e->optimizer_gbps * 1e9};
+    c.device.source +=
+        "; residual + layer norm, bias + GELU, causal softmax and AdamW at the rates `braid bench "
+        "--probe` measured through braid's kernels (one thread, tuning file "
+        "elementwise_f32_1thread)";
+  }
   // Every rank braid runs here is on this host; beyond its cores they
   // time-share them (Device::cores, cores_per_host).
   c.device.cores = 1;

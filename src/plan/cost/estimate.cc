@@ -92,7 +92,8 @@ DpTail dp_tail(Group& dpg, const Device& dev, const Layout& l, double params, do
   if (dev.runtime == Runtime::kBraidCpu) d.exposed_s = d.comm_s;
   // The update reads and writes weights, gradients and both moments:
   // ~28 bytes per parameter it owns (f32 moments and master weights).
-  d.optimizer_s = share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.memory_bw;
+  d.optimizer_s =
+      share * 28 * params / (l.zero >= 1 ? l.dp : 1) / dev.pass_rate(&Device::PassRates::optimizer);
   return d;
 }
 

@@ -62,14 +62,20 @@ std::vector<Stage> gpt_stages(const ModelDesc& m, const Device& dev, const Layou
   const double attn_flops = 2 * 2 * mbs * s * s * h / tp;  // QKᵀ and AV
   const double block_gemm = 2 * tokens * h * r * h / tp;
   // Element-wise passes of braid's block, per token, in elements moved:
-  // two layer norms (read, write: 4h), two residual adds (6h), the
+  // two layer norms (read, write: 4h) and two residual adds (6h), the
   // attention's bias and head reshapes (2h), GELU (2·R·h), softmax over
   // the scores (read, write, and the causal mask: 3·A·S). Memory-bound:
-  // bytes ÷ memory bandwidth; backward moves twice as much.
-  const double elem = eb * tokens * (12 * h / shard_full + (2 * r * h + 3 * double(g.heads) * s) / tp);
-  const double t_block = gemm_time(dev, block_flops, block_gemm) + elem / dev.memory_bw;
-  const double t_attn = gemm_time(dev, attn_flops, attn_flops) +
-                        eb * tokens * 3 * double(g.heads) * s / tp / dev.memory_bw;
+  // bytes ÷ the rate of their kind of pass (Device::pass_rate: measured
+  // on this-machine, else the memory bandwidth); backward moves twice as
+  // much.
+  const double softmax_s = eb * tokens * 3 * double(g.heads) * s / tp / dev.pass_rate(&Device::PassRates::softmax);
+  const double elem_s = eb * tokens *
+                            (10 * h / shard_full / dev.pass_rate(&Device::PassRates::norm) +
+                             2 * h / shard_full / dev.memory_bw +
+                             2 * r * h / tp / dev.pass_rate(&Device::PassRates::gelu)) +
+                        softmax_s;
+  const double t_block = gemm_time(dev, block_flops, block_gemm) + elem_s;
+  const double t_attn = gemm_time(dev, attn_flops, attn_flops) + softmax_s;
   Priced ag, rs, ar;  // the activation's collectives, those the mode uses
   if (sp) {
     ag = tpg("all_gather", Na);

@@ -42,21 +42,30 @@ std::vector<GemmSample> probe_gemm(double* core_share) {
   return out;
 }
 
-std::string keep_gemm_probe_if_missing() {
+std::string keep_device_probe_if_missing() {
   if (!comm::may_probe()) return "";
   const std::string text = comm::read_tuning();
-  if (!gemm_probe_from(text, "tuning file").empty()) return "";
+  if (!gemm_probe_from(text, "tuning file").empty() &&
+      elementwise_probe_from(text, "tuning file"))
+    return "";
   const std::string path = comm::default_tuning_path();
   if (path.empty()) return "";
   double share = 0;
   const std::vector<GemmSample> g = probe_gemm(&share);
-  char rate[96];
-  std::snprintf(rate, sizeof rate, "one core's GEMM rate, %.0f-%.0f GFLOP/s (32-1024 square)",
-                g.front().flop_s / 1e9, g.back().flop_s / 1e9);
+  const ElementwiseSample e = probe_elementwise();
+  share = std::min(share, e.core_share);
+  char rate[192];
+  std::snprintf(rate, sizeof rate,
+                "one core's GEMM rate, %.0f-%.0f GFLOP/s (32-1024 square), and its element-wise "
+                "passes, %.0f-%.0f GB/s",
+                g.front().flop_s / 1e9, g.back().flop_s / 1e9,
+                std::min({e.norm_gbps, e.gelu_gbps, e.softmax_gbps, e.optimizer_gbps}),
+                std::max({e.norm_gbps, e.gelu_gbps, e.softmax_gbps, e.optimizer_gbps}));
   if (share < comm::kMinCoreShare)
     return std::string("measured ") + rate + " with " + std::to_string(share) +
-           " of a core (other work is running): not kept; the generic curve is used";
-  comm::write_tuning(path, merge_gemm_probe(text, g));
+           " of a core (other work is running): not kept; the generic curve and the assumed "
+           "memory bandwidth are used";
+  comm::write_tuning(path, merge_elementwise_probe(merge_gemm_probe(text, g), e));
   return std::string("measured ") + rate + " -> " + path;
 }
 
