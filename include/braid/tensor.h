@@ -109,6 +109,13 @@ class Tensor {
 size_t tensor_bytes_in_use();
 size_t tensor_peak_bytes();
 void reset_tensor_peak_bytes();
+// Freed buffers of 64 KiB and more that the process keeps for the next
+// tensor of the same size (a step's tensors come back at the same sizes;
+// handing them back to the kernel would fault every page in again). Not
+// counted in use; cached and in use together stay within the peak above.
+// Always 0 under AddressSanitizer and ThreadSanitizer, which see every
+// buffer freed, and under BRAID_TENSOR_CACHE=0.
+size_t tensor_cached_bytes();
 
 // Storage a tensor views but that was not allocated as a tensor (data
 // parallelism's gradient buckets in shared memory) counts in the figures

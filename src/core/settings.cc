@@ -117,6 +117,10 @@ constexpr Setting kSettings[] = {
      "TCP connections per pair of ranks; messages of 256 KiB and up are striped over them (at "
      "most 16; the same on every rank)",
      "src/comm/transport/tcp/tcp_wire_setup.cc"},
+    {"BRAID_TENSOR_CACHE", K::kUser, "1",
+     "`0`: freed tensor buffers go straight back to the C library (and large ones to the "
+     "kernel) instead of being kept for the next tensor of their size (braid/tensor.h)",
+     "src/tensor/tensor.cc"},
     {"BRAID_TEST_HOSTS_REQUIRED", K::kTest, "unset",
      "`1`: tests that need test hosts (network namespaces) fail where they cannot be made, "
      "instead of skipping (CI sets it)",

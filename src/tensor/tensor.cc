@@ -3,10 +3,12 @@
 #include <malloc.h>
 
 #include <atomic>
-
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
+#include "braid/env.h"
 #include "braid/error.h"
 
 namespace braid {
@@ -55,8 +57,84 @@ CountedStorage& CountedStorage::operator=(CountedStorage&& o) noexcept {
 }
 CountedStorage::~CountedStorage() { g_in_use.fetch_sub(bytes_, std::memory_order_relaxed); }
 
+namespace {
+// Freed tensor buffers of 64 KiB and more are kept for the next request of
+// the same size instead of going back to the C library, which returns
+// large blocks to the kernel: the next step's tensors of the same shapes
+// (recomputed activations, ZeRO-3's gathered units) would fault every page
+// in again, and on this machine the faults cost a recomputing or ZeRO-3
+// step 7-10% of its time in the kernel. What the cache holds and what is
+// in use together never exceed the tensor peak (tensor_peak_bytes): a
+// block that would is freed. Off under AddressSanitizer and
+// ThreadSanitizer, so that they see every buffer's end, and under
+// BRAID_TENSOR_CACHE=0.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kCache = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kCache = false;
+#else
+constexpr bool kCache = true;
+#endif
+#else
+constexpr bool kCache = true;
+#endif
+constexpr size_t kCacheMin = size_t(64) << 10;
+// kCache, unless BRAID_TENSOR_CACHE=0 (read once).
+bool caching() {
+  static const bool on = kCache && env_str("BRAID_TENSOR_CACHE").value_or("1") != "0";
+  return on;
+}
+
+struct BlockCache {
+  std::mutex mu;
+  std::map<void*, size_t> requested;    // every live or cached block: its rounded request
+  std::multimap<size_t, void*> blocks;  // cached: rounded request → block
+  size_t bytes = 0;                     // cached blocks' usable sizes
+};
+// Never destroyed: tensors of static objects are freed after it would be.
+BlockCache& block_cache() {
+  static auto* c = new BlockCache;
+  return *c;
+}
+
+// Frees cached blocks, largest first, until what is cached plus what is in
+// use plus `more` fits under the peak (or nothing is cached).
+void trim_cache_locked(BlockCache& c, size_t more) {
+  while (!c.blocks.empty() && g_in_use.load(std::memory_order_relaxed) + c.bytes + more >
+                                  g_peak.load(std::memory_order_relaxed)) {
+    auto last = std::prev(c.blocks.end());
+    c.bytes -= ::malloc_usable_size(last->second);
+    c.requested.erase(last->second);
+    std::free(last->second);
+    c.blocks.erase(last);
+  }
+}
+}  // namespace
+
+size_t tensor_cached_bytes() {
+  BlockCache& c = block_cache();
+  std::lock_guard<std::mutex> l(c.mu);
+  return c.bytes;
+}
+
 void Tensor::Free::operator()(void* p) const {
-  g_in_use.fetch_sub(::malloc_usable_size(p), std::memory_order_relaxed);
+  const size_t usable = ::malloc_usable_size(p);
+  g_in_use.fetch_sub(usable, std::memory_order_relaxed);
+  if (caching() && usable >= kCacheMin) {
+    BlockCache& c = block_cache();
+    std::lock_guard<std::mutex> l(c.mu);
+    auto it = c.requested.find(p);
+    if (it != c.requested.end()) {
+      if (g_in_use.load(std::memory_order_relaxed) + c.bytes + usable <=
+          g_peak.load(std::memory_order_relaxed)) {
+        c.blocks.emplace(it->second, p);
+        c.bytes += usable;
+        return;
+      }
+      c.requested.erase(it);
+    }
+  }
   std::free(p);
 }
 
@@ -66,11 +144,28 @@ void check_dtype(DType t) {
     throw Error(Errc::kNotSupported, std::string("tensor dtype ") + dtype_name(t) +
                                          " (supported: f32, bf16, i32)");
 }
-// 64-byte alignment keeps rows of vectorised loops on cache lines.
+// 64-byte alignment keeps rows of vectorised loops on cache lines. Large
+// blocks come from the cache when it has one of the size.
 void* alloc_zeroed(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
+  void* p = nullptr;
+  if (caching() && rounded >= kCacheMin) {
+    BlockCache& c = block_cache();
+    std::lock_guard<std::mutex> l(c.mu);
+    auto it = c.blocks.find(rounded);
+    if (it != c.blocks.end()) {
+      p = it->second;
+      c.blocks.erase(it);
+      c.bytes -= ::malloc_usable_size(p);
+    } else {
+      trim_cache_locked(c, rounded);
+      p = std::aligned_alloc(64, rounded);
+      if (p) c.requested[p] = rounded;
+    }
+  } else {
+    p = std::aligned_alloc(64, rounded);
+  }
   if (!p) throw Error(Errc::kIo, "out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, rounded);
   count_alloc(::malloc_usable_size(p));

@@ -1,7 +1,10 @@
 // Tensor: ownership, views, buffer reuse, bf16 conversion, shape errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "braid/error.h"
 #include "braid/kernels.h"
@@ -126,4 +129,45 @@ TEST(TensorBytes, InUseAndPeakFollowAllocationsAndReleases) {
   EXPECT_GE(braid::tensor_peak_bytes(), before + (2u << 20));
   braid::reset_tensor_peak_bytes();
   EXPECT_EQ(braid::tensor_peak_bytes(), before);
+}
+
+// A freed large buffer is kept for the next tensor of its size, which
+// still starts zeroed (the same block: its pages stay mapped); what is
+// cached and what is in use never exceed the peak, so a reset peak sends
+// the cache back; sanitizer builds keep nothing.
+TEST(TensorBytes, FreedBuffersServeTheNextOfTheirSizeZeroedWithinThePeak) {
+  braid::reset_tensor_peak_bytes();
+  const size_t base = braid::tensor_bytes_in_use() + braid::tensor_cached_bytes();
+  void* first = nullptr;
+  {
+    braid::Tensor a({1024, 256});  // 1 MiB
+    first = a.raw();
+    a.fill(3.0f);
+  }
+  const bool caches = braid::tensor_cached_bytes() > 0;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_FALSE(caches);
+#else
+  const char* off = std::getenv("BRAID_TENSOR_CACHE");
+  EXPECT_EQ(caches, off == nullptr || std::string(off) != "0");
+#endif
+  EXPECT_LE(braid::tensor_bytes_in_use() + braid::tensor_cached_bytes(),
+            std::max(braid::tensor_peak_bytes(), base));
+  {
+    const size_t cached = braid::tensor_cached_bytes();
+    braid::Tensor b({256, 1024});  // the same bytes, another shape: a cached block
+    if (caches) {
+      EXPECT_LT(braid::tensor_cached_bytes(), cached);
+    }
+    for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.f32()[i], 0.0f) << i;
+    braid::Tensor c({512, 256});  // another size: a block of its own
+    EXPECT_NE(c.raw(), first);
+    EXPECT_NE(c.raw(), b.raw());
+  }
+  // The peak drops to what is in use: the cache gives its blocks back at
+  // the next allocation it cannot serve.
+  braid::reset_tensor_peak_bytes();
+  braid::Tensor d({2048, 256});  // 2 MiB: not cached
+  EXPECT_LE(braid::tensor_bytes_in_use() + braid::tensor_cached_bytes(),
+            braid::tensor_peak_bytes());
 }
