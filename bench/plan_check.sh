@@ -5,7 +5,11 @@
 # (step = the batch's tokens / the done record's tokens/s; memory = rank
 # 0's peak tensor storage, the done record's peak_tensor_bytes). One
 # thread a rank, as this-machine counts a device (one core). Memory does
-# not depend on load; step times need a quiet machine.
+# not depend on load; step times need a quiet machine. First `braid bench
+# -n 2 --probe` into a tuning file of the run's own (the user's cache is
+# left alone), which the runs and the planner then share: the planner
+# prices this moment's machine (its GEMM curve and element-wise rates; the
+# machine's speed moves 10-20% over a day).
 #   bench/plan_check.sh [BUILD]
 #   STEPS=25  LAYERS=4 D_MODEL=256 HEADS=4 CONTEXT=128 BATCH=16
 #   WORLDS="1 2 4 8" (the world sizes whose layouts run)
@@ -20,6 +24,8 @@ model="gpt:layers=$L,hidden=$H,heads=$A,seq=$T,vocab=256"
 shape=(--layers "$L" --d-model "$H" --heads "$A" --context "$T")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+"${clean_env[@]}" "$braid" bench -n 2 --probe --probe-out "$tmp/tuning.json" | grep -E '^(gemm|element-wise)' >&2
+export BRAID_TUNING=$tmp/tuning.json
 half=$((batch / 2)) quarter=$((batch / 4)) eighth=$((batch / 8))
 # name | ranks | braid train flags | braid plan flags
 layouts=(
