@@ -258,6 +258,29 @@ TEST(PlanCost, ElementwisePassesRunAtTheRateOfTheirKind) {
   }
 }
 
+// On time-shared cores a pipeline's timeline stretches only where more of
+// its ranks compute than the cores hold: never below its play on cores of
+// its own nor below its work over the cores, and exactly the play when
+// the cores always suffice.
+TEST(PlanCost, TimeSharedPipelinesStretchWhereRanksOutnumberTheCores) {
+  const std::vector<double> f(4, 1.0), b(4, 2.0);
+  // 4 ranks, 8 micro-batches: 96 units of work.
+  const plan::PipelineRun own = plan::run_pipeline("1f1b", 4, 8, 1, f, b, 0, false, 0.25);
+  EXPECT_DOUBLE_EQ(own.shared_makespan, own.makespan);  // 4 ranks, 4 cores' worth
+  const plan::PipelineRun two = plan::run_pipeline("1f1b", 4, 8, 1, f, b, 0, false, 0.5);
+  EXPECT_GE(two.shared_makespan, two.makespan);
+  EXPECT_GE(two.shared_makespan, 96 / 2.0);  // 2 cores
+  EXPECT_LT(two.shared_makespan, 2 * two.makespan);  // the bubble lends its cores
+  // GPipe with one micro-batch on 2 ranks: one computes at a time (F0, F1,
+  // B1, B0: 6 units), so a rank that alone wants 2 cores takes twice as
+  // long, and one that wants half a core no longer.
+  const std::vector<double> f2(2, 1.0), b2(2, 2.0);
+  const plan::PipelineRun g = plan::run_pipeline("gpipe", 2, 1, 1, f2, b2, 0, false, 2.0);
+  EXPECT_DOUBLE_EQ(g.makespan, 6);
+  EXPECT_DOUBLE_EQ(g.shared_makespan, 12);
+  EXPECT_DOUBLE_EQ(plan::run_pipeline("gpipe", 2, 1, 1, f2, b2, 0, false, 0.5).shared_makespan, 6);
+}
+
 // Ranks beyond a CPU host's cores time-share them: on two one-core
 // devices' worth of cores, eight data-parallel ranks take about as long
 // per step as two (the same work on the same two cores), not a quarter.

@@ -157,10 +157,12 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
   const PipelineRun run = run_pipeline(sched, pp, M, chunks, fwd, bwd, transfer);
   const PipelineRun dry = pp > 1 ? run_pipeline(sched, pp, M, chunks, fwd, bwd, 0) : run;
   // Time-shared cores (share > 1): a pipeline rank waiting in the bubble
-  // leaves its core to the others, so the pipeline lasts the longer of its
-  // schedule on cores of their own and the host's work over its cores (the
-  // mean rank's time-shared busy time), not every stage stretched by the
-  // share. Without pipelining, or with a core a rank, that is run.makespan.
+  // leaves its core to the others, so not every stage stretches by the
+  // share. The schedule is played on cores of their own and its timeline
+  // stretched where more ranks compute than the host's cores hold
+  // (run_pipeline's load: each computing pipeline rank stands for the
+  // tp × dp ranks of its stage, share / pp cores' worth). Without
+  // pipelining, or with a core a rank, that is run.makespan.
   double makespan = run.makespan;
   if (share > 1 && pp > 1) {
     std::vector<double> fwd_own, bwd_own;
@@ -168,8 +170,8 @@ Estimate estimate(const ModelDesc& m, const Cluster& c, const Layout& l, int64_t
       fwd_own.push_back(x.fwd_own);
       bwd_own.push_back(x.bwd_own);
     }
-    makespan = std::max(run_pipeline(sched, pp, M, chunks, fwd_own, bwd_own, transfer).makespan,
-                        mean_busy_of(run) + std::max(0.0, run.makespan - dry.makespan));
+    makespan = run_pipeline(sched, pp, M, chunks, fwd_own, bwd_own, transfer, true, share / pp)
+                   .shared_makespan;
   }
   e.bubble = makespan < run.makespan ? std::max(0.0, 1 - mean_busy_of(run) / makespan) : run.bubble;
   e.stage_forward_s = fwd;
