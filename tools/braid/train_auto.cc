@@ -5,7 +5,8 @@
 // (braid/plan_search.h) on the this-machine cluster picks dp, tp, pp,
 // micro-batches, the schedule, sequence parallelism and the ZeRO stage for
 // the flags' model and global batch (of the layouts predicted within 2% of
-// the fastest, the one that shards least). It prints the choice, its
+// the fastest, the one that shards least, then splits the batch least).
+// It prints the choice, its
 // predicted step and why, then runs it as `braid train` with those flags
 // would (train_mp.cc). The search is limited to what `braid
 // train` runs: no recomputation beyond the flags' own --recompute (every
@@ -101,14 +102,18 @@ int train_auto_main(int argc, char** argv) {
                     std::to_string(found.considered) + " considered, " +
                     std::to_string(found.too_big) + " over memory)");
   // Among the layouts predicted within 2% of the fastest, the one that
-  // shards least (pipeline stages, then tp, then the ZeRO stage): a
-  // sharding that buys no predicted time only adds communication the model
-  // prices least surely (ZeRO-3's gathers, say).
+  // shards least (pipeline stages, then tp, then the ZeRO stage), then
+  // splits the batch least (the fewest micro-batches): a sharding or a
+  // split that buys no predicted time only adds communication or
+  // per-micro-batch work that the model prices least surely (ZeRO-3's
+  // gathers; the weight gradients' thin GEMMs of a small micro-batch,
+  // which it prices as square ones of the same FLOPs).
   size_t pick = 0;
   auto simpler = [](const plan::Layout& a, const plan::Layout& b) {
     if (a.pp != b.pp) return a.pp < b.pp;
     if (a.tp != b.tp) return a.tp < b.tp;
-    return a.zero < b.zero;
+    if (a.zero != b.zero) return a.zero < b.zero;
+    return a.mbs > b.mbs;
   };
   for (size_t i = 1; i < runnable.size(); ++i)
     if (runnable[i].step_s <= runnable[0].step_s * 1.02 &&
@@ -123,7 +128,8 @@ int train_auto_main(int argc, char** argv) {
                 world, found.considered, plan::layout_text(l).c_str(), best.micro_batches,
                 best.step_s, plan::dominant_term(best).c_str());
     if (pick != 0)
-      std::printf("  why: predicted within 2%% of the fastest, %s (%.3g s), and shards less\n",
+      std::printf("  why: predicted within 2%% of the fastest, %s (%.3g s), and shards or splits "
+                  "the batch less\n",
                   plan::layout_text(runnable[pick].layout).c_str(), runnable[pick].step_s);
     else if (runnable.size() > 1)
       std::printf("  why: %s\n", plan::why_wins(best, runnable[1]).c_str());
