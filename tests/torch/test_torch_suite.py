@@ -188,8 +188,20 @@ def spawn_one(backend, world, names, timeout):
     env["TEMP_DIR"] = tempfile.mkdtemp(prefix="braid_torch_suite_")
     cmd = [sys.executable, os.path.abspath(__file__), "--one", backend, str(world), *names]
     t0 = time.monotonic()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        # The runner names each test on stderr as it starts (verbosity 2):
+        # the last lines say which one hung.
+        err = e.stderr or ""
+        if isinstance(err, bytes):
+            err = err.decode(errors="replace")
+        started = [l for l in err.splitlines() if l.startswith("test_") and " ... " in l]
+        raise AssertionError("%s %s world %d: no result after %d s, in %s; the run's stderr "
+                             "ends:\n%s" % (os.path.basename(__file__), backend, world, timeout,
+                                            started[-1] if started else "no test yet",
+                                            err[-6000:])) from None
     for line in p.stdout.splitlines():
         if line.startswith(RESULT):
             r = json.loads(line[len(RESULT):])
