@@ -228,7 +228,8 @@ TEST(PlanCost, ElementwisePassesRunAtTheRateOfTheirKind) {
   EXPECT_NEAR(e1.step_s / e0.step_s, 1, 1e-12);
   plan::Cluster c2 = c1;
   c2.device.pass_bw.gelu = bw / 2;
-  const double eb = c0.device.element_bytes(), tokens = 16 * 128, gelu_bytes = eb * tokens * 2 * 4 * 256;
+  const double eb = c0.device.element_bytes(), tokens = 16 * 128,
+               gelu_bytes = eb * tokens * 2 * 4 * 256;
   const double extra = 4 * 3 * gelu_bytes / bw;  // 4 blocks, forward + backward
   EXPECT_NEAR(plan::estimate(m, c2, one, 16).compute_s - e0.compute_s, extra, 1e-9 * extra);
   plan::Cluster c3 = c1;
@@ -269,7 +270,7 @@ TEST(PlanCost, TimeSharedPipelinesStretchWhereRanksOutnumberTheCores) {
   EXPECT_DOUBLE_EQ(own.shared_makespan, own.makespan);  // 4 ranks, 4 cores' worth
   const plan::PipelineRun two = plan::run_pipeline("1f1b", 4, 8, 1, f, b, 0, false, 0.5);
   EXPECT_GE(two.shared_makespan, two.makespan);
-  EXPECT_GE(two.shared_makespan, 96 / 2.0);  // 2 cores
+  EXPECT_GE(two.shared_makespan, 96 / 2.0);          // 2 cores
   EXPECT_LT(two.shared_makespan, 2 * two.makespan);  // the bubble lends its cores
   // GPipe with one micro-batch on 2 ranks: one computes at a time (F0, F1,
   // B1, B0: 6 units), so a rank that alone wants 2 cores takes twice as

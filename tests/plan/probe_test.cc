@@ -130,7 +130,8 @@ TEST(PlanProbe, ElementwisePassesAreMeasuredKeptAndPricedBy) {
     EXPECT_GT(r, 0.1);  // any core streams 0.1 GB/s
   EXPECT_GT(e.core_share, 0);
   EXPECT_LE(e.core_share, 1.0 + 1e-9);
-  const std::string text = plan::merge_elementwise_probe(R"({"shm": {"alpha_us": 1.5, "gbps": 8}})", e);
+  const std::string text =
+      plan::merge_elementwise_probe(R"({"shm": {"alpha_us": 1.5, "gbps": 8}})", e);
   EXPECT_NE(text.find("\"shm\""), std::string::npos);
   const auto back = plan::elementwise_probe_from(text, "t.json");
   ASSERT_TRUE(back.has_value());
@@ -148,10 +149,12 @@ TEST(PlanProbe, ElementwisePassesAreMeasuredKeptAndPricedBy) {
   EXPECT_FALSE(plan::elementwise_probe_from(R"({"shm": {}})", "t.json").has_value());
   try {
     plan::elementwise_probe_from(R"({"elementwise_f32_1thread": {"norm_gbps": 1, "gelu_gbps": 0,
-        "softmax_gbps": 1, "optimizer_gbps": 1}})", "t.json");
+        "softmax_gbps": 1, "optimizer_gbps": 1}})",
+                                 "t.json");
     ADD_FAILURE() << "a zero rate was accepted";
   } catch (const Error& x) {
-    EXPECT_NE(std::string(x.what()).find("t.json: elementwise_f32_1thread.gelu_gbps"), std::string::npos)
+    EXPECT_NE(std::string(x.what()).find("t.json: elementwise_f32_1thread.gelu_gbps"),
+              std::string::npos)
         << x.what();
   }
 }

@@ -1,4 +1,6 @@
 // Tensor: ownership, views, buffer reuse, bf16 conversion, shape errors.
+#include "braid/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 
 #include "braid/error.h"
 #include "braid/kernels.h"
-#include "braid/tensor.h"
 
 using namespace braid;
 

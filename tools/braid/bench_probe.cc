@@ -64,10 +64,11 @@ int bench_probe(Communicator& comm, const std::string& probe_out) {
   std::printf("gemm f32, one thread:");
   for (const plan::GemmSample& g : gemm) std::printf(" %.3g GFLOP/s", g.flop_s / 1e9);
   std::printf(" (32 to 1024 square) -> %s\n", path.c_str());
-  std::printf("element-wise f32, one thread: residual + layer norm %.1f GB/s, bias + GELU %.1f GB/s, "
-              "causal softmax %.1f GB/s, AdamW %.1f GB/s; core share %.2f -> %s\n",
-              passes.norm_gbps, passes.gelu_gbps, passes.softmax_gbps, passes.optimizer_gbps,
-              passes.core_share, keep_passes ? path.c_str() : "not kept (other work shared the core)");
+  std::printf(
+      "element-wise f32, one thread: residual + layer norm %.1f GB/s, bias + GELU %.1f GB/s, "
+      "causal softmax %.1f GB/s, AdamW %.1f GB/s; core share %.2f -> %s\n",
+      passes.norm_gbps, passes.gelu_gbps, passes.softmax_gbps, passes.optimizer_gbps,
+      passes.core_share, keep_passes ? path.c_str() : "not kept (other work shared the core)");
   return 0;
 }
 

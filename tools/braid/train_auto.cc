@@ -128,9 +128,10 @@ int train_auto_main(int argc, char** argv) {
                 world, found.considered, plan::layout_text(l).c_str(), best.micro_batches,
                 best.step_s, plan::dominant_term(best).c_str());
     if (pick != 0)
-      std::printf("  why: predicted within 2%% of the fastest, %s (%.3g s), and shards or splits "
-                  "the batch less\n",
-                  plan::layout_text(runnable[pick].layout).c_str(), runnable[pick].step_s);
+      std::printf(
+          "  why: predicted within 2%% of the fastest, %s (%.3g s), and shards or splits "
+          "the batch less\n",
+          plan::layout_text(runnable[pick].layout).c_str(), runnable[pick].step_s);
     else if (runnable.size() > 1)
       std::printf("  why: %s\n", plan::why_wins(best, runnable[1]).c_str());
     std::fflush(stdout);

@@ -81,8 +81,9 @@ Device parse_device(const json& j, const std::string& from) {
   if (!j.contains("device") || !j["device"].is_object()) bad(from, "device", "missing object");
   const json& d = j["device"];
   const std::string w = "device.";
-  only_keys(d, {"name", "peak_tflops", "memory_gib", "memory_bw_gbytes_per_s", "dtype",
-                "runtime", "cores", "gemm_efficiency", "elementwise_gbytes_per_s", "source"},
+  only_keys(d,
+            {"name", "peak_tflops", "memory_gib", "memory_bw_gbytes_per_s", "dtype", "runtime",
+             "cores", "gemm_efficiency", "elementwise_gbytes_per_s", "source"},
             from, w);
   Device dev;
   dev.name = text_or(d, "name", "device", from, w);
@@ -124,8 +125,10 @@ Device parse_device(const json& j, const std::string& from) {
     const std::string at = w + "elementwise_gbytes_per_s";
     if (!e.is_object()) bad(from, at, "must be an object of pass: GB/s");
     only_keys(e, {"norm", "gelu", "softmax", "optimizer"}, from, at + ".");
-    for (auto [key, rate] : {std::pair{"norm", &dev.pass_bw.norm}, {"gelu", &dev.pass_bw.gelu},
-                             {"softmax", &dev.pass_bw.softmax}, {"optimizer", &dev.pass_bw.optimizer}})
+    for (auto [key, rate] : {std::pair{"norm", &dev.pass_bw.norm},
+                             {"gelu", &dev.pass_bw.gelu},
+                             {"softmax", &dev.pass_bw.softmax},
+                             {"optimizer", &dev.pass_bw.optimizer}})
       if (e.contains(key)) *rate = positive(e, key, from, at + ".") * 1e9;
   }
   dev.source = text_or(d, "source", "", from, w);
@@ -273,7 +276,9 @@ std::string cluster_json(const Cluster& c) {
   if (c.device.cores > 0) j["device"]["cores"] = c.device.cores;
   json passes = json::object();
   const Device::PassRates& r = c.device.pass_bw;
-  for (auto [key, rate] : {std::pair{"norm", r.norm}, {"gelu", r.gelu}, {"softmax", r.softmax},
+  for (auto [key, rate] : {std::pair{"norm", r.norm},
+                           {"gelu", r.gelu},
+                           {"softmax", r.softmax},
                            {"optimizer", r.optimizer}})
     if (rate > 0) passes[key] = rate / 1e9;
   if (!passes.empty()) j["device"]["elementwise_gbytes_per_s"] = passes;

@@ -68,7 +68,8 @@ std::vector<Stage> gpt_stages(const ModelDesc& m, const Device& dev, const Layou
   // bytes ÷ the rate of their kind of pass (Device::pass_rate: measured
   // on this-machine, else the memory bandwidth); backward moves twice as
   // much.
-  const double softmax_s = eb * tokens * 3 * double(g.heads) * s / tp / dev.pass_rate(&Device::PassRates::softmax);
+  const double softmax_s =
+      eb * tokens * 3 * double(g.heads) * s / tp / dev.pass_rate(&Device::PassRates::softmax);
   const double elem_s = eb * tokens *
                             (10 * h / shard_full / dev.pass_rate(&Device::PassRates::norm) +
                              2 * h / shard_full / dev.memory_bw +

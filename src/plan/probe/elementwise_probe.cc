@@ -78,7 +78,8 @@ ElementwiseSample probe_elementwise() {
   {  // The MLP's bias + GELU on its [tokens, 4·d] product: 2 elements each
      // forward (read, write).
     const int64_t cols = 4 * kDim, n = kRows * cols;
-    std::vector<std::vector<float>> pre(kSets, std::vector<float>(size_t(n), 0.5f)), y = pre, d = pre;
+    std::vector<std::vector<float>> pre(kSets, std::vector<float>(size_t(n), 0.5f)), y = pre,
+                                                                                     d = pre;
     std::vector<float> b(static_cast<size_t>(cols), 0.01f), bg(static_cast<size_t>(cols));
     out.gelu_gbps = best_gbps(3.0 * 2 * double(n) * 4, [&](int k) {
       nn::bias_gelu_forward(pre[size_t(k)].data(), b.data(), y[size_t(k)].data(), kRows, cols);
@@ -98,7 +99,8 @@ ElementwiseSample probe_elementwise() {
   {  // AdamW over a flat shard: 28 bytes a parameter (w, g, m, v read; w,
      // m, v written).
     const int64_t n = 1 << 20;
-    std::vector<std::vector<float>> w(kSets, std::vector<float>(size_t(n), 0.5f)), g = w, m = w, v = w;
+    std::vector<std::vector<float>> w(kSets, std::vector<float>(size_t(n), 0.5f)), g = w, m = w,
+                                                                                   v = w;
     int64_t t = 0;
     out.optimizer_gbps = best_gbps(28.0 * double(n), [&](int k) {
       nn::adamw_update(w[size_t(k)].data(), g[size_t(k)].data(), m[size_t(k)].data(),
@@ -129,7 +131,8 @@ std::optional<ElementwiseSample> elementwise_probe_from(const std::string& text,
     const nlohmann::json& e = j.at("elementwise_f32_1thread");
     if (!e.is_object()) throw Error(Errc::kInvalidArgument, what + ": must be an object");
     ElementwiseSample s;
-    for (auto [key, field] : {std::pair{"norm_gbps", &s.norm_gbps}, {"gelu_gbps", &s.gelu_gbps},
+    for (auto [key, field] : {std::pair{"norm_gbps", &s.norm_gbps},
+                              {"gelu_gbps", &s.gelu_gbps},
                               {"softmax_gbps", &s.softmax_gbps},
                               {"optimizer_gbps", &s.optimizer_gbps}}) {
       if (!e.contains(key) || !e.at(key).is_number() || !(e.at(key).get<double>() > 0))

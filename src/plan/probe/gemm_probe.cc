@@ -45,8 +45,7 @@ std::vector<GemmSample> probe_gemm(double* core_share) {
 std::string keep_device_probe_if_missing() {
   if (!comm::may_probe()) return "";
   const std::string text = comm::read_tuning();
-  if (!gemm_probe_from(text, "tuning file").empty() &&
-      elementwise_probe_from(text, "tuning file"))
+  if (!gemm_probe_from(text, "tuning file").empty() && elementwise_probe_from(text, "tuning file"))
     return "";
   const std::string path = comm::default_tuning_path();
   if (path.empty()) return "";
