@@ -16,6 +16,7 @@
 #include "braid/plan_probe.h"
 #include "nn/attention_core.h"
 #include "nn/bias_gelu.h"
+#include "plan/probe/best_rate.h"
 #include "plan/probe/tuning_json.h"
 
 namespace braid::plan {
@@ -30,23 +31,13 @@ constexpr int64_t kRows = 2048, kDim = 256, kHeads = 4, kSeq = 128;
 // wrote long before.
 constexpr int kSets = 8;
 
-// The best rate of 3 timed runs (after one warm-up) of `pass` over every
-// set, each run at least 5 ms: `bytes` (the planner's count) a set.
+// GB/s of `pass` over every set in turn, each run at least 5 ms
+// (best_rate): `bytes` (the planner's count) a set.
 template <class Pass>
 double best_gbps(double bytes, const Pass& pass) {
-  double best = 0;
-  for (int run = 0; run <= 3; ++run) {
-    int reps = 0;
-    const double t0 = wall_s();
-    double t = 0;
-    do {
-      for (int k = 0; k < kSets; ++k) pass(k);
-      ++reps;
-      t = wall_s() - t0;
-    } while (t < 5e-3);
-    if (run > 0) best = std::max(best, bytes * kSets * reps / t / 1e9);
-  }
-  return best;
+  return bytes * kSets / 1e9 * best_rate(5e-3, [&] {
+           for (int k = 0; k < kSets; ++k) pass(k);
+         });
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "braid/error.h"
 #include "braid/kernels.h"
 #include "braid/tuning.h"
+#include "plan/probe/best_rate.h"
 #include "plan/probe/tuning_json.h"
 
 namespace braid::plan {
@@ -23,18 +24,9 @@ std::vector<GemmSample> probe_gemm(double* core_share) {
   for (int64_t n = 32; n <= 1024; n *= 2) {
     std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
     const double flops = 2.0 * double(n) * double(n) * double(n);
-    double best = 0;
-    for (int run = 0; run <= 3; ++run) {  // run 0 warms up
-      int reps = 0;
-      const double t0 = wall_s();
-      double t = 0;
-      do {
-        gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-        ++reps;
-        t = wall_s() - t0;
-      } while (t < 2e-3);
-      if (run > 0) best = std::max(best, flops * reps / t);
-    }
+    const double best = flops * best_rate(2e-3, [&] {
+      gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    });
     out.push_back({flops, best});
   }
   set_num_threads(threads);
