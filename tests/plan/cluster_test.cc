@@ -24,6 +24,13 @@ std::string error_of(const std::string& text) {
   return "no error";
 }
 
+// The error of the cluster file `j` once `edit` has changed it.
+template <class Edit>
+std::string error_of_edited(nlohmann::json j, const Edit& edit) {
+  edit(j);
+  return error_of(j.dump());
+}
+
 TEST(PlanCluster, PresetsRoundTripThroughTheFileSchema) {
   for (const std::string& name : plan::preset_names()) {
     const plan::Cluster c = plan::cluster_preset(name);
@@ -44,11 +51,7 @@ TEST(PlanCluster, PresetsRoundTripThroughTheFileSchema) {
 
 TEST(PlanCluster, BadFilesNameTheField) {
   nlohmann::json j = nlohmann::json::parse(plan::cluster_json(plan::cluster_preset("dgx-a100")));
-  auto with = [&](auto edit) {
-    nlohmann::json k = j;
-    edit(k);
-    return error_of(k.dump());
-  };
+  auto with = [&](auto edit) { return error_of_edited(j, edit); };
   EXPECT_NE(with([](auto& k) { k["device"].erase("memory_gib"); }).find("c.json: device.memory_gib: missing"),
             std::string::npos);
   EXPECT_NE(with([](auto& k) { k["device"]["memory_gib"] = -1; }).find("device.memory_gib: must be a number > 0"),
@@ -131,11 +134,7 @@ TEST(PlanCluster, HostMemoryPricesCopiesByTheirWorkingSet) {
   EXPECT_NEAR(back.memory.copy_s_per_b(64 << 20) / m.copy_s_per_b(64 << 20), 1, 1e-12);
   EXPECT_NEAR(back.memory.reduce_s_per_b(256 << 20) / m.reduce_s_per_b(256 << 20), 1, 1e-12);
   nlohmann::json j = nlohmann::json::parse(plan::cluster_json(c));
-  auto bad = [&](auto edit) {
-    nlohmann::json k = j;
-    edit(k);
-    return error_of(k.dump());
-  };
+  auto bad = [&](auto edit) { return error_of_edited(j, edit); };
   EXPECT_NE(bad([](auto& k) { k["host_memory"].erase("llc_mib"); }).find("host_memory.llc_mib: missing"),
             std::string::npos);
   EXPECT_NE(bad([](auto& k) { k["host_memory"]["beyond_working_set_mib"] = 16; })
@@ -145,5 +144,29 @@ TEST(PlanCluster, HostMemoryPricesCopiesByTheirWorkingSet) {
                 .find("host_memory.copy_gbytes_per_s_beyond: must be at most"),
             std::string::npos);
   EXPECT_NE(bad([](auto& k) { k["host_memory"]["l3"] = 1; }).find("host_memory.l3: unknown field"),
+            std::string::npos);
+}
+
+// A device's measured element-wise rates go through the file schema and
+// back (a pass not given stays unset: it runs at the memory bandwidth);
+// a bad rate and an unknown pass are named.
+TEST(PlanCluster, ElementwiseRatesRoundTripAndBadOnesAreNamed) {
+  plan::Cluster c = plan::cluster_preset("eth-cpu");
+  const double bw = c.device.memory_bw;
+  c.device.pass_bw = {bw, bw, 0, bw / 2};
+  const plan::Cluster back = plan::parse_cluster(plan::cluster_json(c), "c.json");
+  EXPECT_DOUBLE_EQ(back.device.pass_bw.optimizer, bw / 2);
+  EXPECT_DOUBLE_EQ(back.device.pass_bw.gelu, bw);
+  EXPECT_EQ(back.device.pass_bw.softmax, 0);
+  EXPECT_DOUBLE_EQ(back.device.pass_rate(&plan::Device::PassRates::softmax), bw);
+  const nlohmann::json j = nlohmann::json::parse(plan::cluster_json(c));
+  EXPECT_NE(error_of_edited(j, [](auto& k) { k["device"]["elementwise_gbytes_per_s"]["softmax"] = -1; })
+                .find("device.elementwise_gbytes_per_s.softmax"),
+            std::string::npos);
+  EXPECT_NE(error_of_edited(j, [](auto& k) { k["device"]["elementwise_gbytes_per_s"]["relu"] = 1; })
+                .find("device.elementwise_gbytes_per_s.relu: unknown field"),
+            std::string::npos);
+  EXPECT_NE(error_of_edited(j, [](auto& k) { k["device"]["elementwise_gbytes_per_s"] = 3; })
+                .find("device.elementwise_gbytes_per_s: must be an object"),
             std::string::npos);
 }
