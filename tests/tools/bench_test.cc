@@ -175,33 +175,23 @@ TEST(BenchTool, ProbeWritesCalibratedFiguresOrRefusesADisturbedProbe) {
   EXPECT_TRUE(gbps >= 9.0 / 4 && gbps <= 9.0 * 4) << text;
   EXPECT_GT(j["probed"]["shm"]["gbps"].get<double>(), 0) << text;
   EXPECT_NE(out.find("model shm"), std::string::npos) << out;
-  // The line of `out` that starts with `head` ("" if none).
-  auto line = [&out](const std::string& head) {
+  // The probe's line starting with `head` says where its figures went:
+  // "not kept" (the core was shared meanwhile) and the tuning file has no
+  // `entry`, or it has one with a positive `field`.
+  auto kept_as_said = [&](const std::string& head, const char* entry, const char* field) {
     const size_t at = out.find(head);
-    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+    ASSERT_NE(at, std::string::npos) << out;
+    if (out.substr(at, out.find('\n', at) - at).find("not kept") == std::string::npos) {
+      ASSERT_TRUE(j.contains(entry)) << text;
+      EXPECT_GT(j[entry][field].get<double>(), 0) << text;
+    } else {
+      EXPECT_FALSE(j.contains(entry)) << text;
+    }
   };
   // And the memory the simulator's this-machine copies through, where
   // sysfs names the last-level cache (braid/plan_probe.h).
-  // It is not kept when the ranks shared their cores meanwhile.
-  if (braid::plan::last_level_cache_bytes() > 0) {
-    const std::string memory = line("memory over shm");
-    EXPECT_FALSE(memory.empty()) << out;
-    if (memory.find("not kept") == std::string::npos) {
-      ASSERT_TRUE(j.contains("shm_memory")) << text;
-      EXPECT_GT(j["shm_memory"]["beyond_gbps"].get<double>(), 0) << text;
-    } else {
-      EXPECT_FALSE(j.contains("shm_memory")) << text;
-    }
-  }
-  // And the device: the GEMM curve, and the element-wise passes' rates
-  // unless their core was shared.
+  if (braid::plan::last_level_cache_bytes() > 0) kept_as_said("memory over shm", "shm_memory", "beyond_gbps");
+  // And the device: the GEMM curve, and the element-wise passes' rates.
   EXPECT_EQ(j["gemm_f32_1thread"].size(), 6u) << text;
-  const std::string passes = line("element-wise f32");
-  EXPECT_FALSE(passes.empty()) << out;
-  if (passes.find("not kept") == std::string::npos) {
-    ASSERT_TRUE(j.contains("elementwise_f32_1thread")) << text;
-    EXPECT_GT(j["elementwise_f32_1thread"]["gelu_gbps"].get<double>(), 0) << text;
-  } else {
-    EXPECT_FALSE(j.contains("elementwise_f32_1thread")) << text;
-  }
+  kept_as_said("element-wise f32", "elementwise_f32_1thread", "gelu_gbps");
 }
