@@ -25,6 +25,7 @@
 #include <string>
 
 #include "cli_test_util.h"
+#include "support/test_hosts.h"
 #include "support/tool.h"
 
 namespace {
@@ -40,13 +41,14 @@ const char* const kModes[] = {"--consistency asp", "--consistency kofn --round-k
 
 using braid::testing::ps_cli::mpirun_missing;
 
-// `mpirun --enable-recovery -n n` running braid with `args`.
-CommandResult mpirun(int n, const std::string& args) {
+// `mpirun --enable-recovery -n n` running braid with `args`; `wrap` goes
+// before mpirun (inside the `timeout`).
+CommandResult mpirun(int n, const std::string& args, const std::string& wrap = "") {
   const std::string root =
       ::geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
-  return run_command(root + "BRAID_SECRET=ps-worker-death-test timeout 60 mpirun -x BRAID_SECRET -n " +
-                     std::to_string(n) + " --oversubscribe --enable-recovery " + braid_bin() +
-                     kTrain + args + " 2>&1");
+  return run_command(root + "BRAID_SECRET=ps-worker-death-test timeout 60 " + wrap +
+                     "mpirun -x BRAID_SECRET -n " + std::to_string(n) +
+                     " --oversubscribe --enable-recovery " + braid_bin() + kTrain + args + " 2>&1");
 }
 
 bool has(const CommandResult& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
@@ -83,6 +85,31 @@ TEST(PsWorkerDeathCli, UnderMpirunWithRecoveryALostWorkerFailsEveryWaitingRank) 
     // waited for --ps-timeout.
     EXPECT_FALSE(has(r, "(timeout)")) << r.out;
   }
+}
+
+// A job with a killed rank leaves its file store's directory behind (its
+// last rank never lets go). Open MPI derives the job id from mpirun's pid,
+// and pids come round again: a later mpirun with the same pid once opened
+// that directory, read the dead job's server addresses and verdict, and
+// hung (a CI run, stop 50). Here each mpirun is pid 1 of a new pid
+// namespace, so the two jobs have the same pid and the same job id: the
+// second must start clean and finish.
+TEST(PsWorkerDeathCli, UnderMpirunAJobWithAKilledJobsPidStartsClean) {
+  ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
+  const std::string ns = "unshare --pid --fork --mount-proc ";
+  if (run_command(ns + "true").status != 0) {
+    const std::string why = "this machine forbids new pid namespaces (unshare --pid, as root)";
+    if (braid::testing::test_hosts_required()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  const std::string mode = " --servers 2 --consistency kofn --round-k 1";
+  const CommandResult killed = mpirun(4, mode + kKill, ns);
+  ASSERT_NE(killed.status, 124) << "the job hung: " << killed.out;
+  ASSERT_TRUE(has(killed, "worker 1 was lost at clock ")) << killed.out;
+  const CommandResult next = mpirun(4, mode, ns);
+  ASSERT_NE(next.status, 124) << "the job hung: " << next.out;
+  EXPECT_TRUE(has(next, "done: mlp 30 steps on 2 workers / 2 servers")) << next.out;
+  EXPECT_FALSE(has(next, "was lost")) << next.out;
 }
 
 TEST(PsWorkerDeathCli, UnderBraidsLaunchersTheSupervisorEndsTheJobNamingTheWorker) {

@@ -3,6 +3,8 @@
 // one host, a file store named after the job.
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "braid/env.h"
@@ -17,6 +19,29 @@ std::string ompi_job_id() {
                         "OMPI_MCA_orte_hnp_uri", "PMIX_ID"})
     if (auto s = env_str(v)) return *s;
   return "";
+}
+
+// The parent process as no later process can be: its pid, when it started
+// (clock ticks since boot, field 22 of /proc/PID/stat) and which boot that
+// was. Open MPI derives the job id from mpirun's pid, and pids come round
+// again (every 32768 processes by default): by pid and job id alone, a job
+// would open the directory a killed job left, and read its keys.
+std::string parent_identity() {
+  const std::string ppid = std::to_string(::getppid());
+  std::ifstream stat("/proc/" + ppid + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');  // the command's name may hold spaces
+  std::istringstream after(name_end == std::string::npos ? "" : line.substr(name_end + 1));
+  std::string start;
+  for (int field = 3; field <= 22; ++field) after >> start;
+  if (!after)
+    bad("mpirun job: cannot read the parent process's start time in /proc/" + ppid +
+        "/stat: set BRAID_STORE=host:port");
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return ppid + "|" + start + "|" + boot_id;
 }
 
 }  // namespace
@@ -46,8 +71,9 @@ JobEnv from_mpirun(std::chrono::milliseconds timeout) {
     bad("mpirun job without a job id (OMPI_MCA_ess_base_jobid / PMIX_NAMESPACE): set "
         "BRAID_STORE=host:port");
   // Every rank of one host shares the local daemon as parent; with the job
-  // id this names the job's directory, so a later job never sees stale keys.
-  std::string tag = sha256_hex(job + "|" + std::to_string(::getppid())).substr(0, 24);
+  // id, the parent's identity names the job's directory, so a later job
+  // never sees stale keys (not even one whose mpirun has the same pid).
+  std::string tag = sha256_hex(job + "|" + parent_identity()).substr(0, 24);
   std::string dir = "/tmp/braid_store_" + std::to_string(::getuid()) + "_" + tag;
   env.secret = secret_for("mpirun", job + "|" + dir, L.rank);
   // The last rank of this host to let go of its store removes the directory.
