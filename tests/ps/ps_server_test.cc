@@ -14,6 +14,7 @@
 #include "braid/error.h"
 #include "braid/ps.h"
 #include "comm/store/auth.h"
+#include "comm/store/memory_store.h"
 #include "ps/io/socket.h"
 #include "ps/io/wire.h"
 #include "support/multiproc.h"
@@ -221,6 +222,46 @@ TEST(PsServer, BadClientsAreDroppedAndOthersKeepBeingServed) {
     EXPECT_EQ(st.pushes_accepted, 2);
     store->set_str("good/done", "1");
   });
+}
+
+// A store that refuses every write, as one whose job has ended does.
+class RefusingStore : public braid::Store {
+ public:
+  void set(const std::string& key, const braid::Bytes&) override {
+    throw braid::Error(braid::Errc::kPeerDied, "test store: the job has ended, cannot set " + key);
+  }
+  braid::Bytes get(const std::string& key) override { return base_->get(key); }
+  int64_t add(const std::string& key, int64_t delta) override { return base_->add(key, delta); }
+  braid::Bytes compare_set(const std::string& key, const braid::Bytes& expected,
+                           const braid::Bytes& desired) override {
+    return base_->compare_set(key, expected, desired);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    base_->wait(keys, timeout);
+  }
+  bool remove(const std::string& key) override { return base_->remove(key); }
+  bool check(const std::string& key) override { return base_->check(key); }
+
+ private:
+  std::shared_ptr<braid::Store> base_ = braid::comm::make_memory_store();
+};
+
+// The server's acceptor runs before it posts its address: a store that
+// fails then must give the caller the store's error (a crash once, with
+// "terminate called without an active exception", in a CI run).
+TEST(PsServer, AStoreThatFailsAsTheServerStartsIsItsError) {
+  ps::ServerOptions o;
+  o.workers = 1;
+  o.secret = kSecret;
+  auto store = std::make_shared<RefusingStore>();
+  try {
+    ps::Server server(layout(), o, store, {{1, 2, 3, 4}, {}},
+                      [](ps::KeyId, int64_t, float* out) { out[0] = out[1] = 0; });
+    FAIL() << "the server started without posting its address";
+  } catch (const braid::Error& e) {
+    EXPECT_EQ(e.code(), braid::Errc::kPeerDied);
+    EXPECT_NE(std::string(e.what()).find("cannot set ps/host/0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

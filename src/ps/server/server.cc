@@ -254,11 +254,14 @@ Server::Server(const Layout& layout, const ServerOptions& opt, std::shared_ptr<S
       opt.bind_host.empty() ? comm::tcp_local_endpoint(false).address : opt.bind_host;
   impl_->listen_fd = listen_tcp(host, &impl_->port);
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
-  // Before the address, which workers wait for: with it they tell whether
-  // they share this host (link.h).
-  store->set_str("ps/host/" + std::to_string(opt.rank), comm::host_identity());
-  store->set_str("ps/server/" + std::to_string(opt.rank), host + ":" + std::to_string(impl_->port));
+  // From here a throw must stop the acceptor first (a joinable thread's
+  // destructor would end the process).
   try {
+    // Before the address, which workers wait for: with it they tell
+    // whether they share this host (link.h).
+    store->set_str("ps/host/" + std::to_string(opt.rank), comm::host_identity());
+    store->set_str("ps/server/" + std::to_string(opt.rank),
+                   host + ":" + std::to_string(impl_->port));
     // Listening first: a shard's old tail forwards writes here once it
     // has recorded the join.
     for (int s : opt.join)
