@@ -7,15 +7,18 @@
 # `braid bench -n 2 --probe` into a file of the run's own (the user's
 # tuning cache is left alone), so that the simulator prices this moment's
 # machine. ROUNDS rounds, each timing every case once; the median is
-# printed with the spread. Needs a quiet machine.
+# printed with the spread. Each size first warms up for WARMUP_S seconds:
+# the simulator has the steady state, and a job's first tenths of a second
+# here run small calls many times slower (a 2-rank 8-byte all_reduce 4-8
+# µs against 0.13-0.4 once warm). Needs a quiet machine.
 #   bench/plan_sim_measured.sh [BUILD]
-#   ROUNDS=3 RANKS="2 4 8" ALGOS="ring hd" SIZES="1M 4M 16M" ITERS=10
+#   ROUNDS=3 RANKS="2 4 8" ALGOS="ring hd" SIZES="1M 4M 16M" ITERS=10 WARMUP_S=0.5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 braid=$build/braid
 source bench/braid_env.sh
-rounds=${ROUNDS:-3} iters=${ITERS:-10}
+rounds=${ROUNDS:-3} iters=${ITERS:-10} warmup_s=${WARMUP_S:-0.5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "${clean_env[@]}" "$braid" bench -n 2 --probe --probe-out "$tmp/tuning.json" | grep -E '^(probe|model|memory) shm|^memory'
@@ -23,7 +26,7 @@ for r in $(seq "$rounds"); do
   for n in ${RANKS:-2 4 8}; do
     for a in ${ALGOS:-ring hd}; do
       "${clean_env[@]}" "$braid" bench -n "$n" --op all_reduce --algo "$a" -b 1M -e 16M -f 4 \
-        --iters "$iters" --json --no-check 2>/dev/null | sed "s/^/$n $a /" >>"$tmp/measured"
+        --iters "$iters" --warmup-s "$warmup_s" --json --no-check 2>/dev/null | sed "s/^/$n $a /" >>"$tmp/measured"
     done
   done
 done

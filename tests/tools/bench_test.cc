@@ -141,6 +141,30 @@ TEST(BenchTool, BadFlagsAreClearErrors) {
   out.clear();
   EXPECT_NE(run(bin() + " bench -n 2 -b 1X", &out), 0);
   EXPECT_NE(out.find("1X"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(run(bin() + " bench -n 2 --warmup-s -1", &out), 0);
+  EXPECT_NE(out.find("--warmup-s"), std::string::npos) << out;
+}
+
+// --warmup-s: each size warms up for that long (every rank making the
+// same calls, or the job would hang or fail), then is timed and checked.
+TEST(BenchTool, WarmUpForAGivenTimeThenTimeAndCheck) {
+  std::string out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string cmd = " bench -n 3 -b 1K -e 4K --warmup 0 --warmup-s 0.2 --iters 3 --json";
+  ASSERT_EQ(run(bin() + cmd, &out), 0) << out;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::istringstream is(out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(is, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["wrong"], 0) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3) << out;  // 1, 2 and 4 KiB
+  EXPECT_GE(wall, 3 * 0.2) << out;
 }
 
 // `braid bench --probe` writes calibrated figures the cost model can read,

@@ -36,6 +36,7 @@ struct Opts {
   std::string algo = "auto";
   std::string transport = "auto";
   int iters = 20, warmup = 5;
+  double warmup_s = 0;
   bool json = false;
   bool check = true;
   bool probe = false;
@@ -241,6 +242,14 @@ int run_rank(Communicator& comm, const Opts& o) {
       Case cs(comm, op, bytes, t, rop, o.shared);
       if (o.check) cs.prepare();
       for (int i = 0; i < o.warmup; ++i) cs.run();
+      // Then on until rank 0 has spent --warmup-s in the size's warm-up:
+      // each call followed by its verdict, so that every rank makes as many.
+      for (const double w0 = now_s(); o.warmup_s > 0;) {
+        cs.run();
+        int more = now_s() - w0 < o.warmup_s;
+        comm.broadcast(&more, 1, DType::kI32, 0);
+        if (!more) break;
+      }
       // Back to the pattern and the sentinel (untimed): the timed calls
       // must write the result themselves, not leave the warm-up's.
       if (o.check) cs.prepare();
@@ -321,6 +330,10 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp"}));
   app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup,-w", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
+  app.add_option("--warmup-s", o.warmup_s,
+                 "then untimed iterations until this many seconds of warm-up per size (a job's "
+                 "first tenths of a second can run small calls many times slower)")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_flag("--json", o.json, "one JSON object per row");
   app.add_flag("--shared", o.shared,
                "buffers from alloc_shared (mapped by every rank of the host): all_reduce (in "
