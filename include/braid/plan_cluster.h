@@ -93,9 +93,12 @@ struct LinkClass {
 // A call's working set W is the buffers of its ranks on the host; the
 // share beyond the cache is f = max(0, 1 − llc / W). A byte beyond it
 // costs Δ more than a cached one: Δ = (t_beyond − t_cached) / f_b from the
-// beyond measurement (f_b at its working set). Each copy into or
-// out of a slot then costs t_cached + f·Δ a byte (one user buffer
-// touched), and a reduction or a local copy γ_cached + 2·f·Δ (two).
+// beyond measurement (f_b at its working set). A byte then costs, by
+// the user buffers its pass touches: a copy into or out of a slot
+// t_cached + f·Δ (one); a reduction of a received block into its
+// accumulator in place γ_cached + f·Δ (one: the other operand is the
+// slot, whose lines come from memory at any W, as in both measurements);
+// a local copy between two buffers γ_cached + 2·f·Δ (two).
 // All zero: not modelled (the link's β and the cluster's γ are used).
 struct HostMemory {
   double llc_bytes = 0;
@@ -108,9 +111,11 @@ struct HostMemory {
   bool modelled() const { return llc_bytes > 0; }
   // The share of a working set of `ws` bytes beyond the cache.
   double beyond_share(double ws) const;
-  // Per byte: a copy into or out of a slot; a reduction or a local copy.
+  // Per byte: a copy into or out of a slot; a reduction from a slot in
+  // place; a copy between two buffers of a rank.
   double copy_s_per_b(double ws) const;
   double reduce_s_per_b(double ws) const;
+  double local_copy_s_per_b(double ws) const;
 };
 
 struct Cluster {

@@ -122,11 +122,14 @@ TEST(PlanCluster, HostMemoryPricesCopiesByTheirWorkingSet) {
   EXPECT_DOUBLE_EQ(m.reduce_s_per_b(32 << 20), 1 / 60e9);
   // At the measurement's own working set: its rate.
   EXPECT_NEAR(m.copy_s_per_b(128 << 20) * 12.5e9, 1, 1e-12);
-  // Half beyond the cache (64 MiB): a copy pays half of the extra, a
-  // reduction (two buffers of the user's) all of it.
+  // Half beyond the cache (64 MiB): a copy through a slot and a
+  // reduction in place (one buffer of the user's each) pay half of the
+  // extra, a local copy (two) all of it.
   const double extra = (1 / 12.5e9 - 1 / 20e9) / 0.75;
   EXPECT_NEAR(m.copy_s_per_b(64 << 20), 1 / 20e9 + 0.5 * extra, 1e-20);
-  EXPECT_NEAR(m.reduce_s_per_b(64 << 20), 1 / 60e9 + extra, 1e-20);
+  EXPECT_NEAR(m.reduce_s_per_b(64 << 20), 1 / 60e9 + 0.5 * extra, 1e-20);
+  EXPECT_NEAR(m.local_copy_s_per_b(64 << 20), 1 / 60e9 + extra, 1e-20);
+  EXPECT_DOUBLE_EQ(m.local_copy_s_per_b(32 << 20), 1 / 60e9);
   // Through the file schema and back; bad figures named.
   plan::Cluster c = plan::cluster_preset("eth-cpu");
   c.memory = m;

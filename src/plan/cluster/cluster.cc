@@ -182,6 +182,10 @@ double HostMemory::copy_s_per_b(double ws) const {
 }
 
 double HostMemory::reduce_s_per_b(double ws) const {
+  return reduce_cached_s_per_b + beyond_share(ws) * beyond_extra(*this);
+}
+
+double HostMemory::local_copy_s_per_b(double ws) const {
   return reduce_cached_s_per_b + 2 * beyond_share(ws) * beyond_extra(*this);
 }
 

@@ -111,12 +111,14 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
   // set, the buffers of the host's ranks (out of place: input and output).
   Cluster sized = c;
   double gamma = place_group(c, ranks, o.stride).links.gamma_s_per_b;
+  double copy = gamma;  // a local copy, priced as a reduction pass
   if (c.memory.modelled() && c.device.runtime == Runtime::kBraidCpu) {
     const Shape whole = shape_of(op, bytes / 4, ranks);
     const double on_host = std::min(ranks * o.groups, std::max(1, c.devices_per_host));
     const double ws = on_host * 4.0 * double(whole.send_elems + whole.recv_elems);
     sized.intra_host.cost.beta_s_per_b = 2 * c.memory.copy_s_per_b(ws);  // two copies a message
     gamma = c.memory.reduce_s_per_b(ws);
+    copy = c.memory.local_copy_s_per_b(ws);
   }
   sim::Network net(sized, devices);
   const int D = net.devices_per_host();
@@ -188,6 +190,7 @@ SimResult simulate_collective(const Cluster& c, const std::string& collective,
   sim::Trace trace(o.trace_limit);
   sim::EngineConfig cfg;
   cfg.gamma_s_per_b = gamma;
+  cfg.copy_s_per_b = copy;
   cfg.carry_data = o.carry_data;
   cfg.byte_scale = scale;
   cfg.trace = o.trace ? &trace : nullptr;

@@ -39,6 +39,7 @@ namespace braid::plan::sim {
 
 struct EngineConfig {
   double gamma_s_per_b = 0;  // reduction time per byte
+  double copy_s_per_b = 0;   // a rank's copy between its buffers (Context::copy), per byte
   bool carry_data = false;
   double byte_scale = 1;
   Trace* trace = nullptr;  // records messages and reductions when set
@@ -71,8 +72,10 @@ class Engine {
   // outnumber its cores (Network::compute); returns when it has ended.
   void compute(int self, double seconds, const char* what);
   // From rank `self`'s fiber: a local copy of `bytes` of the algorithm's
-  // (scaled by byte_scale), timed at γ as the formulas price it.
-  void copied(int self, double bytes) { compute(self, bytes * cfg_.byte_scale * cfg_.gamma_s_per_b, "copy"); }
+  // (scaled by byte_scale), timed at copy_s_per_b.
+  void copied(int self, double bytes) {
+    compute(self, bytes * cfg_.byte_scale * cfg_.copy_s_per_b, "copy");
+  }
 
  private:
   struct Msg {
