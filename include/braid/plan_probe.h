@@ -106,10 +106,11 @@ double last_level_cache_bytes();
 
 // Runs on both ranks of a shared-memory pair, as comm::probe_link does
 // (the leader times, the other echoes; `send` and `recv` block): the
-// one-way rate of round trips of 1 MiB (the best of 5 runs of 20) and of
+// one-way rate of round trips of 1 MiB (the best of 15 runs of 20) and of
 // 64 MiB (the best of 6), in a 64 MiB buffer on huge pages where the
-// kernel allows them, and the leader's reduction rate (the best of three
-// bursts spread over the run). About 0.2 s. The other rank returns zeros.
+// kernel allows them, and the leader's reduction rate (the best of 3
+// bursts of 8); each figure's trials spread over three rounds. About
+// 0.2 s. The other rank returns zeros.
 MemorySample probe_memory(bool leader, const std::function<void(const void*, size_t)>& send,
                           const std::function<void(void*, size_t)>& recv);
 
