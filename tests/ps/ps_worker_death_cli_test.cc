@@ -96,7 +96,8 @@ TEST(PsWorkerDeathCli, UnderMpirunWithRecoveryALostWorkerFailsEveryWaitingRank) 
 // second must start clean and finish.
 TEST(PsWorkerDeathCli, UnderMpirunAJobWithAKilledJobsPidStartsClean) {
   ASSERT_EQ(mpirun_missing(), "") << "scripts/deps.sh installs openmpi-bin";
-  const std::string ns = "unshare --pid --fork --mount-proc ";
+  // --kill-child: a job that outlives its `timeout` dies with its namespace.
+  const std::string ns = "unshare --pid --fork --mount-proc --kill-child ";
   if (run_command(ns + "true").status != 0) {
     const std::string why = "this machine forbids new pid namespaces (unshare --pid, as root)";
     if (braid::testing::test_hosts_required()) FAIL() << why;

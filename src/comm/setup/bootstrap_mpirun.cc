@@ -24,8 +24,9 @@ std::string ompi_job_id() {
 // The parent process as no later process can be: its pid, when it started
 // (clock ticks since boot, field 22 of /proc/PID/stat) and which boot that
 // was. Open MPI derives the job id from mpirun's pid, and pids come round
-// again (every 32768 processes by default): by pid and job id alone, a job
-// would open the directory a killed job left, and read its keys.
+// again (after pid_max processes: 32768 on many machines): by pid and job
+// id alone, a job would open the directory a killed job left, and read
+// its keys.
 std::string parent_identity() {
   const std::string ppid = std::to_string(::getppid());
   std::ifstream stat("/proc/" + ppid + "/stat");
