@@ -10,6 +10,7 @@
 #include "braid/env.h"
 #include "braid/error.h"
 #include "comm/setup/bootstrap_env.h"
+#include "comm/transport/peer_info.h"
 
 namespace braid::comm::boot {
 namespace {
@@ -22,11 +23,11 @@ std::string ompi_job_id() {
 }
 
 // The parent process as no later process can be: its pid, when it started
-// (clock ticks since boot, field 22 of /proc/PID/stat) and which boot that
-// was. Open MPI derives the job id from mpirun's pid, and pids come round
-// again (after pid_max processes: 32768 on many machines): by pid and job
-// id alone, a job would open the directory a killed job left, and read
-// its keys.
+// (clock ticks since boot, field 22 of /proc/PID/stat) and on which host
+// and boot (host_identity). Open MPI derives the job id from mpirun's pid,
+// and pids come round again (after pid_max processes: 32768 on many
+// machines): by pid and job id alone, a job would open the directory a
+// killed job left, and read its keys.
 std::string parent_identity() {
   const std::string ppid = std::to_string(::getppid());
   std::ifstream stat("/proc/" + ppid + "/stat");
@@ -39,10 +40,7 @@ std::string parent_identity() {
   if (!after)
     bad("mpirun job: cannot read the parent process's start time in /proc/" + ppid +
         "/stat: set BRAID_STORE=host:port");
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  std::getline(boot, boot_id);
-  return ppid + "|" + start + "|" + boot_id;
+  return ppid + "|" + start + "|" + host_identity();
 }
 
 }  // namespace
