@@ -243,12 +243,12 @@ int run_rank(Communicator& comm, const Opts& o) {
       if (o.check) cs.prepare();
       for (int i = 0; i < o.warmup; ++i) cs.run();
       // Then on until rank 0 has spent --warmup-s in the size's warm-up:
-      // each call followed by its verdict, so that every rank makes as many.
-      for (const double w0 = now_s(); o.warmup_s > 0;) {
+      // each call followed by rank 0's verdict, so every rank makes as many.
+      const double w0 = now_s();
+      for (int more = o.warmup_s > 0; more;) {
         cs.run();
-        int more = now_s() - w0 < o.warmup_s;
+        more = now_s() - w0 < o.warmup_s;
         comm.broadcast(&more, 1, DType::kI32, 0);
-        if (!more) break;
       }
       // Back to the pattern and the sentinel (untimed): the timed calls
       // must write the result themselves, not leave the warm-up's.
