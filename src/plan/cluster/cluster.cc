@@ -171,22 +171,25 @@ double HostMemory::beyond_share(double ws) const {
 }
 
 // What a byte beyond the cache costs more than a cached one, from the
-// beyond measurement (top comment in braid/plan_cluster.h).
-static double beyond_extra(const HostMemory& h) {
+// beyond measurement (top comment in braid/plan_cluster.h), for a pass
+// that touches `buffers` of the user's in a working set of `ws` bytes.
+static double beyond_cost(const HostMemory& h, double ws, int buffers) {
   const double fb = h.beyond_share(h.beyond_ws_bytes);
-  return fb > 0 ? std::max(0.0, (h.copy_beyond_s_per_b - h.copy_cached_s_per_b) / fb) : 0.0;
+  if (!(fb > 0)) return 0;
+  const double extra = std::max(0.0, (h.copy_beyond_s_per_b - h.copy_cached_s_per_b) / fb);
+  return buffers * h.beyond_share(ws) * extra;
 }
 
 double HostMemory::copy_s_per_b(double ws) const {
-  return copy_cached_s_per_b + beyond_share(ws) * beyond_extra(*this);
+  return copy_cached_s_per_b + beyond_cost(*this, ws, 1);
 }
 
 double HostMemory::reduce_s_per_b(double ws) const {
-  return reduce_cached_s_per_b + beyond_share(ws) * beyond_extra(*this);
+  return reduce_cached_s_per_b + beyond_cost(*this, ws, 1);
 }
 
 double HostMemory::local_copy_s_per_b(double ws) const {
-  return reduce_cached_s_per_b + 2 * beyond_share(ws) * beyond_extra(*this);
+  return reduce_cached_s_per_b + beyond_cost(*this, ws, 2);
 }
 
 double Device::peak(const std::string& dtype) const {
