@@ -24,8 +24,10 @@
 #include "comm/store/auth.h"
 #include "comm/setup/bootstrap.h"
 #include "support/multiproc.h"
+#include "support/ports.h"
 
 using namespace std::chrono_literals;
+using braid::testing::free_port;
 using braid::Bytes;
 using braid::Errc;
 using braid::Error;
@@ -72,29 +74,6 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = -1;
 };
-
-// A port nobody listens on right now (and, with `pair`, port+1 as well).
-int free_port(bool pair = false) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    int port = ntohs(a.sin_port);
-    ::close(fd);
-    if (!pair) return port;
-    if (port >= 65535) continue;
-    int fd2 = ::socket(AF_INET, SOCK_STREAM, 0);
-    a.sin_port = htons(uint16_t(port + 1));
-    bool ok = ::bind(fd2, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd2);
-    if (ok) return port;
-  }
-  return 0;
-}
 
 int raw_connect(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

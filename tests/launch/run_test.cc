@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "braid/env.h"
+#include "support/ports.h"
 #include "support/tool.h"
 #include "braid/launch.h"
 #include "braid/store.h"
@@ -48,6 +49,7 @@ struct Running {
 };
 
 using braid::testing::braid_bin;
+using braid::testing::free_port;
 
 
 Running start(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
@@ -123,11 +125,6 @@ std::vector<std::string> lines(const std::string& s) {
   std::string l;
   while (std::getline(in, l)) v.push_back(l);
   return v;
-}
-
-int free_port() {
-  braid::TcpStoreServer probe("127.0.0.1", 0, "x");
-  return probe.port();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ the driver gets them back as {rank: {key: value}} from `spawn`.
 """
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -18,9 +19,23 @@ REPORT = "BRAID_TORCH_REPORT "
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 nothing is bound to now, drawn below the kernel's
+    ephemeral range (tests/support/ports.h says why)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    draw = random.Random()
+    for _ in range(100):
+        port = draw.randint(10000, max(11000, low) - 2)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below %d after 100 draws" % low)
 
 
 def spawn(script, world, args=(), env=None, timeout=240, expect_ok=True):
